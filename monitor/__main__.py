@@ -1,0 +1,5 @@
+"""``python -m monitor`` runs the command line."""
+
+from monitor.cli import main
+
+raise SystemExit(main())

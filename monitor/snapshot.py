@@ -1,0 +1,44 @@
+"""What the estimator publishes after each update and the exporter renders at scrape time.
+
+A ``Snapshot`` is immutable: publishing one is a single reference swap, so a scrape never
+sees half-updated values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from monitor.stats.estimate import Confusion, Estimate
+
+
+@dataclass(frozen=True)
+class WindowEstimate:
+    """Every estimate for one (model, segment, reported window)."""
+
+    model: str
+    segment: str  # "" when the records carry none
+    window: str  # the configured window name, e.g. "24h"
+    alpha: float
+    f: Estimate  # F_alpha
+    precision: Estimate
+    recall: Estimate
+    intrinsic_f: float  # label-free F_alpha from the scores of all traffic in the window
+    likelihood: float  # model likelihood on the audited items (NaN without labels)
+    ess: float  # effective sample size (sum v)^2 / sum v^2 of the labelled items
+    confusion: Confusion
+    records: int  # scored records in the window
+    requests: int  # audit requests issued for the window
+    labels: int  # labels received (used by the estimate)
+    pending: int  # requests neither answered nor past their deadline
+    missing: int  # requests past their deadline without a label
+    psi: float  # population stability index of the scores vs the preceding window (NaN if none)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """All window estimates at one moment."""
+
+    windows: tuple[WindowEstimate, ...] = ()
+    watermarks: Mapping[str, float] = field(default_factory=dict)  # model -> max event time
+    created_at: float = 0.0  # wall clock (time.time()) when computed
