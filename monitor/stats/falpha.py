@@ -1,0 +1,163 @@
+"""F_alpha as a generalized risk, its intrinsic (label-free) value, and its weighted estimate.
+
+Seed 000, Corollary 1: with weight ``w = alpha f + (1 - alpha) y`` and gain ``l = 1[f = y]``,
+
+    F_alpha = sum(l w) / sum(w) = n_tp / (alpha (n_tp + n_fp) + (1 - alpha)(n_tp + n_fn)),
+
+alpha = 1 is precision, alpha = 0 recall, alpha = 0.5 F1; F_beta has alpha = 1 / (1 + beta^2).
+Undefined values (zero denominator) are NaN, never 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.stats.estimate import Estimate
+from monitor.stats.interval import ratio_estimate
+from monitor.stats.sample import LabeledSample
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def _check_alpha(alpha: float) -> None:
+    if not 0.0 <= alpha <= 1.0:
+        msg = f"alpha must be in [0, 1], got {alpha}"
+        raise ValueError(msg)
+
+
+def alpha_from_beta(beta: float) -> float:
+    """Convert F_beta to F_alpha: alpha = 1 / (1 + beta^2) (seed 000 Eq. 1; seed 004).
+
+    Examples:
+        >>> alpha_from_beta(1.0)
+        0.5
+    """
+    if not beta >= 0.0:
+        msg = f"beta must be >= 0, got {beta}"
+        raise ValueError(msg)
+    if math.isinf(beta):
+        return 0.0
+    return 1.0 / (1.0 + beta * beta)
+
+
+def beta_from_alpha(alpha: float) -> float:
+    """Convert F_alpha to F_beta: beta = sqrt(1/alpha - 1) (inf for alpha = 0).
+
+    Examples:
+        >>> beta_from_alpha(0.2)
+        2.0
+    """
+    _check_alpha(alpha)
+    if alpha == 0.0:
+        return math.inf
+    return math.sqrt(1.0 / alpha - 1.0)
+
+
+def falpha_weight(pred: npt.ArrayLike, label: npt.ArrayLike, alpha: float) -> FloatArray:
+    """Weight w = alpha f + (1 - alpha) y of seed 000, Corollary 1."""
+    _check_alpha(alpha)
+    f = np.asarray(pred, dtype=np.float64)
+    y = np.asarray(label, dtype=np.float64)
+    return alpha * f + (1.0 - alpha) * y
+
+
+def falpha_gain(pred: npt.ArrayLike, label: npt.ArrayLike) -> FloatArray:
+    """Gain l = 1 - l_{0/1}(f, y) = 1[f = y] of seed 000, Corollary 1."""
+    gain: FloatArray = (np.asarray(pred) == np.asarray(label)).astype(np.float64)
+    return gain
+
+
+def falpha_exact(pred: npt.ArrayLike, label: npt.ArrayLike, alpha: float) -> float:
+    """F_alpha of fully labeled data: n_tp / (alpha (n_tp + n_fp) + (1 - alpha)(n_tp + n_fn)).
+
+    Seed 000 Eq. 1. NaN when the denominator is 0 (e.g. precision without predicted positives).
+
+    Examples:
+        >>> falpha_exact([1, 1, 0, 0], [1, 0, 1, 0], 0.5)
+        0.5
+    """
+    w = falpha_weight(pred, label, alpha)
+    total = float(w.sum())
+    if not total > 0.0:
+        return math.nan
+    return float(np.dot(falpha_gain(pred, label), w)) / total
+
+
+def intrinsic_falpha_from_sums(
+    sum_pred_score: float, sum_pred: float, sum_score: float, alpha: float
+) -> float:
+    """Intrinsic F from traffic aggregates: sum(f s) / (alpha sum(f) + (1 - alpha) sum(s)).
+
+    Seed 000 Sec. 2.2 (Eq. 2 with p(x) = 1/m and p(y|x) replaced by the model's score s):
+    the expected numbers of true positives, predicted positives and positives under the model.
+    NaN when the denominator is 0.
+
+    Args:
+        sum_pred_score: sum of f s over the traffic (expected true positives).
+        sum_pred: sum of f (predicted positives).
+        sum_score: sum of s (expected positives).
+        alpha: The F_alpha trade-off in [0, 1].
+
+    Returns:
+        G_theta in [0, 1], or NaN.
+    """
+    _check_alpha(alpha)
+    denominator = alpha * sum_pred + (1.0 - alpha) * sum_score
+    if not denominator > 0.0:
+        return math.nan
+    return min(max(sum_pred_score / denominator, 0.0), 1.0)
+
+
+def intrinsic_falpha(score: npt.ArrayLike, pred: npt.ArrayLike, alpha: float) -> float:
+    """Intrinsic F_alpha G_theta = sum(f s) / (alpha sum(f) + (1 - alpha) sum(s)).
+
+    Seed 000 Sec. 2.2 (Eq. 2 over the traffic with p(y|x) replaced by the score).
+
+    What the model believes its F_alpha is on this traffic; NaN when undefined.
+
+    Examples:
+        >>> intrinsic_falpha([0.9, 0.6, 0.2], [1, 1, 0], 1.0)
+        0.75
+    """
+    s = np.asarray(score, dtype=np.float64)
+    f = np.asarray(pred, dtype=np.float64)
+    return intrinsic_falpha_from_sums(float(np.dot(f, s)), float(f.sum()), float(s.sum()), alpha)
+
+
+def intrinsic_zero_one_risk(score: npt.ArrayLike, pred: npt.ArrayLike) -> float:
+    """Intrinsic zero-one risk R_theta = mean(1 - p(f|x; theta)) (seed 002, Derivation 1).
+
+    p(f|x) = s when f = 1 and 1 - s when f = 0. NaN on empty input.
+    """
+    s = np.asarray(score, dtype=np.float64)
+    f = np.asarray(pred, dtype=np.float64)
+    if s.size == 0:
+        return math.nan
+    return float(np.mean(f * (1.0 - s) + (1.0 - f) * s))
+
+
+def estimate_falpha(sample: LabeledSample, alpha: float, level: float) -> Estimate:
+    """Active estimate of F_alpha: G = sum(v l w) / sum(v w) (seed 000, Eq. 4 / Algorithm 1).
+
+    With its delta-method interval (see :mod:`monitor.stats.interval`). Missing (NaN) when no
+    labeled item has a weight, e.g. precision before any predicted positive was audited.
+    """
+    return ratio_estimate(
+        falpha_gain(sample.pred, sample.label),
+        falpha_weight(sample.pred, sample.label, alpha),
+        sample.v,
+        sample.fpc,
+        level,
+    )
+
+
+def estimate_zero_one_risk(sample: LabeledSample, level: float) -> Estimate:
+    """Active estimate of the zero-one risk: sum(v l01) / sum(v) (seed 002, Eq. 3/4).
+
+    The ratio estimator with gain ``l01 = 1[f != y]`` and weight 1.
+    """
+    loss = (sample.pred != sample.label).astype(np.float64)
+    return ratio_estimate(loss, np.ones_like(loss), sample.v, sample.fpc, level)

@@ -1,0 +1,50 @@
+"""Model likelihood of the audited labels and effective sample size of the weights.
+
+Seed 002, Sec. 4.1: the exponentiated average log-likelihood of the test labels under the model
+measures how far p(y|x; theta) can be trusted; above about 0.6 active estimation pays off.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+#: Scores are clipped to [EPS, 1 - EPS] before taking logs, so one over-confident miss costs at
+#: most log(EPS) instead of -inf.
+EPS = 1e-6
+
+
+def model_likelihood(score: npt.ArrayLike, label: npt.ArrayLike, v: npt.ArrayLike) -> float:
+    """exp( sum(v log p(y|x; theta)) / sum(v) ), p(y|x) = s if y = 1 else 1 - s (seed 002 Sec. 4.1).
+
+    The weights v = 1/pi make it an estimate for the traffic, not for the audited items.
+    NaN without labels.
+
+    Examples:
+        >>> round(model_likelihood([0.8, 0.8], [1, 0], [1.0, 1.0]), 4)
+        0.4
+    """
+    s = np.clip(np.asarray(score, dtype=np.float64), EPS, 1.0 - EPS)
+    y = np.asarray(label, dtype=np.float64)
+    w = np.asarray(v, dtype=np.float64)
+    total = float(w.sum())
+    if not total > 0.0:
+        return math.nan
+    loglik = y * np.log(s) + (1.0 - y) * np.log1p(-s)
+    return math.exp(float(np.dot(w, loglik)) / total)
+
+
+def effective_sample_size(v: npt.ArrayLike) -> float:
+    """Kish effective sample size (sum v)^2 / sum(v^2); 0 without labels.
+
+    Examples:
+        >>> effective_sample_size([1.0, 1.0, 2.0])
+        2.6666666666666665
+    """
+    w = np.asarray(v, dtype=np.float64)
+    squares = float(np.dot(w, w))
+    if not squares > 0.0:
+        return 0.0
+    return float(w.sum()) ** 2 / squares

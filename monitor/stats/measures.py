@@ -1,0 +1,63 @@
+"""Everything users expect beside the chosen F_alpha, from one labeled sample.
+
+Precision (alpha = 1) and recall (alpha = 0) are always reported next to F_alpha (seed 000
+Corollary 1), with the Horvitz-Thompson confusion counts sum(v 1[cell]), the model likelihood
+(seed 002 Sec. 4.1) and the Kish effective sample size of v.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from monitor.stats.estimate import Confusion, Estimate
+from monitor.stats.falpha import estimate_falpha
+from monitor.stats.likelihood import effective_sample_size, model_likelihood
+from monitor.stats.sample import LabeledSample
+
+
+@dataclass(frozen=True)
+class Measures:
+    """F_alpha, precision and recall with intervals, and the sample's diagnostics."""
+
+    f: Estimate
+    precision: Estimate
+    recall: Estimate
+    confusion: Confusion
+    likelihood: float
+    ess: float
+    n_labels: int
+
+
+def confusion_estimate(sample: LabeledSample) -> Confusion:
+    """Horvitz-Thompson confusion counts: tp = sum(v f y), fp = sum(v f (1-y)), ... ."""
+    f = sample.pred.astype(bool)
+    y = sample.label.astype(bool)
+    v = sample.v
+    return Confusion(
+        tp=float(v[f & y].sum()),
+        fp=float(v[f & ~y].sum()),
+        fn=float(v[~f & y].sum()),
+        tn=float(v[~f & ~y].sum()),
+    )
+
+
+def measure_all(sample: LabeledSample, alpha: float, level: float) -> Measures:
+    """F_alpha, precision, recall, confusion counts, likelihood and ESS of one sample.
+
+    Args:
+        sample: The labeled sample of a window.
+        alpha: F_alpha trade-off in [0, 1].
+        level: Confidence level of every interval.
+
+    Returns:
+        The :class:`Measures`; undefined estimates are missing (NaN), never 0.
+    """
+    return Measures(
+        f=estimate_falpha(sample, alpha, level),
+        precision=estimate_falpha(sample, 1.0, level),
+        recall=estimate_falpha(sample, 0.0, level),
+        confusion=confusion_estimate(sample),
+        likelihood=model_likelihood(sample.score, sample.label, sample.v),
+        ess=effective_sample_size(sample.v),
+        n_labels=len(sample),
+    )

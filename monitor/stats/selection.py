@@ -1,0 +1,228 @@
+"""Which items to audit: variance-optimal q*, defensive mixing, inclusion probabilities, hashing.
+
+* q* for F_alpha: seed 000 Corollary 2 (Corollaries 3 and 4 for alpha = 0 and 1), with the
+  model's score s standing in for p(y=1|x) and the intrinsic G_theta for G (seed 000 Sec. 2.2).
+* q* for the zero-one risk: seed 002 Derivation 1.
+* Defensive mixing with uniform (DESIGN.md): every item keeps a positive probability.
+* Poisson sampling: pi = min(1, kappa q) with kappa set by the label budget; or draws with
+  replacement from a fixed pool (seed 000 Algorithm 1).
+* A deterministic uniform number per record id, so a replay makes the same decisions.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def q_star_falpha(score: npt.ArrayLike, pred: npt.ArrayLike, alpha: float, g: float) -> FloatArray:
+    """Variance-optimal sampling weights for F_alpha, unnormalised (seed 000, Corollary 2, Eq. 12).
+
+    With s = p(y=1|x; theta) (so p(f|x) = s for f = 1 and 1 - s for f = 0) and p(x) = 1/m:
+
+        f = 1:  q* ∝ sqrt( s (1 - G)^2 + alpha^2 (1 - s) G^2 )
+        f = 0:  q* ∝ (1 - alpha) G sqrt(s)
+
+    alpha = 0 gives Corollary 3 (recall), alpha = 1 Corollary 4 (precision, zero mass on f = 0).
+
+    Args:
+        score: Scores s in [0, 1].
+        pred: Predictions f in {0, 1}.
+        alpha: F_alpha trade-off in [0, 1].
+        g: The intrinsic F_alpha G_theta in [0, 1] (see ``falpha.intrinsic_falpha``).
+
+    Returns:
+        Non-negative weights proportional to q*; normalise with :func:`defensive_mix`.
+    """
+    if not 0.0 <= g <= 1.0:
+        msg = f"g must be in [0, 1], got {g}"
+        raise ValueError(msg)
+    s = np.asarray(score, dtype=np.float64)
+    f = np.asarray(pred).astype(bool)
+    positive = np.sqrt(s * (1.0 - g) ** 2 + alpha**2 * (1.0 - s) * g**2)
+    negative = (1.0 - alpha) * g * np.sqrt(s)
+    return np.where(f, positive, negative)
+
+
+def q_star_zero_one(score: npt.ArrayLike, pred: npt.ArrayLike, risk: float) -> FloatArray:
+    """Variance-optimal sampling weights for the zero-one risk (seed 002, Derivation 1, Eq. 12).
+
+        q* ∝ sqrt( (1 - 2R) (1 - p(f|x; theta)) + R^2 ),
+
+    with p(f|x) = s for f = 1 and 1 - s for f = 0, and R the intrinsic zero-one risk.
+    Unnormalised.
+    """
+    s = np.asarray(score, dtype=np.float64)
+    f = np.asarray(pred).astype(bool)
+    p_wrong = np.where(f, 1.0 - s, s)
+    return np.sqrt(np.maximum((1.0 - 2.0 * risk) * p_wrong + risk**2, 0.0))
+
+
+def defensive_mix(q: npt.ArrayLike, lam: float, mean_q: float | None = None) -> FloatArray:
+    """Mix q* with uniform: q = (1 - lam) q*/mean_q + lam (DESIGN.md, "Defensive mixing").
+
+    With ``mean_q=None`` the mean of q over the given pool is used, so the result has mean 1
+    there; a stream passes the mean of q* over an earlier bucket. If ``mean_q`` is not positive
+    (q* is 0 everywhere), q* is replaced by uniform. With lam > 0 every item gets q >= lam.
+
+    Args:
+        q: Unnormalised q* (>= 0).
+        lam: Share of uniform sampling in [0, 1].
+        mean_q: Normaliser of q*; None for the mean of ``q``.
+
+    Returns:
+        The mixed weights (mean 1 over the pool when ``mean_q`` is None).
+    """
+    if not 0.0 <= lam <= 1.0:
+        msg = f"lam must be in [0, 1], got {lam}"
+        raise ValueError(msg)
+    qq = np.asarray(q, dtype=np.float64)
+    m = float(qq.mean()) if mean_q is None and qq.size else mean_q
+    if m is None or not m > 0.0 or not np.isfinite(m):
+        return np.ones_like(qq)
+    return (1.0 - lam) * qq / m + lam
+
+
+def inclusion_from_kappa(q: npt.ArrayLike, kappa: float) -> FloatArray:
+    """Poisson inclusion probabilities pi = min(1, kappa q)."""
+    return np.minimum(1.0, kappa * np.asarray(q, dtype=np.float64))
+
+
+def inclusion_for_budget(q: npt.ArrayLike, budget: float) -> tuple[FloatArray, float]:
+    """Solve kappa so that sum(min(1, kappa q)) = budget (Poisson sampling with caps).
+
+    Items whose kappa q would exceed 1 are capped at pi = 1 and the rest of the budget is spread
+    over the others; this is solved exactly by sorting q in decreasing order: with the k largest
+    items capped, kappa_k = (budget - k) / sum(q over the rest), and the answer is the smallest
+    k with kappa_k q_(k+1) <= 1. If the budget covers every item with q > 0, all of them get
+    pi = 1 (and the expected count is below the budget).
+
+    Args:
+        q: Non-negative selection weights.
+        budget: Expected number of labels, >= 0.
+
+    Returns:
+        ``(pi, kappa)``.
+    """
+    qq = np.asarray(q, dtype=np.float64)
+    if budget < 0.0 or not np.isfinite(budget):
+        msg = f"budget must be finite and >= 0, got {budget}"
+        raise ValueError(msg)
+    if qq.size and (qq.min() < 0.0 or not np.isfinite(qq).all()):
+        msg = "q must be finite and >= 0"
+        raise ValueError(msg)
+    positive = qq[qq > 0.0]
+    if budget == 0.0 or positive.size == 0:
+        return np.zeros_like(qq), 0.0
+    if budget >= positive.size:
+        kappa = 1.0 / float(positive.min())
+        return inclusion_from_kappa(qq, kappa), kappa
+    desc = np.sort(positive)[::-1]
+    # tail[k] = sum of desc[k:], the mass left after capping the k largest
+    tail = np.cumsum(desc[::-1])[::-1]
+    k = np.arange(desc.size)
+    kappas = (budget - k) / tail
+    ok = kappas * desc <= 1.0 + 1e-12
+    first = int(np.argmax(ok))  # exists: at k = ceil(budget) - 1 < size the check holds
+    kappa = float(kappas[first])
+    return inclusion_from_kappa(qq, kappa), kappa
+
+
+def draw_with_replacement(q: npt.ArrayLike, n: int, rng: np.random.Generator) -> IntArray:
+    """Draw n pool indices with replacement, item i with probability q_i / sum(q) (seed 000 Alg. 1).
+
+    Args:
+        q: Non-negative selection weights over the pool.
+        n: Number of draws.
+        rng: The random generator.
+
+    Returns:
+        The indices of the draws (int64); the per-draw probability of draw j is
+        ``q[idx[j]] / q.sum()`` (pass it to ``LabeledSample.with_replacement``).
+    """
+    qq = np.asarray(q, dtype=np.float64)
+    total = float(qq.sum())
+    if not total > 0.0:
+        msg = "q must have positive mass"
+        raise ValueError(msg)
+    cdf = np.cumsum(qq / total)
+    cdf[-1] = 1.0
+    return np.searchsorted(cdf, rng.random(n), side="right").astype(np.int64)
+
+
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_SALT_END = 0xFF  # never a byte of UTF-8, so (salt, id) pairs cannot alias
+
+
+def _fnv1a_scalar(data: bytes, h: int = _FNV_OFFSET) -> int:
+    for byte in data:
+        h = ((h ^ byte) * _FNV_PRIME) & _MASK64
+    return h
+
+
+def _splitmix64(z: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def hash_uniform(ids: npt.NDArray[np.str_] | Sequence[str], salt: str) -> FloatArray:
+    r"""A uniform number in [0, 1) per record id, from a salted 64-bit hash; vectorised.
+
+    Algorithm (deterministic across processes, platforms and numpy versions; only unsigned
+    64-bit integer arithmetic with wraparound):
+
+    1. h0 = FNV-1a-64 over ``utf8(salt) + b"\xff"`` (0xFF never occurs in UTF-8);
+    2. for each id, h = FNV-1a-64 continued from h0 over ``utf8(id)`` (lone surrogates are
+       encoded with ``surrogatepass``): ``h = (h ^ byte) * 0x100000001b3 mod 2^64``. The loop runs
+       over byte *positions*, vectorised across ids (ids sorted by length so each step touches a
+       contiguous prefix), so the cost is the total number of bytes, not records x longest id;
+    3. h ^= len(utf8(id)) * 0x9e3779b97f4a7c15; then the splitmix64 finaliser (avalanche);
+    4. u = (h >> 11) / 2^53, the top 53 bits: exactly representable, in [0, 1).
+
+    The per-record work in Python is only ``str.encode`` through ``map`` (no hashing).
+
+    Args:
+        ids: Record ids.
+        salt: The deployment's salt (e.g. ``salt + "|" + model``).
+
+    Returns:
+        float64 array of the same length, each in [0, 1).
+    """
+    id_list = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+    count = len(id_list)
+    h0 = _fnv1a_scalar(salt.encode("utf-8", "surrogatepass") + bytes([_SALT_END]))
+    if count == 0:
+        return np.zeros(0, dtype=np.float64)
+    encode = functools.partial(str.encode, encoding="utf-8", errors="surrogatepass")
+    encoded = list(map(encode, map(str, id_list)))
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=count)
+    flat = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    starts = np.zeros(count, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    order = np.argsort(-lengths, kind="stable")
+    sorted_len = lengths[order]
+    sorted_start = starts[order]
+    h = np.full(count, h0, dtype=np.uint64)
+    prime = np.uint64(_FNV_PRIME)
+    # active[j] = number of ids longer than j (a prefix of the length-sorted order)
+    max_len = int(sorted_len[0])
+    active = np.searchsorted(-sorted_len, -np.arange(max_len), side="left")
+    for j in range(max_len):
+        k = int(active[j])
+        byte = flat[sorted_start[:k] + j].astype(np.uint64)
+        h[:k] = (h[:k] ^ byte) * prime
+    h ^= sorted_len.astype(np.uint64) * np.uint64(_GOLDEN)
+    h = _splitmix64(h)
+    u = np.empty(count, dtype=np.float64)
+    u[order] = (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return u
