@@ -1,0 +1,115 @@
+"""``promtool check metrics`` accepts the exposition of a realistic, fully populated registry."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from monitor.alerts import AlertStatus
+from monitor.config import Config, ModelConfig
+from monitor.errors import RejectReason
+from monitor.exporter import Exporter
+from monitor.snapshot import Snapshot, WindowEstimate
+from monitor.stats.estimate import Confusion, Estimate
+
+pytestmark = pytest.mark.integration
+
+WINDOWS = (("1h", 0.05), ("24h", 0.02), ("7d", 0.01))
+
+
+def _estimate(value: float, half: float, n: int) -> Estimate:
+    return Estimate(value, half / 1.96, value - half, value + half, n, n * 0.6, 0.95)
+
+
+def _snapshot() -> Snapshot:
+    windows = []
+    for model, alpha in (("fraud", 0.5), ("spam", 1.0)):
+        for segment in ("", "eu", "us"):
+            for window, half in WINDOWS:
+                n = int(2 / half**2 / 100)
+                windows.append(
+                    WindowEstimate(
+                        model=model,
+                        segment=segment,
+                        window=window,
+                        alpha=alpha,
+                        f=_estimate(0.72, half, n),
+                        precision=_estimate(0.81, half, n),
+                        recall=_estimate(0.65, half, n),
+                        intrinsic_f=0.74,
+                        likelihood=0.93,
+                        ess=n * 0.6,
+                        confusion=Confusion(410.5, 95.2, 221.0, 99_273.3),
+                        records=100_000,
+                        requests=n + 20,
+                        labels=n,
+                        pending=15,
+                        missing=5,
+                        psi=0.013,
+                    )
+                )
+    return Snapshot(
+        windows=tuple(windows),
+        watermarks={"fraud": 1_763_771_000.0, "spam": 1_763_770_500.5},
+        created_at=1_763_771_010.0,
+    )
+
+
+def test_promtool_accepts_the_exposition(promtool: Path) -> None:
+    config = Config(
+        models={m: ModelConfig(name=m) for m in ("fraud", "spam")}, default_model="fraud"
+    )
+    exporter = Exporter(config, registry=CollectorRegistry())
+    exporter.publish(_snapshot())
+    exporter.publish_alerts(
+        [
+            AlertStatus("f_below_floor", "fraud", "eu", "24h", True, 0.61, 0.65, 1_763_770_000.0),
+            AlertStatus("f_dropped", "fraud", "eu", "24h", False, 0.74, 0.70),
+            AlertStatus("model_untrustworthy", "spam", "", "7d", False, 0.93, 0.5),
+        ]
+    )
+    exporter.count_records({"fraud": 100_000, "spam": 5_000})
+    exporter.count_requests({"fraud": 240, "spam": 12})
+    exporter.count_labels({"fraud": 200, "spam": 9})
+    exporter.count_rejects({RejectReason.MALFORMED_JSON: 3, RejectReason.UNKNOWN_REQUEST: 1})
+    exporter.count_alertmanager_errors(2)
+    for seconds in (0.004, 0.03, 0.2):
+        exporter.observe_batch(seconds)
+    exporter.set_lag("predictions", 0, 12)
+    exporter.set_lag("audit-labels", 0, 0)
+    exporter.set_ready(True)
+    text = generate_latest(exporter.registry)
+
+    families = {
+        line.split()[2] for line in text.decode().splitlines() if line.startswith("# TYPE ")
+    }
+    expected = {
+        "monitor_f_measure", "monitor_f_measure_ci_lower", "monitor_f_measure_ci_upper",
+        "monitor_precision", "monitor_precision_ci_lower", "monitor_precision_ci_upper",
+        "monitor_recall", "monitor_recall_ci_lower", "monitor_recall_ci_upper",
+        "monitor_intrinsic_f_measure", "monitor_model_likelihood", "monitor_effective_sample_size",
+        "monitor_confusion_estimate", "monitor_window_records", "monitor_window_audit_requests",
+        "monitor_window_labels", "monitor_labels_pending", "monitor_labels_missing",
+        "monitor_label_completion_ratio", "monitor_score_psi",
+        "monitor_watermark_timestamp_seconds", "monitor_records_total",
+        "monitor_audit_requests_total",
+        "monitor_labels_received_total", "monitor_invalid_records_total", "monitor_batch_seconds",
+        "monitor_consumer_lag", "monitor_label_budget_per_hour", "monitor_ready",
+        "monitor_build_info", "monitor_alert_active", "monitor_alert_bound",
+        "monitor_alert_threshold", "monitor_alertmanager_errors_total",
+    }  # fmt: skip
+    assert expected <= families, sorted(expected - families)
+
+    result = subprocess.run(
+        [str(promtool), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    output = (result.stdout + result.stderr).decode()
+    assert result.returncode == 0, output
+    assert output.strip() == "", output
