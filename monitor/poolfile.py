@@ -1,0 +1,410 @@
+"""CSV files of the offline audit: the pool to plan from, and the plan the auditors fill in.
+
+A **pool** file has a header line and the columns ``id,score`` plus optionally ``pred`` (0/1;
+default ``score >= threshold``); other columns are ignored. A **plan** file (written by
+``monitor plan``) starts with ``# key=value`` comment lines recording what the estimate needs
+(design, alpha, budget, pool size, predicted positives of the pool, ...), then the header
+``id,score,pred,pi,weight,draws,label`` (``q`` instead of ``pi`` for the with-replacement
+design). The auditors fill in ``label`` with 0 or 1; an empty label is pending, not an error.
+
+Every problem is raised as ``InputFileError`` naming the file, the line (1-based, physical,
+comment lines included), the column and what was expected. Reading stops at the first problem
+in file order. Files are read as UTF-8 (a byte-order mark, as spreadsheets write, is accepted);
+comment lines may carry trailing empty cells (a spreadsheet round trip adds them).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.errors import InputFileError
+
+PLAN_FORMAT = "1"
+DESIGNS = ("poisson", "with-replacement")
+_MAX_SHOWN = 40  # characters of a bad cell quoted in an error message
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The unlabelled pool: one row per item, in file order."""
+
+    ids: npt.NDArray[np.str_]
+    score: npt.NDArray[np.float64]
+    pred: npt.NDArray[np.int8]
+    pred_given: bool
+
+    def __len__(self) -> int:
+        return int(self.score.shape[0])
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A plan: the selected items with their selection probability, and the labels so far.
+
+    ``prob`` is the inclusion probability pi (design ``poisson``) or the per-draw probability q
+    (design ``with-replacement``, sums to 1 over the pool). ``labelled`` marks rows whose label
+    is filled in; ``label`` is 0 on pending rows. ``meta`` holds the ``# key=value`` header.
+    """
+
+    design: str
+    ids: npt.NDArray[np.str_]
+    score: npt.NDArray[np.float64]
+    pred: npt.NDArray[np.int8]
+    prob: npt.NDArray[np.float64]
+    weight: npt.NDArray[np.float64]
+    draws: npt.NDArray[np.int64]
+    label: npt.NDArray[np.int8]
+    labelled: npt.NDArray[np.bool_]
+    meta: Mapping[str, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.score.shape[0])
+
+
+def cell_error(
+    path: str | os.PathLike[str], line: int, column: str, expected: str, got: str
+) -> str:
+    """The message for one bad cell: file, line, column, what was expected and what was there."""
+    shown = got if len(got) <= _MAX_SHOWN else got[:_MAX_SHOWN] + "..."
+    return f"{path}, line {line}, column '{column}': expected {expected}, got '{shown}'"
+
+
+@dataclass
+class _Table:
+    """The raw cells of a CSV file: header, data rows as columns of strings, line numbers."""
+
+    path: str
+    header: list[str]
+    header_line: int
+    columns: dict[str, list[str]]
+    lines: list[int]
+    meta: dict[str, str]
+
+
+def _rows(path: str) -> Iterator[tuple[int, list[str]]]:
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            reader = csv.reader(fh)
+            try:
+                for row in reader:
+                    yield reader.line_num, row
+            except csv.Error as exc:
+                msg = f"{path}, line {reader.line_num}: not valid CSV ({exc})"
+                raise InputFileError(msg) from exc
+    except UnicodeDecodeError as exc:
+        msg = f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})"
+        raise InputFileError(msg) from exc
+    except OSError as exc:
+        msg = f"{path}: cannot read: {exc.strerror or exc}"
+        raise InputFileError(msg) from exc
+
+
+def _read_table(path: str, required: Sequence[str], expected_header: str) -> _Table:
+    header: list[str] | None = None
+    header_line = 0
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    meta: dict[str, str] = {}
+    width = 0
+    for line, row in _rows(path):
+        if len(row) == width and header is not None and not row[0].lstrip().startswith("#"):
+            rows.append(row)  # the common case first: a data row of the right width
+            lines.append(line)
+            continue
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue  # blank line
+        first = row[0].lstrip()
+        if first.startswith("#") and not any(cell.strip() for cell in row[1:]):
+            key, sep, value = first.lstrip("#").partition("=")
+            if sep and _KEY.fullmatch(key.strip()):
+                meta[key.strip()] = value.strip()
+            continue
+        if header is None:
+            header, header_line = [cell.strip().lower() for cell in row], line
+            for i, name in enumerate(header):
+                if name in header[:i]:
+                    msg = f"{path}, line {line}: duplicate column '{name}' in the header"
+                    raise InputFileError(msg)
+            for name in required:
+                if name not in header:
+                    got = ",".join(header)
+                    msg = (
+                        f"{path}, line {line}: missing column '{name}' "
+                        f"(expected a header with columns {expected_header}, got '{got}')"
+                    )
+                    raise InputFileError(msg)
+            width = len(header)
+            continue
+        if len(row) != width:
+            msg = f"{path}, line {line}: expected {width} fields as in the header, got {len(row)}"
+            raise InputFileError(msg)
+        rows.append(row)
+        lines.append(line)
+    if header is None:
+        msg = f"{path}: empty file (expected a header line with columns {expected_header})"
+        raise InputFileError(msg)
+    if not lines:
+        msg = f"{path}, line {header_line}: no data rows after the header"
+        raise InputFileError(msg)
+    columns = {
+        name: [cell.strip() for cell in cells]
+        for name, cells in zip(header, zip(*rows, strict=True), strict=True)
+    }
+    return _Table(path, header, header_line, columns, lines, meta)
+
+
+class _Checker:
+    """Converts columns and finds the first problem in file order across all checks."""
+
+    def __init__(self, table: _Table) -> None:
+        self.table = table
+        self.first: tuple[int, int, str] | None = None  # (row, order, message)
+        self._order = 0
+
+    def flag(self, bad: npt.NDArray[np.bool_], column: str, expected: str) -> None:
+        """Record the first row where ``bad`` holds, if it precedes the current first problem."""
+        self._order += 1
+        hits = np.flatnonzero(bad)
+        if hits.size == 0:
+            return
+        row = int(hits[0])
+        if self.first is None or row < self.first[0]:
+            got = self.table.columns[column][row]
+            msg = cell_error(self.table.path, self.table.lines[row], column, expected, got)
+            self.first = (row, self._order, msg)
+
+    def flag_message(self, row: int, msg: str) -> None:
+        """Record a problem with a ready message at ``row``."""
+        if self.first is None or row < self.first[0]:
+            self.first = (row, 0, msg)
+
+    def raise_first(self) -> None:
+        """Raise the earliest problem found, if any."""
+        if self.first is not None:
+            raise InputFileError(self.first[2])
+
+    def numbers(self, column: str, expected: str) -> npt.NDArray[np.float64]:
+        """The column as float64; unparsable cells become NaN and are flagged."""
+        cells = self.table.columns[column]
+        try:
+            return np.asarray(cells, dtype=np.float64)
+        except ValueError:
+            out = np.empty(len(cells), dtype=np.float64)
+            bad = np.zeros(len(cells), dtype=np.bool_)
+            for i, cell in enumerate(cells):
+                try:
+                    out[i] = float(cell)
+                except ValueError:
+                    out[i], bad[i] = math.nan, True
+            self.flag(bad, column, expected)
+            return out
+
+    def choice(
+        self, column: str, allowed: Mapping[str, int], expected: str
+    ) -> npt.NDArray[np.int8]:
+        """The column mapped through ``allowed`` (cell text -> code); other cells are flagged."""
+        cells = np.asarray(self.table.columns[column], dtype=np.str_)
+        out = np.full(cells.shape, -1, dtype=np.int8)
+        for text, code in allowed.items():
+            out[cells == text] = code
+        self.flag(out < 0, column, expected)
+        return out
+
+    def unique_ids(self) -> npt.NDArray[np.str_]:
+        """The ``id`` column; empty and duplicate ids are flagged."""
+        ids = np.asarray(self.table.columns["id"], dtype=np.str_)
+        self.flag(ids == "", "id", "a non-empty id")
+        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        dup = np.flatnonzero(first[inverse] != np.arange(ids.size))
+        if dup.size:
+            row = int(dup[0])
+            earlier = self.table.lines[int(first[inverse[row]])]
+            msg = cell_error(
+                self.table.path,
+                self.table.lines[row],
+                "id",
+                f"a unique id (already on line {earlier})",
+                str(ids[row]),
+            )
+            self.flag_message(row, msg)
+        return ids
+
+
+_BINARY = {"0": 0, "1": 1}
+_SCORE = "a score in [0, 1]"
+
+
+def _scores(check: _Checker) -> npt.NDArray[np.float64]:
+    score = check.numbers("score", _SCORE)
+    with np.errstate(invalid="ignore"):
+        check.flag(~((score >= 0.0) & (score <= 1.0)), "score", _SCORE)
+    return score
+
+
+def read_pool(path: str | os.PathLike[str], threshold: float = 0.5) -> Pool:
+    """Read a pool CSV (``id,score[,pred]``); ``pred`` defaults to ``score >= threshold``."""
+    table = _read_table(os.fspath(path), ("id", "score"), "id,score[,pred]")
+    check = _Checker(table)
+    ids = check.unique_ids()
+    score = _scores(check)
+    given = "pred" in table.columns
+    pred = check.choice("pred", _BINARY, "a prediction 0 or 1") if given else None
+    check.raise_first()
+    if pred is None:
+        pred = (score >= threshold).astype(np.int8)
+    return Pool(ids, score, pred, given)
+
+
+def read_plan(path: str | os.PathLike[str]) -> Plan:
+    """Read a (partly) labelled plan written by ``write_plan``; empty labels are pending."""
+    spath = os.fspath(path)
+    table = _read_table(spath, ("id", "score", "pred", "weight", "label"), PLAN_COLUMNS_DOC)
+    design = _plan_design(table)
+    check = _Checker(table)
+    ids = check.unique_ids()
+    score = _scores(check)
+    pred = check.choice("pred", _BINARY, "a prediction 0 or 1")
+    pcol = "pi" if design == "poisson" else "q"
+    pexp = "a probability in (0, 1]"
+    prob = check.numbers(pcol, pexp)
+    with np.errstate(invalid="ignore"):
+        check.flag(~((prob > 0.0) & (prob <= 1.0)), pcol, pexp)
+    wexp = "a positive finite weight"
+    weight = check.numbers("weight", wexp)
+    with np.errstate(invalid="ignore"):
+        check.flag(~(np.isfinite(weight) & (weight > 0.0)), "weight", wexp)
+    if "draws" in table.columns:
+        dexp = "a positive whole number of draws"
+        draws_f = check.numbers("draws", dexp)
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(draws_f) & (draws_f >= 1.0) & (draws_f == np.round(draws_f))
+        check.flag(~ok, "draws", dexp)
+        draws = np.where(ok, draws_f, 1.0).astype(np.int64)
+    else:
+        draws = np.ones(len(table.lines), dtype=np.int64)
+    _check_weights(check, design, prob, weight, table.meta.get("budget"))
+    label_code = check.choice(
+        "label", {"0": 0, "1": 1, "": 2}, "a label 0 or 1 (or empty while pending)"
+    )
+    check.raise_first()
+    labelled = label_code != 2
+    label = np.where(labelled, label_code, 0).astype(np.int8)
+    return Plan(design, ids, score, pred, prob, weight, draws, label, labelled, table.meta)
+
+
+PLAN_COLUMNS_DOC = "id,score,pred,pi|q,weight[,draws],label"
+_WEIGHT_RTOL = 1e-6
+
+
+def _check_weights(
+    check: _Checker,
+    design: str,
+    prob: npt.NDArray[np.float64],
+    weight: npt.NDArray[np.float64],
+    budget_text: str | None,
+) -> None:
+    """Flag weights that disagree with the probabilities (an edited plan): v = 1/pi or 1/(n q)."""
+    if design == "poisson":
+        with np.errstate(divide="ignore"):
+            expected, formula = 1.0 / prob, "1/pi"
+    else:
+        try:
+            n = float(budget_text) if budget_text is not None else math.nan
+        except ValueError:
+            n = math.nan
+        if not (math.isfinite(n) and n > 0):
+            return
+        with np.errstate(divide="ignore"):
+            expected, formula = 1.0 / (n * prob), f"1/({budget_text} q)"
+    with np.errstate(invalid="ignore", divide="ignore"):
+        off = np.abs(weight - expected) > _WEIGHT_RTOL * np.abs(expected)
+    hits = np.flatnonzero(off & np.isfinite(expected) & np.isfinite(weight))
+    if hits.size:
+        row = int(hits[0])
+        pcol = "pi" if design == "poisson" else "q"
+        t = check.table
+        want = f"{formula} = {float(expected[row])!r} (from column '{pcol}')"
+        check.flag_message(
+            row, cell_error(t.path, t.lines[row], "weight", want, t.columns["weight"][row])
+        )
+
+
+def _plan_design(table: _Table) -> str:
+    has_pi, has_q = "pi" in table.columns, "q" in table.columns
+    design = table.meta.get("design")
+    line = table.header_line
+    if design is not None and design not in DESIGNS:
+        msg = f"{table.path}: header 'design={design}': expected one of {', '.join(DESIGNS)}"
+        raise InputFileError(msg)
+    if has_pi == has_q:
+        which = "both" if has_pi else "neither"
+        msg = (
+            f"{table.path}, line {line}: expected exactly one of the columns 'pi' (poisson design) "
+            f"or 'q' (with-replacement design), got {which}"
+        )
+        raise InputFileError(msg)
+    inferred = "poisson" if has_pi else "with-replacement"
+    if design is not None and design != inferred:
+        col = "pi" if has_pi else "q"
+        msg = (
+            f"{table.path}, line {line}: the header says design={design} "
+            f"but the plan has a '{col}' column (design {inferred})"
+        )
+        raise InputFileError(msg)
+    return inferred
+
+
+def _fmt(x: float) -> str:
+    return repr(float(x))
+
+
+def write_plan(
+    path: str | os.PathLike[str],
+    plan: Plan,
+    comments: Sequence[str] = (),
+) -> None:
+    """Write ``plan`` as CSV, ``# key=value`` header lines first; atomic (temp file + rename).
+
+    Labels are written as given for labelled rows and empty for pending ones.
+    """
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    pcol = "pi" if plan.design == "poisson" else "q"
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            fh.write("# activeaudit-monitor audit plan\n")
+            fh.write(f"# format={PLAN_FORMAT}\n")
+            for key, value in plan.meta.items():
+                fh.write(f"# {key}={value}\n")
+            for text in comments:
+                fh.write(f"# {text}\n")
+            writer = csv.writer(fh, lineterminator="\n")
+            writer.writerow(["id", "score", "pred", pcol, "weight", "draws", "label"])
+            fmt: Callable[[float], str] = _fmt
+            for i in range(len(plan)):
+                label = str(int(plan.label[i])) if plan.labelled[i] else ""
+                writer.writerow(
+                    [
+                        str(plan.ids[i]),
+                        fmt(plan.score[i]),
+                        int(plan.pred[i]),
+                        fmt(plan.prob[i]),
+                        fmt(plan.weight[i]),
+                        int(plan.draws[i]),
+                        label,
+                    ]
+                )
+        os.replace(tmp, target)
+    except OSError as exc:
+        msg = f"{target}: cannot write: {exc.strerror or exc}"
+        raise InputFileError(msg) from exc

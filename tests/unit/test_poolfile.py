@@ -1,0 +1,242 @@
+"""Pool and plan CSV files: parsing, exact error messages, plan round trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monitor.errors import InputFileError
+from monitor.poolfile import Plan, read_plan, read_pool, write_plan
+
+
+def _write(tmp_path: Path, name: str, text: str | bytes) -> Path:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_read_pool_defaults_pred_from_threshold(tmp_path: Path) -> None:
+    path = _write(tmp_path, "pool.csv", "id,score\na,0.1\nb,0.5\nc,0.9\n")
+    pool = read_pool(path)
+    assert pool.ids.tolist() == ["a", "b", "c"]
+    np.testing.assert_array_equal(pool.score, [0.1, 0.5, 0.9])
+    np.testing.assert_array_equal(pool.pred, [0, 1, 1])
+    assert not pool.pred_given
+    assert read_pool(path, threshold=0.8).pred.tolist() == [0, 0, 1]
+
+
+def test_read_pool_uses_given_pred_and_ignores_extra_columns(tmp_path: Path) -> None:
+    path = _write(tmp_path, "pool.csv", "score,note,pred,id\n0.9,x,0,a\n0.2,y,1,b\n")
+    pool = read_pool(path)
+    assert pool.pred_given
+    assert pool.ids.tolist() == ["a", "b"]
+    assert pool.pred.tolist() == [0, 1]
+
+
+def test_read_pool_accepts_spreadsheet_csv(tmp_path: Path) -> None:
+    # byte-order mark, CRLF, header case and spaces, quoted id with a comma, blank last line
+    raw = b'\xef\xbb\xbf ID , Score \r\n"x,1",0.25\r\ny,1\r\n\r\n'
+    pool = read_pool(_write(tmp_path, "pool.csv", raw))
+    assert pool.ids.tolist() == ["x,1", "y"]
+    np.testing.assert_array_equal(pool.score, [0.25, 1.0])
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        (
+            "id,score\na,0.1\nb,1.5\n",
+            r"^.*pool\.csv, line 3, column 'score': expected a score in \[0, 1\], got '1\.5'$",
+        ),
+        (
+            "id,score\na,-0.01\n",
+            r"line 2, column 'score': expected a score in \[0, 1\], got '-0\.01'",
+        ),
+        ("id,score\na,nan\n", r"line 2, column 'score': expected a score in \[0, 1\], got 'nan'"),
+        ("id,score\na,inf\n", r"line 2, column 'score': expected a score in \[0, 1\], got 'inf'"),
+        ("id,score\na,0,5\n", r"line 2: expected 2 fields as in the header, got 3"),
+        ("id,score\na,\n", r"line 2, column 'score': expected a score in \[0, 1\], got ''"),
+        ("id,score\na,high\n", r"line 2, column 'score': expected a score in \[0, 1\], got 'high'"),
+        (
+            "id,score\na,0.1\nb,0.2\na,0.3\n",
+            r"line 4, column 'id': expected a unique id \(already on line 2\), got 'a'",
+        ),
+        ("id,score\n,0.3\n", r"line 2, column 'id': expected a non-empty id, got ''"),
+        (
+            "id,scor\na,0.1\n",
+            r"pool\.csv, line 1: missing column 'score' \(expected a header with columns "
+            r"id,score\[,pred\], got 'id,scor'\)",
+        ),
+        ("id,score,id\na,0.1,b\n", r"line 1: duplicate column 'id' in the header"),
+        (
+            "id,score,pred\na,0.1,0\nb,0.9,yes\n",
+            r"line 3, column 'pred': expected a prediction 0 or 1, got 'yes'",
+        ),
+        ("", r"pool\.csv: empty file \(expected a header line with columns id,score\[,pred\]\)"),
+        ("# only a comment\n\n", r"pool\.csv: empty file"),
+        ("id,score\n", r"pool\.csv, line 1: no data rows after the header"),
+    ],
+)
+def test_read_pool_errors_name_file_line_column(tmp_path: Path, text: str, match: str) -> None:
+    path = _write(tmp_path, "pool.csv", text)
+    with pytest.raises(InputFileError, match=match):
+        read_pool(path)
+
+
+def test_first_error_in_file_order_wins_across_columns(tmp_path: Path) -> None:
+    # the pred error (line 3) comes before the score error (line 4), though score is checked first
+    path = _write(tmp_path, "pool.csv", "id,score,pred\na,0.1,0\nb,0.2,2\nc,7,1\n")
+    with pytest.raises(InputFileError, match=r"line 3, column 'pred'"):
+        read_pool(path)
+
+
+def test_line_numbers_count_comments_and_blank_lines(tmp_path: Path) -> None:
+    path = _write(tmp_path, "pool.csv", "# exported today\n\nid,score\na,0.1\n\nb,2\n")
+    with pytest.raises(InputFileError, match=r"line 6, column 'score'"):
+        read_pool(path)
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(InputFileError, match=r"missing\.csv: cannot read: No such file"):
+        read_pool(tmp_path / "missing.csv")
+    path = _write(tmp_path, "latin.csv", b"id,score\n\xe9t\xe9,0.5\n")
+    with pytest.raises(InputFileError, match=r"latin\.csv: not UTF-8 text \(byte 9"):
+        read_pool(path)
+
+
+def test_long_bad_cells_are_shortened(tmp_path: Path) -> None:
+    path = _write(tmp_path, "pool.csv", "id,score\na," + "9" * 100 + "\n")
+    with pytest.raises(InputFileError, match=r"got '9{40}\.\.\.'$"):
+        read_pool(path)
+
+
+def _plan(design: str = "poisson") -> Plan:
+    prob = np.array([0.5, 0.25, 1.0]) if design == "poisson" else np.array([0.1, 0.2, 0.3])
+    weight = 1.0 / prob if design == "poisson" else 1.0 / (10 * prob)
+    return Plan(
+        design=design,
+        ids=np.array(["a", "b,2", "c"]),
+        score=np.array([0.1, 0.7, 0.123456789012345]),
+        pred=np.array([0, 1, 0], dtype=np.int8),
+        prob=prob,
+        weight=weight,
+        draws=np.array([1, 3, 6], dtype=np.int64),
+        label=np.array([0, 1, 0], dtype=np.int8),
+        labelled=np.array([False, True, True]),
+        meta={"design": design, "alpha": "0.5", "budget": "10", "pool_size": "100"},
+    )
+
+
+@pytest.mark.parametrize("design", ["poisson", "with-replacement"])
+def test_plan_round_trip_is_exact(tmp_path: Path, design: str) -> None:
+    plan = _plan(design)
+    path = tmp_path / "plan.csv"
+    write_plan(path, plan, ["a free comment"])
+    back = read_plan(path)
+    assert back.design == design
+    for name in ("ids", "score", "pred", "prob", "weight", "label", "labelled"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(plan, name), err_msg=name)
+    if design == "with-replacement":
+        np.testing.assert_array_equal(back.draws, plan.draws)
+    assert dict(back.meta) == {"format": "1", **plan.meta}
+    text = path.read_text()
+    header = next(line for line in text.splitlines() if not line.startswith("#"))
+    column = "pi" if design == "poisson" else "q"
+    assert header == f"id,score,pred,{column},weight,draws,label"
+    assert "\na,0.1,0," in text and text.rstrip("\n").splitlines()[-1].startswith("c,")
+
+
+def test_plan_survives_a_spreadsheet(tmp_path: Path) -> None:
+    path = tmp_path / "plan.csv"
+    write_plan(path, _plan())
+    # what a spreadsheet writes back: BOM, CRLF, padded comment rows, labels typed in
+    lines = path.read_text().splitlines()
+    padded = [line + ",,,,,," if line.startswith("#") else line for line in lines]
+    assert padded[-3].startswith("a,") and padded[-3].endswith(",")  # row a: pending
+    padded[-3] += "1"
+    raw = ("\r\n".join(padded) + "\r\n").encode("utf-8-sig")
+    labelled = tmp_path / "labelled.csv"
+    labelled.write_bytes(raw)
+    back = read_plan(labelled)
+    assert back.meta["alpha"] == "0.5"
+    assert back.labelled.tolist() == [True, True, True]
+    assert back.label.tolist() == [1, 1, 0]
+
+
+def _plan_text(rows: str, head: str = "# design=poisson\n# budget=4\n") -> str:
+    return head + "id,score,pred,pi,weight,draws,label\n" + rows
+
+
+@pytest.mark.parametrize(
+    ("rows", "match"),
+    [
+        (
+            "a,0.1,0,0.5,2.0,1,yes\n",
+            r"line 4, column 'label': "
+            r"expected a label 0 or 1 \(or empty while pending\), got 'yes'",
+        ),
+        ("a,0.1,0,0.5,2.0,1,2\n", r"line 4, column 'label': expected a label 0 or 1"),
+        (
+            "a,0.1,0,0,2.0,1,1\n",
+            r"line 4, column 'pi': expected a probability in \(0, 1\], got '0'",
+        ),
+        (
+            "a,0.1,0,1.2,2.0,1,1\n",
+            r"line 4, column 'pi': expected a probability in \(0, 1\], got '1\.2'",
+        ),
+        (
+            "a,0.1,0,0.5,-2,1,1\n",
+            r"line 4, column 'weight': expected a positive finite weight, got '-2'",
+        ),
+        (
+            "a,0.1,0,0.5,3.0,1,1\n",
+            r"line 4, column 'weight': expected 1/pi = 2\.0 \(from column 'pi'\), got '3\.0'",
+        ),
+        ("a,0.1,0,0.5,2.0,0,1\n", r"line 4, column 'draws': expected a positive whole number"),
+        ("a,0.1,0,0.5,2.0,1.5,1\n", r"line 4, column 'draws': expected a positive whole number"),
+        (
+            "a,0.1,-1,0.5,2.0,1,1\n",
+            r"line 4, column 'pred': expected a prediction 0 or 1, got '-1'",
+        ),
+        ("a,0.1,0,0.5,2.0,1,1\na,0.2,0,0.5,2.0,1,\n", r"line 5, column 'id': expected a unique id"),
+    ],
+)
+def test_read_plan_errors(tmp_path: Path, rows: str, match: str) -> None:
+    path = _write(tmp_path, "plan.csv", _plan_text(rows))
+    with pytest.raises(InputFileError, match=match):
+        read_plan(path)
+
+
+def test_plan_with_replacement_weight_check_uses_budget(tmp_path: Path) -> None:
+    head = "# design=with-replacement\n# budget=4\n"
+    text = head + "id,score,pred,q,weight,draws,label\na,0.1,0,0.5,0.6,2,1\n"
+    with pytest.raises(InputFileError, match=r"expected 1/\(4 q\) = 0\.5 \(from column 'q'\)"):
+        read_plan(_write(tmp_path, "plan.csv", text))
+
+
+def test_plan_design_must_match_columns(tmp_path: Path) -> None:
+    text = "# design=with-replacement\nid,score,pred,pi,weight,draws,label\na,0.1,0,0.5,2,1,\n"
+    with pytest.raises(InputFileError, match=r"line 2: the header says design=with-replacement"):
+        read_plan(_write(tmp_path, "a.csv", text))
+    text = "id,score,pred,pi,q,weight,label\na,0.1,0,0.5,0.5,2,\n"
+    with pytest.raises(InputFileError, match=r"exactly one of the columns 'pi'.*got both"):
+        read_plan(_write(tmp_path, "b.csv", text))
+    text = "# design=stratified\nid,score,pred,pi,weight,label\na,0.1,0,0.5,2,\n"
+    with pytest.raises(InputFileError, match=r"header 'design=stratified': expected one of"):
+        read_plan(_write(tmp_path, "c.csv", text))
+    text = "id,score,pred,pi,label\na,0.1,0,0.5,\n"
+    with pytest.raises(InputFileError, match=r"line 1: missing column 'weight'"):
+        read_plan(_write(tmp_path, "d.csv", text))
+
+
+def test_empty_labels_are_pending_not_errors(tmp_path: Path) -> None:
+    path = _write(tmp_path, "plan.csv", _plan_text("a,0.1,0,0.5,2,1,\nb,0.9,1,0.5,2,1, 1 \n"))
+    plan = read_plan(path)
+    assert plan.labelled.tolist() == [False, True]
+    assert plan.label.tolist() == [0, 1]
+    assert plan.draws.tolist() == [1, 1]
