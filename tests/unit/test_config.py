@@ -1,0 +1,366 @@
+# ruff: noqa: E501
+"""Configuration: the reference file loads, every bad value is named by its key path."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.config import (
+    Config,
+    KafkaConfig,
+    kafka_client_options,
+    load_config,
+    parse_config,
+    parse_duration,
+)
+from monitor.errors import ConfigError
+
+REFERENCE = Path(__file__).resolve().parents[2] / "config" / "monitor.yaml"
+
+
+def problems_of(data: Any, overrides: dict[str, Any] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, "test.yaml", overrides)
+    head, *lines = str(info.value).split("\n")
+    assert re.fullmatch(r"test\.yaml: \d+ problems?", head)
+    assert int(head.split(": ")[1].split()[0]) == len(lines)
+    return [line.strip() for line in lines]
+
+
+def test_reference_config_loads_and_matches_the_documented_defaults() -> None:
+    config = load_config(REFERENCE)
+    assert config == Config()
+    assert config.kafka.bootstrap_servers == ("127.0.0.1:9092",)
+    assert config.default_model == "default"
+    assert set(config.models) == {"default"}
+    assert config.windows.report == (("1h", 3600), ("24h", 86_400), ("7d", 604_800))
+
+
+def test_reference_config_mentions_every_key_the_loader_accepts() -> None:
+    from monitor import config as module
+
+    text = REFERENCE.read_text()
+    keys = (
+        *module._TOP_KEYS,
+        *module._KAFKA_KEYS,
+        *module._TOPIC_KEYS,
+        *module._MODEL_KEYS,
+        *module._LABEL_KEYS,
+        "listen_address",
+        "port",
+        "data_dir",
+        "bucket_s",
+        "report",
+        "level",
+        "salt",
+        "max_segments_per_model",
+    )
+    missing = [k for k in keys if not re.search(rf"\b{k}:", text)]
+    assert missing == []
+
+
+def test_no_file_gives_the_defaults() -> None:
+    assert load_config(None) == Config()
+    assert parse_config(None, "empty") == Config()
+
+
+def test_full_custom_config(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        """
+kafka:
+  bootstrap_servers: "10.0.0.1:9092, broker-2:9093"
+  topics: {scored: s, requests: r, labels: l, deadletter: d}
+windows:
+  bucket_s: 30m
+  report: ["1h", "6h", "2d"]
+labels: {deadline_s: 2d, park_grace_s: 0}
+models:
+  fraud: {beta: 2, labels_per_day: 480, threshold: 0.7, defensive: 1}
+  churn: {alpha: 1}
+default_model: fraud
+"""
+    )
+    config = load_config(path)
+    assert config.kafka.bootstrap_servers == ("10.0.0.1:9092", "broker-2:9093")
+    assert config.kafka.topics.labels == "l"
+    assert config.windows.bucket_s == 1800
+    assert config.windows.report == (("1h", 3600), ("6h", 21_600), ("2d", 172_800))
+    assert config.label_deadline_s == 172_800.0
+    assert config.label_park_grace_s == 0.0
+    fraud = config.models["fraud"]
+    assert fraud.alpha == pytest.approx(0.2)  # 1 / (1 + 2^2)
+    assert fraud.labels_per_hour == pytest.approx(20.0)
+    assert fraud.name == "fraud"
+    assert config.models["churn"].alpha == 1.0
+    assert config.default_model == "fraud"
+
+
+@pytest.mark.parametrize(
+    ("data", "pattern"),
+    [
+        ({"models": {"fraud": {"alpha": 1.5}}}, r"^models\.fraud\.alpha: must be in \[0, 1\], got 1\.5$"),
+        ({"models": {"m": {"alpha": -0.1}}}, r"^models\.m\.alpha: must be in \[0, 1\], got -0\.1$"),
+        ({"models": {"m": {"beta": -1}}}, r"^models\.m\.beta: must be >= 0, got -1$"),
+        ({"models": {"m": {"alpha": 0.5, "beta": 1}}}, r"^models\.m: set alpha or beta, not both"),
+        ({"models": {"m": {"labels_per_hour": -5}}}, r"^models\.m\.labels_per_hour: must be > 0, got -5$"),
+        ({"models": {"m": {"labels_per_day": 0}}}, r"^models\.m\.labels_per_day: must be > 0, got 0$"),
+        ({"models": {"m": {"labels_per_day": 5, "labels_per_hour": 1}}}, r"^models\.m: set labels_per_hour or labels_per_day"),
+        ({"models": {"m": {"threshold": 1.01}}}, r"^models\.m\.threshold: must be in \[0, 1\], got 1\.01$"),
+        ({"models": {"m": {"defensive": 0}}}, r"^models\.m\.defensive: must be in \(0, 1\], got 0$"),
+        ({"models": {"m": {"expected_records_per_hour": 0}}}, r"^models\.m\.expected_records_per_hour: must be > 0"),
+        ({"models": {"m": {"alpha": ".5"}}}, r"^models\.m\.alpha: expected a number, got '\.5' \(a string\)$"),
+        ({"models": {"m": {"alpha": True}}}, r"^models\.m\.alpha: expected a number, got true \(a boolean\)$"),
+        ({"models": {"m": {"alpha": float("nan")}}}, r"^models\.m\.alpha: must be in \[0, 1\], got nan$"),
+        ({"models": {"m": {"aplha": 0.5}}}, r"^models\.m\.aplha: unknown key \(did you mean 'alpha'\?\)$"),
+        ({"models": {"bad name": {}}}, r"^models\.bad name: model names must start with"),
+        ({"models": {}}, r"^models: must configure at least one model$"),
+        ({"models": ["a"]}, r"^models: expected a mapping, got a list$"),
+        ({"models": {"a": {}, "b": {}}}, r"^default_model: required when several models"),
+        ({"default_model": "defualt"}, r"^default_model: 'defualt' is not a configured model \(did you mean 'default'\?\)$"),
+        ({"sampling": {"budgt": 3}}, r"^sampling\.budgt: unknown key"),
+        ({"sampling": {"salt": ""}}, r"^sampling\.salt: expected a non-empty string"),
+        ({"sampling": {"max_segments_per_model": 0}}, r"^sampling\.max_segments_per_model: must be >= 1, got 0$"),
+        ({"metrics": {"port": 70000}}, r"^metrics\.port: must be in \[1, 65535\], got 70000$"),
+        ({"metrics": {"port": 0}}, r"^metrics\.port: must be in \[1, 65535\], got 0$"),
+        ({"metrics": {"port": "9464"}}, r"^metrics\.port: expected an integer, got '9464' \(a string\)$"),
+        ({"metrics": {"listen_address": "not an address!"}}, r"^metrics\.listen_address: expected an IP address or host name"),
+        ({"metrcs": {}}, r"^metrcs: unknown key \(did you mean 'metrics'\?\)$"),
+        ({"windows": {"bucket_s": 7 * 60}}, r"^windows\.report\.1h: must be a whole number of buckets \(windows\.bucket_s = 420 s\), got 3600 s$"),
+        ({"windows": {"bucket_s": "2h", "report": {"1h": 3600}}}, r"^windows\.report\.1h: must be a whole number of buckets"),
+        ({"windows": {"bucket_s": -60}}, r"^windows\.bucket_s: must be > 0, got -60$"),
+        ({"windows": {"bucket_s": 0.5}}, r"^windows\.bucket_s: must be a whole number of seconds, got 0\.5$"),
+        ({"windows": {"bucket_s": "1 fortnight"}}, r'^windows\.bucket_s: expected seconds or a duration like "30m"'),
+        ({"windows": {"report": {}}}, r"^windows\.report: must list at least one window$"),
+        ({"windows": {"report": {"1h": "zz"}}}, r"^windows\.report\.1h: expected a positive whole duration"),
+        ({"estimation": {"level": 1.0}}, r"^estimation\.level: must be in \(0, 1\), got 1$"),
+        ({"labels": {"deadline_s": 0}}, r"^labels\.deadline_s: must be > 0, got 0$"),
+        ({"labels": {"max_parked": -1}}, r"^labels\.max_parked: must be >= 0, got -1$"),
+        ({"labels": {"token_secret": "short"}}, r"^labels\.token_secret: expected a string of at least 16 characters, got a string$"),
+        ({"kafka": {"bootstrap_servers": "host"}}, r'^kafka\.bootstrap_servers\[0\]: expected "host:port", got \'host\''),
+        ({"kafka": {"bootstrap_servers": ["h:1", "h:99999"]}}, r"^kafka\.bootstrap_servers\[1\]: port must be in \[1, 65535\], got 99999$"),
+        ({"kafka": {"bootstrap_servers": 9092}}, r'^kafka\.bootstrap_servers: expected "host:port" or a list of them, got 9092$'),
+        ({"kafka": {"group_id": 5}}, r"^kafka\.group_id: expected a non-empty string, got 5$"),
+        ({"kafka": {"poll_timeout_ms": 0}}, r"^kafka\.poll_timeout_ms: must be in \[1, 600000\], got 0$"),
+        ({"kafka": {"max_poll_records": 2.5}}, r"^kafka\.max_poll_records: expected an integer, got 2\.5$"),
+        ({"kafka": {"topics": {"scored": "a b"}}}, r"^kafka\.topics\.scored: expected a Kafka topic name"),
+        ({"kafka": {"topics": {"labels": "predictions"}}}, r"^kafka\.topics: scored and labels must be different topics, both are 'predictions'$"),
+        ({"kafka": {"topic": {}}}, r"^kafka\.topic: unknown key \(did you mean 'topics'\?\)$"),
+        ({"kafka": {"client": {"sasl_plain_pasword": "x"}}}, r"^kafka\.client\.sasl_plain_pasword: unknown key \(did you mean 'sasl_plain_password'\?\)$"),
+        ({"kafka": {"client": {"group_id": "g"}}}, r"^kafka\.client\.group_id: not allowed here: set it with kafka\.group_id$"),
+        ({"kafka": {"client": {"enable_auto_commit": True}}}, r"^kafka\.client\.enable_auto_commit: not allowed here"),
+        ({"kafka": {"client": {"session_timeout_ms": "2s"}}}, r"^kafka\.client\.session_timeout_ms: expected an integer, got '2s'"),
+        ({"kafka": {"client": {"ssl_check_hostname": "yes"}}}, r"^kafka\.client\.ssl_check_hostname: expected a boolean"),
+        ({"kafka": {"client": {"sasl_plain_password": {"env": "X", "default": "y"}}}}, r"^kafka\.client\.sasl_plain_password: a mapping here must be exactly \{env: VARIABLE_NAME\}$"),
+        ({"kafka": "127.0.0.1:9092"}, r"^kafka: expected a mapping, got '127\.0\.0\.1:9092' \(a string\)$"),
+        ([1, 2], r"^<top level>: expected a mapping of sections, got a list$"),
+        ({1: "x"}, r"^1: keys must be strings, got an integer$"),
+    ],
+)  # fmt: skip
+def test_each_bad_value_is_named_by_its_key_path(data: Any, pattern: str) -> None:
+    problems = problems_of(data)
+    assert any(re.search(pattern, p) for p in problems), problems
+
+
+def test_all_problems_are_reported_at_once() -> None:
+    problems = problems_of(
+        {
+            "kafka": {"client": {"sasl_plain_pasword": "x"}},
+            "metrics": {"port": -1},
+            "sampling": {"budgt": 3},
+            "windows": {"bucket_s": 7 * 60},
+            "models": {"fraud": {"alpha": 1.5, "labels_per_hour": -1}},
+            "default_model": "nope",
+        }
+    )
+    heads = [p.split(":")[0] for p in problems]
+    # 1h and 24h are not multiples of 420 s; 7d (1440 buckets) is
+    assert heads == [
+        "kafka.client.sasl_plain_pasword",
+        "metrics.port",
+        "windows.report.1h",
+        "windows.report.24h",
+        "sampling.budgt",
+        "default_model",
+        "models.fraud.alpha",
+        "models.fraud.labels_per_hour",
+    ]
+
+
+def test_unreadable_file_names_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / "absent.yaml"
+    with pytest.raises(ConfigError, match=r"absent\.yaml: cannot read the configuration file"):
+        load_config(missing)
+    with pytest.raises(ConfigError, match=r"cannot read the configuration file"):
+        load_config(tmp_path)  # a directory
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"kafka: \xff\xfe\n")
+    with pytest.raises(ConfigError, match=r"bin\.yaml: not UTF-8 text"):
+        load_config(binary)
+
+
+def test_bad_yaml_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("kafka:\n  group_id: a\n  topics: [unclosed\nmetrics: {}\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: invalid YAML at line \d+, column \d+"):
+        load_config(path)
+    path.write_text("kafka:\n  group_id: a\n group: b\n")
+    with pytest.raises(ConfigError, match=r"invalid YAML at line 3"):
+        load_config(path)
+
+
+def test_duplicate_key_is_an_error_with_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "dup.yaml"
+    path.write_text("metrics:\n  port: 1\n  port: 2\n")
+    with pytest.raises(
+        ConfigError, match=r"invalid YAML at line 3, column 3: duplicate key 'port'"
+    ):
+        load_config(path)
+
+
+def test_empty_file_gives_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("# nothing\n")
+    assert load_config(path) == Config()
+
+
+def test_null_values_take_the_default() -> None:
+    config = parse_config({"metrics": {"port": None}, "kafka": None}, "t")
+    assert config.metrics.port == 9464
+    assert config.kafka == KafkaConfig()
+
+
+def test_single_model_is_the_default_model() -> None:
+    config = parse_config({"models": {"fraud": {}}}, "t")
+    assert config.default_model == "fraud"
+
+
+def test_command_line_overrides_win_and_are_validated(tmp_path: Path) -> None:
+    config = load_config(
+        REFERENCE,
+        {
+            "bootstrap_servers": "127.0.0.1:19092,127.0.0.1:19093",
+            "metrics_port": "19464",
+            "metrics_address": "0.0.0.0",
+            "data_dir": tmp_path,
+        },
+    )
+    assert config.kafka.bootstrap_servers == ("127.0.0.1:19092", "127.0.0.1:19093")
+    assert config.metrics.port == 19_464
+    assert config.metrics.listen_address == "0.0.0.0"
+    assert config.data_dir == tmp_path
+    assert load_config(REFERENCE, {"metrics_port": None}) == Config()
+    problems = problems_of({}, {"metrics_port": 0, "bootstrap_servers": "nohost"})
+    assert "kafka.bootstrap_servers[0] (from --bootstrap-servers): " in problems[0]
+    assert problems[1] == "metrics.port (from --metrics-port): must be in [1, 65535], got 0"
+    problems = problems_of({}, {"metric_port": 1})
+    assert problems == ["override 'metric_port': unknown key (did you mean 'metrics_port'?)"]
+
+
+def test_secrets_come_from_the_environment_and_never_show(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TEST_KAFKA_PASSWORD", "hunter2-kafka")
+    monkeypatch.setenv("TEST_TOKEN_SECRET", "s3cret-s3cret-s3cret")
+    config = parse_config(
+        {
+            "kafka": {
+                "client": {
+                    "security_protocol": "SASL_SSL",
+                    "sasl_mechanism": "PLAIN",
+                    "sasl_plain_username": "monitor",
+                    "sasl_plain_password": {"env": "TEST_KAFKA_PASSWORD"},
+                    "ssl_password": "inline-key-pass",
+                    "session_timeout_ms": 2000,
+                    "linger_ms": 5,
+                    "api_version": [2, 8, 0],
+                }
+            },
+            "labels": {"token_secret": {"env": "TEST_TOKEN_SECRET"}},
+        },
+        "t",
+    )
+    assert config.kafka.client["sasl_plain_password"] == "hunter2-kafka"
+    assert config.kafka.client["api_version"] == (2, 8, 0)
+    assert config.label_token_secret == "s3cret-s3cret-s3cret"
+    for shown in (repr(config), str(config), repr(config.kafka), repr(config.kafka.client)):
+        assert "hunter2" not in shown
+        assert "s3cret" not in shown
+        assert "inline-key-pass" not in shown
+    assert "<redacted>" in repr(config.kafka.client)
+    assert "'monitor'" in repr(config.kafka.client)  # non-secret values stay readable
+    consumer = kafka_client_options(config.kafka, "consumer")
+    producer = kafka_client_options(config.kafka, "producer")
+    assert consumer["session_timeout_ms"] == 2000 and "linger_ms" not in consumer
+    assert producer["linger_ms"] == 5 and "session_timeout_ms" not in producer
+    assert producer["sasl_plain_password"] == "hunter2-kafka"
+
+
+def test_missing_environment_variable_names_key_and_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TEST_ABSENT_VAR", raising=False)
+    problems = problems_of(
+        {
+            "kafka": {"client": {"sasl_plain_password": {"env": "TEST_ABSENT_VAR"}}},
+            "labels": {"token_secret": {"env": "TEST_ABSENT_VAR"}},
+        }
+    )
+    assert problems == [
+        "kafka.client.sasl_plain_password: environment variable 'TEST_ABSENT_VAR' is not set",
+        "labels.token_secret: environment variable 'TEST_ABSENT_VAR' is not set",
+    ]
+
+
+def test_bad_secret_value_is_not_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_TIMEOUT", "soon-hunter2")
+    problems = problems_of(
+        {
+            "kafka": {
+                "client": {"request_timeout_ms": {"env": "TEST_TIMEOUT"}, "ssl_password": 12345}
+            }
+        }
+    )
+    assert problems == [
+        "kafka.client.request_timeout_ms: expected an integer, got a string",
+        "kafka.client.ssl_password: expected a string, got an integer",
+    ]
+    assert "hunter2" not in "\n".join(problems) and "12345" not in "\n".join(problems)
+
+
+def test_environment_values_are_coerced_to_the_setting_type(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TEST_TIMEOUT_MS", "2500")
+    monkeypatch.setenv("TEST_CHECK", "false")
+    config = parse_config(
+        {
+            "kafka": {
+                "client": {
+                    "request_timeout_ms": {"env": "TEST_TIMEOUT_MS"},
+                    "ssl_check_hostname": {"env": "TEST_CHECK"},
+                }
+            }
+        },
+        "t",
+    )
+    assert config.kafka.client["request_timeout_ms"] == 2500
+    assert config.kafka.client["ssl_check_hostname"] is False
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [(3600, 3600.0), ("90s", 90.0), ("30m", 1800.0), ("1h", 3600.0), ("24h", 86_400.0),
+     ("7d", 604_800.0), ("1w", 604_800.0), ("1h30m", 5400.0), ("0.5h", 1800.0), ("600", 600.0)],
+)  # fmt: skip
+def test_parse_duration(text: Any, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "h", "1x", "-1h", "1h-", True, None, [1]])
+def test_parse_duration_rejects(text: Any) -> None:
+    assert parse_duration(text) is None
