@@ -1,0 +1,315 @@
+"""The offline audit commands: ``monitor plan``, ``monitor estimate``, ``monitor offline-demo``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monitor.cli import main
+from monitor.poolfile import read_plan
+from monitor.simulate import calibrated_pool
+from monitor.stats.falpha import falpha_exact
+
+JSON_KEYS = {
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "labels",
+    "pending",
+    "precision",
+    "precision_ci_low",
+    "precision_ci_high",
+    "recall",
+    "recall_ci_low",
+    "recall_ci_high",
+    "likelihood",
+    "ess",
+    "alpha",
+    "level",
+}
+
+
+def _pool(
+    tmp_path: Path, n: int, rate: float, seed: int
+) -> tuple[Path, dict[str, int], np.ndarray]:
+    """A calibrated pool CSV and its truth (id -> label)."""
+    score, label = calibrated_pool(n, rate, np.random.default_rng(seed))
+    path = tmp_path / "pool.csv"
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "score"])
+        writer.writerows((f"u{i}", repr(float(s))) for i, s in enumerate(score))
+    truth = {f"u{i}": int(y) for i, y in enumerate(label)}
+    return path, truth, score
+
+
+def _fill(plan: Path, out: Path, truth: dict[str, int], keep_pending: int = 0) -> None:
+    """Answer the plan from the truth, leaving the first ``keep_pending`` rows empty."""
+    lines = plan.read_text().splitlines()
+    done = 0
+    with open(out, "w", newline="") as fh:
+        for line in lines:
+            if line.startswith("#") or line.startswith("id,"):
+                fh.write(line + "\n")
+                continue
+            done += 1
+            label = "" if done <= keep_pending else str(truth[line.split(",")[0]])
+            fh.write(line + label + "\n")
+
+
+def _num(result: dict[str, object], key: str) -> float:
+    value = result[key]
+    assert isinstance(value, float), (key, value)
+    return value
+
+
+def _estimate_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:
+    capsys.readouterr()
+    assert main(["estimate", *args, "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1  # exactly one JSON object on one line
+    result: dict[str, object] = json.loads(out)
+    return result
+
+
+def test_plan_is_deterministic_and_records_pool_totals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool, _, score = _pool(tmp_path, 5000, 0.05, seed=1)
+    args = ["plan", "--pool", str(pool), "--budget", "150", "--alpha", "0.5", "--seed", "7"]
+    assert main([*args, "--out", str(tmp_path / "a.csv")]) == 0
+    assert "items to audit" in capsys.readouterr().out
+    assert main([*args, "--out", str(tmp_path / "b.csv")]) == 0
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+    plan = read_plan(tmp_path / "a.csv")
+    assert plan.meta["pool_size"] == "5000"
+    assert plan.meta["pool_predicted_positives"] == str(int((score >= 0.5).sum()))
+    assert plan.meta["alpha"] == "0.5" and plan.meta["design"] == "poisson"
+    assert float(plan.meta["expected_labels"]) == pytest.approx(150.0)
+    assert 100 <= len(plan) <= 200  # Poisson: random count around the budget
+    assert not plan.labelled.any()
+    np.testing.assert_allclose(plan.weight * plan.prob, 1.0)
+    # another seed, another salt, another selection
+    assert main([*args[:-1], "8", "--out", str(tmp_path / "c.csv")]) == 0
+    assert set(read_plan(tmp_path / "c.csv").ids) != set(plan.ids)
+
+
+def test_with_replacement_plan_spends_exactly_the_budget(tmp_path: Path) -> None:
+    pool, _, _ = _pool(tmp_path, 3000, 0.05, seed=2)
+    out = tmp_path / "plan.csv"
+    argv = ["plan", "--pool", str(pool), "--budget", "120", "--alpha", "0", "--out", str(out)]
+    assert main([*argv, "--design", "with-replacement"]) == 0
+    plan = read_plan(out)
+    assert plan.design == "with-replacement"
+    assert int(plan.draws.sum()) == 120
+    np.testing.assert_allclose(plan.weight * plan.prob * 120, 1.0)
+
+
+@pytest.mark.parametrize("design", ["poisson", "with-replacement"])
+def test_round_trip_interval_contains_the_truth(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], design: str
+) -> None:
+    pool, truth, score = _pool(tmp_path, 20_000, 0.05, seed=3)
+    plan, labelled = tmp_path / "plan.csv", tmp_path / "labelled.csv"
+    argv = ["plan", "--pool", str(pool), "--budget", "300", "--alpha", "0.5", "--seed", "11"]
+    assert main([*argv, "--design", design, "--out", str(plan)]) == 0
+    _fill(plan, labelled, truth)
+    result = _estimate_json(capsys, "--labels", str(labelled))
+    assert set(result) >= JSON_KEYS
+    pred = (score >= 0.5).astype(np.int8)
+    y = np.array([truth[f"u{i}"] for i in range(len(score))])
+    for key, alpha in (("estimate", 0.5), ("precision", 1.0), ("recall", 0.0)):
+        low, high = (
+            ("ci_low", "ci_high") if key == "estimate" else (f"{key}_ci_low", f"{key}_ci_high")
+        )
+        true_value = falpha_exact(pred, y, alpha)
+        assert _num(result, low) <= true_value <= _num(result, high), (key, true_value, result)
+    assert result["alpha"] == 0.5 and result["pending"] == 0
+    assert result["labels"] == len(read_plan(plan))
+    confusion = result["confusion"]
+    assert isinstance(confusion, dict)
+    assert confusion["tp"] + confusion["fp"] == pytest.approx(pred.sum())
+    assert sum(confusion.values()) == pytest.approx(len(score))
+
+
+def test_estimate_counts_pending_and_overrides_alpha(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool, truth, _ = _pool(tmp_path, 4000, 0.1, seed=4)
+    plan, labelled = tmp_path / "plan.csv", tmp_path / "labelled.csv"
+    assert (
+        main(["plan", "--pool", str(pool), "--budget", "100", "--alpha", "1", "--out", str(plan)])
+        == 0
+    )
+    _fill(plan, labelled, truth, keep_pending=5)
+    n = len(read_plan(plan))
+    result = _estimate_json(capsys, "--labels", str(labelled))
+    assert (result["labels"], result["pending"]) == (n - 5, 5)
+    assert result["alpha"] == 1.0 and result["estimate"] == result["precision"]
+    warnings = result["warnings"]
+    assert isinstance(warnings, list) and any("pending" in w for w in warnings)
+    recall = _estimate_json(capsys, "--labels", str(labelled), "--alpha", "0", "--level", "0.9")
+    assert recall["alpha"] == 0.0 and recall["level"] == 0.9
+    assert recall["estimate"] == recall["recall"] == result["recall"]
+    width_90 = _num(recall, "ci_high") - _num(recall, "ci_low")
+    assert 0 < width_90 < _num(result, "recall_ci_high") - _num(result, "recall_ci_low")
+
+
+def test_undefined_measures_are_null_in_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # only predicted negatives audited: precision is undefined, not 0
+    path = tmp_path / "plan.csv"
+    path.write_text(
+        "# alpha=0.5\nid,score,pred,pi,weight,draws,label\n"
+        "a,0.1,0,0.5,2,1,0\nb,0.2,0,0.5,2,1,1\nc,0.3,0,0.5,2,1,\n"
+    )
+    result = _estimate_json(capsys, "--labels", str(path))
+    assert result["precision"] is None and result["precision_ci_low"] is None
+    assert result["recall"] == 0.0 and result["estimate"] == 0.0
+    assert result["confusion"] is None  # no pool totals recorded in this header
+    only_pending = tmp_path / "pending.csv"
+    only_pending.write_text("# alpha=0\nid,score,pred,pi,weight,draws,label\na,0.1,0,0.5,2,1,\n")
+    result = _estimate_json(capsys, "--labels", str(only_pending))
+    assert result["estimate"] is None and result["labels"] == 0 and result["pending"] == 1
+
+
+def test_table_format_is_readable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "plan.csv"
+    path.write_text(
+        "# alpha=0.5\n# pool_size=10\n# pool_predicted_positives=4\n"
+        "id,score,pred,pi,weight,draws,label\n"
+        "a,0.9,1,0.5,2,1,1\nb,0.6,1,0.5,2,1,0\nc,0.3,0,0.5,2,1,1\nd,0.1,0,0.25,4,1,0\n"
+    )
+    assert main(["estimate", "--labels", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "4 labels used, 0 pending" in out
+    assert "F1 (alpha=0.5)" in out and "precision" in out and "recall" in out
+    assert "95% interval" in out and "confusion over the pool: tp 2.0  fp 2.0" in out
+
+
+@pytest.mark.parametrize(
+    ("argv_tail", "content", "match"),
+    [
+        (
+            [],
+            "# alpha=0.5\nid,score,pred,pi,weight,draws,label\n"
+            "a,0.1,0,0.5,2,1,1\nb,0.2,0,0.5,2,1,x\n",
+            r"^monitor estimate: error: .*plan\.csv, line 4, column 'label': "
+            r"expected a label 0 or 1 \(or empty while pending\), got 'x'\n$",
+        ),
+        (
+            [],
+            "id,score,pred,pi,weight,draws,label\na,0.1,0,0.5,2,1,1\n",
+            r"plan\.csv: the plan header records no alpha .*; pass --alpha\n$",
+        ),
+        (
+            [],
+            "# alpha=2\nid,score,pred,pi,weight,draws,label\na,0.1,0,0.5,2,1,1\n",
+            r"plan\.csv: header 'alpha=2': expected a number in \[0, 1\]\n$",
+        ),
+        (
+            [],
+            "# alpha=0\n# pool_size=many\nid,score,pred,pi,weight,draws,label\na,0.1,0,0.5,2,1,1\n",
+            r"plan\.csv: header 'pool_size=many': expected a whole number >= 0\n$",
+        ),
+    ],
+)
+def test_estimate_input_errors_exit_2(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    argv_tail: list[str],
+    content: str,
+    match: str,
+) -> None:
+    path = tmp_path / "plan.csv"
+    path.write_text(content)
+    assert main(["estimate", "--labels", str(path), *argv_tail]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert re.search(match, captured.err), captured.err
+
+
+def test_plan_input_error_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pool = tmp_path / "pool.csv"
+    pool.write_text("id,score\na,0.5\nb,NaN\n")
+    out = tmp_path / "plan.csv"
+    argv = ["plan", "--pool", str(pool), "--budget", "1", "--alpha", "0.5", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("monitor plan: error: ")
+    assert err.endswith("pool.csv, line 3, column 'score': expected a score in [0, 1], got 'NaN'\n")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (
+            ["plan", "--pool", "p.csv", "--budget", "0", "--alpha", "0.5", "--out", "o.csv"],
+            "--budget: expected a whole number >= 1, got '0'",
+        ),
+        (
+            ["plan", "--pool", "p.csv", "--budget", "5", "--alpha", "1.5", "--out", "o.csv"],
+            "--alpha: expected a number in [0, 1], got '1.5'",
+        ),
+        (
+            ["plan", "--pool", "p.csv", "--budget", "5", "--alpha", "0.5"],
+            "the following arguments are required: --out",
+        ),
+        (
+            ["estimate", "--labels", "l.csv", "--level", "1"],
+            "--level: expected a number strictly between 0 and 1",
+        ),
+        (["estimate", "--labels", "l.csv", "--format", "xml"], "--format: invalid choice"),
+    ],
+)
+def test_usage_errors_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], match: str
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert match in capsys.readouterr().err
+
+
+def test_offline_demo_is_quick_and_compares_with_uniform(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    start = time.perf_counter()
+    assert main(["offline-demo", "--seed", "3", "--out-dir", str(tmp_path / "demo")]) == 0
+    assert time.perf_counter() - start < 5.0
+    out = capsys.readouterr().out
+    assert "pool of 20000 items" in out and "budget 200 labels" in out
+    for name in ("F1", "precision", "recall"):
+        assert any(line.startswith(name) for line in out.splitlines()), name
+    assert "active:" in out and "uniform:" in out
+    labelled = tmp_path / "demo" / "plan_labelled.csv"
+    result = _estimate_json(capsys, "--labels", str(labelled))
+    assert result["pending"] == 0 and result["labels"] == len(read_plan(labelled))
+    f1_line = next(line for line in out.splitlines() if line.startswith("F1"))
+    assert f"{result['estimate']:.3f}" in f1_line
+    # the unlabelled plan and the pool are valid inputs as well
+    assert read_plan(tmp_path / "demo" / "plan.csv").labelled.sum() == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--pool",
+                str(tmp_path / "demo" / "pool.csv"),
+                "--budget",
+                "10",
+                "--alpha",
+                "0",
+                "--out",
+                str(tmp_path / "p.csv"),
+            ]
+        )
+        == 0
+    )
