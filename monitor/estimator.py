@@ -1,0 +1,373 @@
+"""The estimator: joins labels to requests and turns windows of them into a ``Snapshot``.
+
+Requests are upserted idempotently (from the requests topic, and directly from the sampler in
+the same process). A label is matched to its request by request id (or by record id, which
+gives ``blake2b(f"{salt}|{model}|{id}")``): the first valid label stands; the same value again
+is ``duplicate_label``, another value ``conflicting_label``; a label for a request whose deadline
+the model's watermark has passed is ``expired_request``; a label whose request is not known yet
+waits (parked, bounded) and becomes ``unknown_request`` after ``label_park_grace_s``.
+
+Per (model, segment, window) the estimate is the Horvitz-Thompson ratio of seed 000 Eq. 4 with
+``v = 1/pi`` (``monitor.stats.measures.measure_all``) over the labelled requests of the window's
+buckets; the intrinsic F ``sum(f s) / (alpha sum(f) + (1 - alpha) sum(s))`` and the PSI of the
+score histogram against the preceding window come from the label-free traffic aggregates.
+Segment "" aggregates all the model's traffic; other rows are per segment.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from monitor.config import Config, ModelConfig
+from monitor.errors import RejectReason
+from monitor.records import LabelResult, Reject
+from monitor.sampler import AuditRequest, request_id_for, request_token, retention_buckets
+from monitor.snapshot import Snapshot, WindowEstimate
+from monitor.stats.drift import psi
+from monitor.stats.estimate import Confusion, Estimate
+from monitor.stats.falpha import intrinsic_falpha_from_sums
+from monitor.stats.measures import measure_all
+from monitor.stats.sample import LabeledSample
+from monitor.windows import (
+    GroupKey,
+    TrafficAggregate,
+    bucket_of,
+    preceding_buckets,
+    window_buckets,
+)
+
+SegKey = tuple[str, str, int]  # (model, segment, bucket)
+
+
+@dataclass
+class RequestState:
+    """A request and, once answered, its label."""
+
+    request: AuditRequest
+    label: int | None = None
+    labeler: str | None = None
+    label_ts: float | None = None
+
+
+@dataclass(frozen=True)
+class ParkedLabel:
+    """A label waiting for its request; ``parked_at`` is wall-clock seconds."""
+
+    request_id: str
+    label: LabelResult
+    parked_at: float
+
+
+@dataclass
+class EstimatorChanges:
+    """State changed since the last ``take_changes`` (what the store must persist)."""
+
+    traffic: dict[SegKey, TrafficAggregate] = field(default_factory=dict)
+    requests: dict[str, RequestState] = field(default_factory=dict)
+    parked_added: list[ParkedLabel] = field(default_factory=list)
+    parked_removed: list[ParkedLabel] = field(default_factory=list)
+    watermarks: dict[str, float] = field(default_factory=dict)
+    prune: dict[str, int] = field(default_factory=dict)  # model -> first bucket kept
+
+
+class EstimatorService:
+    """Labels joined to requests, per-window estimates (state: aggregates, requests, parked)."""
+
+    def __init__(
+        self,
+        config: Config,
+        clock: Callable[[], float] = time.time,
+        *,
+        traffic: Mapping[SegKey, TrafficAggregate] | None = None,
+        requests: Iterable[RequestState] = (),
+        parked: Iterable[ParkedLabel] = (),
+        watermarks: Mapping[str, float] | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.retention = retention_buckets(config)
+        self._traffic: dict[SegKey, TrafficAggregate] = dict(traffic or {})
+        self._requests: dict[str, RequestState] = {s.request.request_id: s for s in requests}
+        self._parked: dict[str, list[ParkedLabel]] = {}
+        self._n_parked = 0
+        for item in parked:
+            self._parked.setdefault(item.request_id, []).append(item)
+            self._n_parked += 1
+        self._watermarks: dict[str, float] = dict(watermarks or {})
+        self._changes = EstimatorChanges()
+        self.labels_accepted: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ state
+    def take_changes(self) -> EstimatorChanges:
+        """Return and reset the changes since the last call."""
+        out, self._changes = self._changes, EstimatorChanges()
+        return out
+
+    def take_label_counts(self) -> dict[str, int]:
+        """Labels accepted per model since the last call."""
+        out, self.labels_accepted = self.labels_accepted, {}
+        return out
+
+    @property
+    def n_parked(self) -> int:
+        """Labels waiting for their request."""
+        return self._n_parked
+
+    def request(self, request_id: str) -> RequestState | None:
+        """The state of one request, if known."""
+        return self._requests.get(request_id)
+
+    def watermark(self, model: str) -> float:
+        """The largest event time seen on the scored stream for ``model`` (-inf if none)."""
+        return self._watermarks.get(model, -math.inf)
+
+    def _model(self, model: str) -> ModelConfig:
+        return self.config.models.get(model) or ModelConfig(name=model)
+
+    def _horizon(self, model: str) -> int | None:
+        wm = self._watermarks.get(model)
+        if wm is None:
+            return None
+        return int(bucket_of(np.array([wm]), self.config.windows.bucket_s)[0]) - self.retention + 1
+
+    # ---------------------------------------------------------------- traffic
+    def apply_traffic(self, deltas: Mapping[GroupKey, TrafficAggregate]) -> None:
+        """Add per-(model, segment, bucket, partition) deltas; advance watermarks; prune."""
+        moved: set[str] = set()
+        for key, agg in deltas.items():
+            if agg.ts_max > self._watermarks.get(key.model, -math.inf):
+                self._watermarks[key.model] = agg.ts_max
+                self._changes.watermarks[key.model] = agg.ts_max
+                moved.add(key.model)
+        for key, agg in deltas.items():
+            horizon = self._horizon(key.model)
+            if horizon is not None and key.bucket < horizon:
+                continue
+            k = (key.model, key.segment, key.bucket)
+            total = self._traffic.get(k, TrafficAggregate.zero()) + agg
+            self._traffic[k] = total
+            self._changes.traffic[k] = total
+        for model in moved:
+            self._prune(model)
+
+    def _prune(self, model: str) -> None:
+        horizon = self._horizon(model)
+        if horizon is None:
+            return
+        old = [k for k in self._traffic if k[0] == model and k[2] < horizon]
+        stale = [
+            r
+            for r, s in self._requests.items()
+            if s.request.model == model and s.request.bucket < horizon
+        ]
+        if not old and not stale:
+            return
+        for k in old:
+            del self._traffic[k]
+            self._changes.traffic.pop(k, None)
+        for r in stale:
+            del self._requests[r]
+            self._changes.requests.pop(r, None)
+        self._changes.prune[model] = horizon
+
+    # ---------------------------------------------------------------- requests
+    def upsert_requests(self, requests: Iterable[AuditRequest]) -> list[Reject]:
+        """Insert requests not known yet (idempotent); match labels parked for them."""
+        rejects: list[Reject] = []
+        for req in requests:
+            if req.request_id in self._requests:
+                continue
+            horizon = self._horizon(req.model)
+            if horizon is not None and req.bucket < horizon:
+                continue
+            state = RequestState(req)
+            self._requests[req.request_id] = state
+            self._changes.requests[req.request_id] = state
+            waiting = self._parked.pop(req.request_id, [])
+            for item in waiting:
+                self._n_parked -= 1
+                self._changes.parked_removed.append(item)
+                rej = self._apply(state, item.label)
+                if rej is not None:
+                    rejects.append(rej)
+        return rejects
+
+    # ------------------------------------------------------------------ labels
+    def _request_id(self, lab: LabelResult) -> str:
+        if lab.request_id:
+            return lab.request_id
+        return request_id_for(self.config.salt, self.config.default_model, lab.record_id or "")
+
+    def handle_labels(self, labels: Sequence[LabelResult]) -> list[Reject]:
+        """Join labels to requests; return the rejects (the parked ones are not rejects yet)."""
+        rejects: list[Reject] = []
+        now = self.clock()
+        for lab in labels:
+            rid = self._request_id(lab)
+            state = self._requests.get(rid)
+            if state is None:
+                item = ParkedLabel(rid, lab, now)
+                self._parked.setdefault(rid, []).append(item)
+                self._n_parked += 1
+                self._changes.parked_added.append(item)
+                rejects.extend(self._evict_overflow())
+                continue
+            rej = self._apply(state, lab)
+            if rej is not None:
+                rejects.append(rej)
+        return rejects
+
+    def _evict_overflow(self) -> list[Reject]:
+        out: list[Reject] = []
+        while self._n_parked > max(0, self.config.label_park_max):
+            rid = next(iter(self._parked))
+            items = self._parked[rid]
+            item = items.pop(0)
+            if not items:
+                del self._parked[rid]
+            self._n_parked -= 1
+            self._changes.parked_removed.append(item)
+            out.append(self._unknown(item, "parked labels over the limit"))
+        return out
+
+    def _unknown(self, item: ParkedLabel, why: str) -> Reject:
+        detail = f"no request {item.request_id} ({why})"
+        return Reject(RejectReason.UNKNOWN_REQUEST, detail, item.label.source)
+
+    def expire_parked(self, requests_caught_up: bool = True) -> list[Reject]:
+        """Reject labels parked longer than the grace once the requests topic is caught up."""
+        if not self._parked or not requests_caught_up:
+            return []
+        now = self.clock()
+        grace = self.config.label_park_grace_s
+        out: list[Reject] = []
+        for rid in list(self._parked):
+            items = self._parked[rid]
+            keep = [i for i in items if now - i.parked_at < grace]
+            for item in items:
+                if now - item.parked_at >= grace:
+                    self._changes.parked_removed.append(item)
+                    self._n_parked -= 1
+                    out.append(self._unknown(item, f"waited {grace:g} s"))
+            if keep:
+                self._parked[rid] = keep
+            else:
+                del self._parked[rid]
+        return out
+
+    def _apply(self, state: RequestState, lab: LabelResult) -> Reject | None:
+        req = state.request
+        secret = self.config.label_token_secret
+        if secret:
+            expected = request_token(secret, req.request_id)
+            if lab.token is None or not hmac.compare_digest(lab.token, expected):
+                return Reject(RejectReason.BAD_TOKEN, "token does not match", lab.source)
+        if state.label is not None:
+            if state.label == lab.label:
+                detail = f"request {req.request_id} already labelled"
+                return Reject(RejectReason.DUPLICATE_LABEL, detail, lab.source)
+            detail = f"request {req.request_id} already labelled {state.label}, got {lab.label}"
+            return Reject(RejectReason.CONFLICTING_LABEL, detail, lab.source)
+        if self.watermark(req.model) > req.deadline:
+            detail = f"request {req.request_id} passed its deadline"
+            return Reject(RejectReason.EXPIRED_REQUEST, detail, lab.source)
+        state.label = int(lab.label)
+        state.labeler = lab.labeler
+        state.label_ts = lab.ts
+        self._changes.requests[req.request_id] = state
+        self.labels_accepted[req.model] = self.labels_accepted.get(req.model, 0) + 1
+        return None
+
+    # ---------------------------------------------------------------- snapshot
+    def snapshot(self) -> Snapshot:
+        """Every (model, segment, window) estimate at this moment."""
+        out: list[WindowEstimate] = []
+        bucket_s = self.config.windows.bucket_s
+        for model in sorted(self._watermarks):
+            w_bucket = int(bucket_of(np.array([self._watermarks[model]]), bucket_s)[0])
+            out.extend(self._model_windows(model, w_bucket))
+        return Snapshot(
+            windows=tuple(out), watermarks=dict(self._watermarks), created_at=self.clock()
+        )
+
+    def _model_windows(self, model: str, w_bucket: int) -> list[WindowEstimate]:
+        cfg = self._model(model)
+        bucket_s = self.config.windows.bucket_s
+        level = self.config.level
+        traffic = {k: v for k, v in self._traffic.items() if k[0] == model}
+        segments = sorted({k[1] for k in traffic} - {""})
+        reqs = [s for s in self._requests.values() if s.request.model == model]
+        r_bucket = np.array([s.request.bucket for s in reqs], dtype=np.int64)
+        r_seg = np.array([s.request.segment for s in reqs], dtype=np.str_)
+        r_score = np.array([s.request.score for s in reqs], dtype=np.float64)
+        r_pred = np.array([s.request.pred for s in reqs], dtype=np.int8)
+        r_pi = np.array([s.request.pi for s in reqs], dtype=np.float64)
+        r_label = np.array([-1 if s.label is None else s.label for s in reqs], dtype=np.int8)
+        r_dead = np.array([s.request.deadline for s in reqs], dtype=np.float64)
+        wm = self._watermarks[model]
+        rows: list[WindowEstimate] = []
+        for seg in ["", *segments]:
+            seg_mask = np.ones(len(reqs), dtype=bool) if seg == "" else r_seg == seg
+            for name, window_s in self.config.windows.report:
+                cur = window_buckets(w_bucket, window_s, bucket_s)
+                ref = preceding_buckets(w_bucket, window_s, bucket_s)
+                agg = _sum_traffic(traffic, seg, cur)
+                ref_agg = _sum_traffic(traffic, seg, ref)
+                in_win = seg_mask & (r_bucket >= cur.start) & (r_bucket < cur.stop)
+                labelled = in_win & (r_label >= 0)
+                unlabelled = in_win & (r_label < 0)
+                missing = int(np.count_nonzero(unlabelled & (r_dead < wm)))
+                n_lab = int(np.count_nonzero(labelled))
+                if n_lab:
+                    sample = LabeledSample.poisson(
+                        r_score[labelled], r_pred[labelled], r_label[labelled], r_pi[labelled]
+                    )
+                    m = measure_all(sample, cfg.alpha, level)
+                    f, prec, rec = m.f, m.precision, m.recall
+                    conf, lik, ess = m.confusion, m.likelihood, m.ess
+                else:
+                    f = prec = rec = Estimate.missing(level)
+                    conf = Confusion(math.nan, math.nan, math.nan, math.nan)
+                    lik, ess = math.nan, 0.0
+                intrinsic = intrinsic_falpha_from_sums(
+                    agg.pred_score_total, float(agg.n_pred), agg.score_total, cfg.alpha
+                )
+                drift = psi(ref_agg.hist, agg.hist) if ref_agg.n and agg.n else math.nan
+                rows.append(
+                    WindowEstimate(
+                        model=model,
+                        segment=seg,
+                        window=name,
+                        alpha=cfg.alpha,
+                        f=f,
+                        precision=prec,
+                        recall=rec,
+                        intrinsic_f=intrinsic,
+                        likelihood=lik,
+                        ess=ess,
+                        confusion=conf,
+                        records=agg.n,
+                        requests=int(np.count_nonzero(in_win)),
+                        labels=n_lab,
+                        pending=int(np.count_nonzero(unlabelled)) - missing,
+                        missing=missing,
+                        psi=float(drift),
+                    )
+                )
+        return rows
+
+
+def _sum_traffic(
+    traffic: Mapping[SegKey, TrafficAggregate], segment: str, buckets: range
+) -> TrafficAggregate:
+    total = TrafficAggregate.zero()
+    for (_, seg, b), agg in traffic.items():
+        if b in buckets and (segment in ("", seg)):
+            total = total + agg
+    return total

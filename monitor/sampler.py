@@ -1,0 +1,392 @@
+"""The sampler: decides which scored records are sent to audit, and aggregates all traffic.
+
+Per model the decisions of a batch are vectorised: q* (seed 000, Cor. 2) at the frozen control
+of the record's (partition, bucket), defensive mixing, ``pi = min(1, kappa q)`` and the
+deterministic decision ``hash_uniform(id, salt + "|" + model) < pi`` (see
+``monitor.stats.budget``). A record's request id is ``blake2b(f"{salt}|{model}|{id}", 16)``, so
+a replay makes the same decisions and produces byte-identical requests.
+
+Controls are frozen at the first record of a bucket on a partition from that partition's
+aggregate of earlier buckets; a batch is cut at those first records so the aggregate used is
+exactly the traffic that preceded the record on its partition, wherever batches were cut.
+Records older than the retention horizon (``2 k`` buckets behind the partition's newest bucket,
+``k`` the longest reported window) are counted but never audited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import itertools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.config import Config, ModelConfig
+from monitor.records import ScoredBatch
+from monitor.stats.budget import Control, control_for_bucket, selection_weights, uniform_control
+from monitor.stats.selection import hash_uniform
+from monitor.windows import GroupKey, TrafficAggregate, bucket_of, group_traffic
+
+OTHER_SEGMENT = "__other__"
+
+PartKey = tuple[str, int, int]  # (model, partition, bucket)
+
+
+def request_id_for(salt: str, model: str, record_id: str) -> str:
+    """The request id of a record: ``blake2b(f"{salt}|{model}|{id}", digest_size=16)`` in hex."""
+    data = f"{salt}|{model}|{record_id}".encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def request_token(secret: str, request_id: str) -> str:
+    """The HMAC-SHA256 token (hex, 32 chars) a label must echo when a secret is configured."""
+    mac = hmac.new(secret.encode("utf-8"), request_id.encode("utf-8"), hashlib.sha256)
+    return mac.hexdigest()[:32]
+
+
+def retention_buckets(config: Config) -> int:
+    """Buckets kept behind the newest: twice the longest window (window + PSI reference)."""
+    bucket_s = config.windows.bucket_s
+    k = max([math.ceil(w / bucket_s) for _, w in config.windows.report] + [1])
+    return 2 * k
+
+
+@dataclass(frozen=True)
+class AuditRequest:
+    """One label request, as produced to the requests topic (key = ``request_id``)."""
+
+    request_id: str
+    id: str
+    model: str
+    segment: str
+    score: float
+    pred: int
+    pi: float
+    ts: float
+    bucket: int
+    deadline: float
+    payload: Any = None
+    token: str | None = None
+
+    def to_json(self) -> bytes:
+        """Deterministic JSON: sorted keys, compact separators (``token`` only when set)."""
+        body: dict[str, Any] = {
+            "request_id": self.request_id,
+            "id": self.id,
+            "model": self.model,
+            "segment": self.segment,
+            "score": self.score,
+            "pred": self.pred,
+            "pi": self.pi,
+            "ts": self.ts,
+            "bucket": self.bucket,
+            "deadline": self.deadline,
+            "payload": self.payload,
+        }
+        if self.token is not None:
+            body["token"] = self.token
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+    @property
+    def key(self) -> bytes:
+        """The Kafka key: the request id in UTF-8."""
+        return self.request_id.encode("utf-8")
+
+    @classmethod
+    def from_json(cls, value: bytes) -> AuditRequest:
+        """Parse a request produced by ``to_json``; ``ValueError`` when it is not one."""
+        obj = json.loads(value)
+        if not isinstance(obj, dict):
+            msg = "a request must be a JSON object"
+            raise ValueError(msg)
+        try:
+            req = cls(
+                request_id=str(obj["request_id"]),
+                id=str(obj["id"]),
+                model=str(obj["model"]),
+                segment=str(obj["segment"]),
+                score=float(obj["score"]),
+                pred=int(obj["pred"]),
+                pi=float(obj["pi"]),
+                ts=float(obj["ts"]),
+                bucket=int(obj["bucket"]),
+                deadline=float(obj["deadline"]),
+                payload=obj.get("payload"),
+                token=obj.get("token"),
+            )
+        except (KeyError, TypeError) as exc:
+            msg = f"not a request: {exc!r}"
+            raise ValueError(msg) from exc
+        if not (0.0 < req.pi <= 1.0 and 0.0 <= req.score <= 1.0 and req.pred in (0, 1)):
+            msg = "request field out of range"
+            raise ValueError(msg)
+        return req
+
+
+@dataclass
+class SamplerChanges:
+    """State changed since the last ``take_changes`` (what the store must persist)."""
+
+    traffic: dict[PartKey, TrafficAggregate] = field(default_factory=dict)
+    controls: dict[PartKey, Control] = field(default_factory=dict)
+    segments: set[tuple[str, str]] = field(default_factory=set)
+    prune: dict[tuple[str, int], int] = field(default_factory=dict)  # (model, partition) -> min
+
+
+@dataclass
+class SamplerResult:
+    """What one scored batch produced."""
+
+    requests: list[AuditRequest]
+    traffic: dict[GroupKey, TrafficAggregate]  # deltas per (model, segment, bucket, partition)
+    records: dict[str, int]
+    requested: dict[str, int]
+    folded: dict[str, int]  # records whose segment was folded into "__other__"
+
+
+class SamplerService:
+    """Audit decisions and traffic aggregates for scored batches (state: controls + aggregates)."""
+
+    def __init__(
+        self,
+        config: Config,
+        n_partitions: int = 1,
+        traffic: Mapping[PartKey, TrafficAggregate] | None = None,
+        controls: Mapping[PartKey, Control] | None = None,
+        segments: Mapping[str, set[str]] | None = None,
+    ) -> None:
+        self.config = config
+        self.n_partitions = max(1, n_partitions)
+        self.retention = retention_buckets(config)
+        self._traffic: dict[tuple[str, int], dict[int, TrafficAggregate]] = {}
+        for (m, p, b), agg in (traffic or {}).items():
+            self._traffic.setdefault((m, p), {})[b] = agg
+        self._controls: dict[PartKey, Control] = dict(controls or {})
+        self._max_bucket: dict[tuple[str, int], int] = {}
+        for m, p, b in self._controls:
+            self._max_bucket[(m, p)] = max(b, self._max_bucket.get((m, p), b))
+        self._segments: dict[str, set[str]] = {m: set(s) for m, s in (segments or {}).items()}
+        self._changes = SamplerChanges()
+
+    def model_config(self, model: str) -> ModelConfig:
+        """The settings of ``model`` (defaults for a model not in the configuration)."""
+        return self.config.models.get(model) or ModelConfig(name=model)
+
+    def control(self, model: str, partition: int, bucket: int) -> Control | None:
+        """The frozen control of a (model, partition, bucket), if any."""
+        return self._controls.get((model, partition, bucket))
+
+    def take_changes(self) -> SamplerChanges:
+        """Return and reset the changes since the last call."""
+        out, self._changes = self._changes, SamplerChanges()
+        return out
+
+    # ---------------------------------------------------------------- decisions
+    def _fold_segments(
+        self, model: str, segment: npt.NDArray[np.str_]
+    ) -> tuple[npt.NDArray[np.str_], int]:
+        uniq, first, inv = np.unique(segment, return_index=True, return_inverse=True)
+        admitted = self._segments.setdefault(model, set())
+        cap = self.config.max_segments_per_model
+        mapping = [""] * len(uniq)
+        for j in np.argsort(first, kind="stable").tolist():
+            seg = str(uniq[j])
+            if seg == "" or seg in admitted:
+                mapping[j] = seg
+            elif len(admitted) < cap:
+                admitted.add(seg)
+                self._changes.segments.add((model, seg))
+                mapping[j] = seg
+            else:
+                mapping[j] = OTHER_SEGMENT
+        out = np.asarray(mapping, dtype=np.str_)[inv.reshape(-1)]
+        folded = np.count_nonzero(out == OTHER_SEGMENT) - np.count_nonzero(segment == OTHER_SEGMENT)
+        return out, max(0, int(folded))
+
+    def _new_control(self, model: str, partition: int, bucket: int, horizon: int) -> Control:
+        cfg = self.model_config(model)
+        history = self._traffic.get((model, partition), {})
+        earlier = [b for b in history if horizon <= b < bucket]
+        if not earlier:
+            return uniform_control(cfg.labels_per_hour, cfg.expected_records_per_hour)
+        prev = max(earlier)
+        agg = history[prev]
+        return control_for_bucket(
+            n=agg.n,
+            n_pred=agg.n_pred,
+            pred_score_total=agg.pred_score_total,
+            score_total=agg.score_total,
+            mean_qstar=agg.mean_qstar,
+            ts_min=agg.ts_min,
+            prev_bucket=prev,
+            alpha=cfg.alpha,
+            labels_per_hour=cfg.labels_per_hour,
+            bucket_s=self.config.windows.bucket_s,
+            n_partitions=self.n_partitions,
+        )
+
+    def _prune(self, model: str, partition: int, horizon: int) -> None:
+        hist = self._traffic.get((model, partition), {})
+        for b in [b for b in hist if b < horizon]:
+            del hist[b]
+        for key in [k for k in self._controls if k[0] == model and k[1] == partition]:
+            if key[2] < horizon:
+                del self._controls[key]
+        self._changes.prune[(model, partition)] = horizon
+
+    def process(self, batch: ScoredBatch) -> SamplerResult:
+        """Decide audits for a validated batch and aggregate its traffic."""
+        result = SamplerResult([], {}, {}, {}, {})
+        if len(batch) == 0:
+            return result
+        order = np.lexsort((batch.offset, batch.partition))
+        for model in np.unique(batch.model).tolist():
+            idx_m = order[batch.model[order] == model]
+            self._process_model(str(model), batch, idx_m, result)
+        return result
+
+    def _process_model(
+        self, model: str, batch: ScoredBatch, idx: npt.NDArray[np.intp], result: SamplerResult
+    ) -> None:
+        cfg = self.model_config(model)
+        segment, folded = self._fold_segments(model, batch.segment[idx])
+        ts = batch.ts[idx]
+        n = len(idx)
+        cols = _Cols(
+            ids=batch.ids[idx],
+            score=batch.score[idx],
+            pred=batch.pred[idx],
+            ts=ts,
+            segment=segment,
+            bucket=bucket_of(ts, self.config.windows.bucket_s),
+            u=hash_uniform(batch.ids[idx], f"{self.config.salt}|{model}"),
+            qstar=np.zeros(n, dtype=np.float64),
+            pi=np.zeros(n, dtype=np.float64),
+        )
+        part = batch.partition[idx]
+        for p in np.unique(part).tolist():
+            rows = np.flatnonzero(part == p)  # already in offset order
+            self._decide_partition(model, int(p), cfg, cols, rows, result=result)
+        requested = cols.u < cols.pi
+        result.records[model] = result.records.get(model, 0) + n
+        result.requested[model] = result.requested.get(model, 0) + int(np.count_nonzero(requested))
+        if folded:
+            result.folded[model] = result.folded.get(model, 0) + folded
+        secret = self.config.label_token_secret
+        for j in np.flatnonzero(requested).tolist():
+            rid = request_id_for(self.config.salt, model, str(cols.ids[j]))
+            t = float(cols.ts[j])
+            result.requests.append(
+                AuditRequest(
+                    request_id=rid,
+                    id=str(cols.ids[j]),
+                    model=model,
+                    segment=str(cols.segment[j]),
+                    score=float(cols.score[j]),
+                    pred=int(cols.pred[j]),
+                    pi=float(cols.pi[j]),
+                    ts=t,
+                    bucket=int(cols.bucket[j]),
+                    deadline=t + self.config.label_deadline_s,
+                    payload=batch.payload[int(idx[j])],
+                    token=request_token(secret, rid) if secret else None,
+                )
+            )
+
+    def _decide_partition(
+        self,
+        model: str,
+        p: int,
+        cfg: ModelConfig,
+        cols: _Cols,
+        rows: npt.NDArray[np.intp],
+        *,
+        result: SamplerResult,
+    ) -> None:
+        b = cols.bucket[rows]
+        uniq, first = np.unique(b, return_index=True)
+        cuts = sorted(
+            int(first[j])
+            for j in range(len(uniq))
+            if (model, p, int(uniq[j])) not in self._controls
+        )
+        bounds = [0, *[c for c in cuts if c > 0], len(rows)]
+        running = self._max_bucket.get((model, p))
+        for lo, hi in itertools.pairwise(bounds):
+            chunk = rows[lo:hi]
+            cb = b[lo:hi]
+            head = int(cb[0])
+            running = head if running is None else max(running, head)
+            horizon = running - self.retention + 1
+            if (model, p, head) not in self._controls and head >= horizon:
+                ctl = self._new_control(model, p, head, horizon)
+                self._controls[(model, p, head)] = ctl
+                self._changes.controls[(model, p, head)] = ctl
+            for bk in np.unique(cb).tolist():
+                ctl_b = self._controls.get((model, p, int(bk)))
+                if bk < horizon or ctl_b is None:
+                    continue  # too old: counted, never audited
+                sel = chunk[cb == bk]
+                q, prob = selection_weights(
+                    cols.score[sel], cols.pred[sel], cfg.alpha, cfg.defensive, ctl_b
+                )
+                cols.qstar[sel] = q
+                cols.pi[sel] = prob
+            self._aggregate(model, p, cols, chunk, horizon, result=result)
+            if self._max_bucket.get((model, p)) != running:
+                self._max_bucket[(model, p)] = running
+                if any(b_ < horizon for b_ in self._traffic.get((model, p), {})):
+                    self._prune(model, p, horizon)
+
+    def _aggregate(
+        self,
+        model: str,
+        p: int,
+        cols: _Cols,
+        chunk: npt.NDArray[np.intp],
+        horizon: int,
+        *,
+        result: SamplerResult,
+    ) -> None:
+        n = len(chunk)
+        groups = group_traffic(
+            np.full(n, model),
+            cols.segment[chunk],
+            cols.bucket[chunk],
+            np.full(n, p, dtype=np.int32),
+            cols.score[chunk],
+            cols.pred[chunk],
+            cols.qstar[chunk],
+            cols.u[chunk] < cols.pi[chunk],
+            cols.pi[chunk],
+            cols.ts[chunk],
+        )
+        hist = self._traffic.setdefault((model, p), {})
+        for key, agg in groups.items():
+            result.traffic[key] = result.traffic.get(key, TrafficAggregate.zero()) + agg
+            if key.bucket < horizon:
+                continue  # beyond retention: counted in the batch, not kept
+            total = hist.get(key.bucket, TrafficAggregate.zero()) + agg
+            hist[key.bucket] = total
+            self._changes.traffic[(model, p, key.bucket)] = total
+
+
+@dataclass
+class _Cols:
+    """The columns of one model's records in a batch, plus the decision arrays being filled."""
+
+    ids: npt.NDArray[np.str_]
+    score: npt.NDArray[np.float64]
+    pred: npt.NDArray[np.int8]
+    ts: npt.NDArray[np.float64]
+    segment: npt.NDArray[np.str_]
+    bucket: npt.NDArray[np.int64]
+    u: npt.NDArray[np.float64]
+    qstar: npt.NDArray[np.float64]
+    pi: npt.NDArray[np.float64]

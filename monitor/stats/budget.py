@@ -1,0 +1,112 @@
+"""The label-budget controller: the frozen per-bucket control of the audit decisions.
+
+Stream version of seed 000 (Sawade et al., Cor. 2) with Poisson sampling: record i is audited
+with probability ``pi_i = min(1, kappa q_i)`` where
+``q_i = (1 - lam) q*_i / mean_q* + lam`` (defensive mixing, seed 002 Sec. 4.1) and q* is the
+variance-optimal F_alpha proposal evaluated at ``g``, the intrinsic F of earlier traffic.
+
+For bucket b on one partition the control is computed once, from that partition's aggregate of
+the latest earlier bucket only (so it depends on the stream, not on batch boundaries):
+
+- ``g = G_theta = sum(f s) / (alpha sum(f) + (1 - alpha) sum(s))`` of that bucket,
+- ``mean_qstar`` = mean of q* over that bucket,
+- ``kappa = (labels_per_hour * bucket_s / 3600 / n_partitions) / N_hat`` where ``N_hat`` is the
+  bucket's record count scaled to a whole bucket when the partition only started during it
+  (``N_hat = n * bucket_s / max(covered_s, bucket_s / 4)``).
+
+Without history (first bucket of a partition) q = 1 (uniform) and
+``kappa = labels_per_hour / expected_records_per_hour``. Any kappa keeps the Horvitz-Thompson
+estimate unbiased; the controller only decides how many labels are spent.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.stats.falpha import intrinsic_falpha_from_sums
+from monitor.stats.selection import defensive_mix, inclusion_from_kappa, q_star_falpha
+
+# G used to accumulate q* while no intrinsic F is known yet (first bucket of a partition)
+G_PRIOR = 0.5
+# a partially observed bucket is extrapolated from at least this share of the bucket
+MIN_COVERAGE = 0.25
+
+
+@dataclass(frozen=True)
+class Control:
+    """The inputs of every audit decision in one (model, partition, bucket).
+
+    ``mean_qstar`` is NaN for the uniform control (no history): then q = 1 for every record.
+    """
+
+    g: float
+    kappa: float
+    mean_qstar: float
+
+    @property
+    def uniform(self) -> bool:
+        """Whether this control samples uniformly (no earlier bucket to learn from)."""
+        return math.isnan(self.mean_qstar)
+
+
+def uniform_control(labels_per_hour: float, expected_records_per_hour: float) -> Control:
+    """The control of a partition's first bucket: q = 1, kappa = budget rate / traffic rate."""
+    kappa = labels_per_hour / expected_records_per_hour if expected_records_per_hour > 0 else 1.0
+    return Control(g=G_PRIOR, kappa=kappa, mean_qstar=math.nan)
+
+
+def control_for_bucket(
+    *,
+    n: int,
+    n_pred: int,
+    pred_score_total: float,
+    score_total: float,
+    mean_qstar: float,
+    ts_min: float,
+    prev_bucket: int,
+    alpha: float,
+    labels_per_hour: float,
+    bucket_s: int,
+    n_partitions: int,
+) -> Control:
+    """The control of the next bucket from the aggregate of the latest earlier bucket.
+
+    ``g`` falls back to ``G_PRIOR`` when the intrinsic F is undefined (e.g. no predicted
+    positive and zero scores); ``mean_qstar`` to 1 when it is not positive.
+    """
+    g = intrinsic_falpha_from_sums(pred_score_total, float(n_pred), score_total, alpha)
+    if not math.isfinite(g):
+        g = G_PRIOR
+    mq = mean_qstar if math.isfinite(mean_qstar) and mean_qstar > 0 else 1.0
+    start = prev_bucket * bucket_s
+    covered = start + bucket_s - max(float(start), ts_min)
+    covered = max(covered, MIN_COVERAGE * bucket_s)
+    n_hat = n * bucket_s / covered
+    budget = labels_per_hour * bucket_s / 3600.0 / max(1, n_partitions)
+    kappa = budget / n_hat if n_hat > 0 else 1.0
+    return Control(g=float(g), kappa=float(kappa), mean_qstar=float(mq))
+
+
+def selection_weights(
+    score: npt.NDArray[np.float64],
+    pred: npt.NDArray[np.int8],
+    alpha: float,
+    lam: float,
+    control: Control,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Return ``(q*, pi)`` for records under one control.
+
+    ``q*`` (undefended, seed 000 Cor. 2 at ``g``) feeds the aggregate of this bucket; ``pi =
+    min(1, kappa q)`` with ``q = defensive_mix(q*, lam, mean_qstar)``, or q = 1 when uniform.
+    """
+    qstar = np.asarray(q_star_falpha(score, pred, alpha, control.g), dtype=np.float64)
+    if control.uniform:
+        q = np.ones_like(score, dtype=np.float64)
+    else:
+        q = np.asarray(defensive_mix(qstar, lam, control.mean_qstar), dtype=np.float64)
+    pi = np.asarray(inclusion_from_kappa(q, control.kappa), dtype=np.float64)
+    return qstar, pi

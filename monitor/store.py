@@ -1,0 +1,310 @@
+"""Durable state in one SQLite file per data directory.
+
+WAL journal, ``synchronous=FULL``; an exclusive ``flock`` on ``monitor.lock`` keeps a second
+daemon out of the same directory. Each poll writes ONE transaction holding every state change
+and the next offset of each topic-partition it consumed, so state and offsets can never
+disagree: after a crash the consumer seeks to the stored offsets and replays, and the
+deterministic decisions and idempotent upserts reproduce the lost work exactly.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import math
+import os
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from monitor.errors import StoreError
+from monitor.estimator import EstimatorChanges, ParkedLabel, RequestState
+from monitor.records import LabelResult, RawRecord
+from monitor.sampler import AuditRequest, PartKey, SamplerChanges
+from monitor.stats.budget import Control
+from monitor.windows import TrafficAggregate
+
+SCHEMA_VERSION = "1"
+DB_NAME = "monitor.sqlite"
+LOCK_NAME = "monitor.lock"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS offsets (
+    topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition));
+CREATE TABLE IF NOT EXISTS ptraffic (
+    model TEXT NOT NULL, partition INTEGER NOT NULL, bucket INTEGER NOT NULL, agg TEXT NOT NULL,
+    PRIMARY KEY (model, partition, bucket));
+CREATE TABLE IF NOT EXISTS controls (
+    model TEXT NOT NULL, partition INTEGER NOT NULL, bucket INTEGER NOT NULL,
+    g REAL NOT NULL, kappa REAL NOT NULL, mean_qstar REAL,
+    PRIMARY KEY (model, partition, bucket));
+CREATE TABLE IF NOT EXISTS segments (
+    model TEXT NOT NULL, segment TEXT NOT NULL, PRIMARY KEY (model, segment));
+CREATE TABLE IF NOT EXISTS straffic (
+    model TEXT NOT NULL, segment TEXT NOT NULL, bucket INTEGER NOT NULL, agg TEXT NOT NULL,
+    PRIMARY KEY (model, segment, bucket));
+CREATE TABLE IF NOT EXISTS requests (
+    request_id TEXT PRIMARY KEY, model TEXT NOT NULL, bucket INTEGER NOT NULL,
+    body TEXT NOT NULL, label INTEGER, labeler TEXT, label_ts REAL);
+CREATE TABLE IF NOT EXISTS parked (
+    topic TEXT NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL,
+    request_id TEXT NOT NULL, parked_at REAL NOT NULL, body TEXT NOT NULL,
+    PRIMARY KEY (topic, partition, offset));
+CREATE TABLE IF NOT EXISTS watermarks (model TEXT PRIMARY KEY, ts REAL NOT NULL);
+"""
+
+
+@dataclass
+class LoadedState:
+    """Everything read back at start-up."""
+
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    ptraffic: dict[PartKey, TrafficAggregate] = field(default_factory=dict)
+    controls: dict[PartKey, Control] = field(default_factory=dict)
+    segments: dict[str, set[str]] = field(default_factory=dict)
+    straffic: dict[tuple[str, str, int], TrafficAggregate] = field(default_factory=dict)
+    requests: list[RequestState] = field(default_factory=list)
+    parked: list[ParkedLabel] = field(default_factory=list)
+    watermarks: dict[str, float] = field(default_factory=dict)
+
+
+def _agg_dump(a: TrafficAggregate) -> str:
+    return json.dumps(
+        [
+            *(a.n, a.n_pred, a.sum_score, a.sum_pred_score, a.sum_qstar, a.n_requested),
+            *(a.sum_pi, a.hist.tolist(), a.ts_min, a.ts_max),
+        ]
+    )
+
+
+def _agg_load(text: str) -> TrafficAggregate:
+    v = json.loads(text)
+    return TrafficAggregate(
+        n=v[0],
+        n_pred=v[1],
+        sum_score=v[2],
+        sum_pred_score=v[3],
+        sum_qstar=v[4],
+        n_requested=v[5],
+        sum_pi=v[6],
+        hist=np.asarray(v[7], dtype=np.int64),
+        ts_min=float(v[8]),
+        ts_max=float(v[9]),
+    )
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+def _parked_dump(item: ParkedLabel) -> str:
+    lab, src = item.label, item.label.source
+    return json.dumps(
+        {
+            "request_id": lab.request_id,
+            "record_id": lab.record_id,
+            "label": lab.label,
+            "labeler": lab.labeler,
+            "ts": lab.ts,
+            "token": lab.token,
+            "src": [src.topic, src.partition, src.offset, src.timestamp_ms],
+            "key": _b64(src.key),
+            "value": _b64(src.value),
+        }
+    )
+
+
+def _parked_load(request_id: str, parked_at: float, text: str) -> ParkedLabel:
+    v = json.loads(text)
+    topic, partition, offset, ts_ms = v["src"]
+    src = RawRecord(topic, partition, offset, ts_ms, _unb64(v["key"]), _unb64(v["value"]))
+    lab = LabelResult(
+        v["request_id"], v["record_id"], v["label"], v["labeler"], v["ts"], v["token"], src
+    )
+    return ParkedLabel(request_id, lab, parked_at)
+
+
+class Store:
+    """The SQLite state of one daemon; ``commit`` is one transaction per poll."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir)
+        self._lock: IO[bytes] | None = None
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self._lock = (self.data_dir / LOCK_NAME).open("ab")
+        except OSError as exc:
+            msg = f"data directory {self.data_dir} is not writable: {exc.strerror or exc}"
+            raise StoreError(msg) from exc
+        try:
+            fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            self._lock.close()
+            self._lock = None
+            msg = f"data directory {self.data_dir} is in use by another monitor process"
+            raise StoreError(msg) from exc
+        if not os.access(self.data_dir, os.W_OK):
+            self.close()
+            msg = f"data directory {self.data_dir} is not writable"
+            raise StoreError(msg)
+        try:
+            self._db = sqlite3.connect(self.data_dir / DB_NAME, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+            self._db.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,)
+            )
+        except sqlite3.Error as exc:
+            self.close()
+            msg = f"cannot open the state store in {self.data_dir}: {exc}"
+            raise StoreError(msg) from exc
+
+    def close(self) -> None:
+        """Close the database and release the directory lock."""
+        db: sqlite3.Connection | None = getattr(self, "_db", None)
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+            del self._db
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock.fileno(), fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+    # ------------------------------------------------------------------- read
+    def offsets(self) -> dict[tuple[str, int], int]:
+        """The next offset to consume per (topic, partition)."""
+        rows = self._db.execute("SELECT topic, partition, next_offset FROM offsets")
+        return {(t, int(p)): int(o) for t, p, o in rows}
+
+    def load(self) -> LoadedState:
+        """Read the whole state back."""
+        st = LoadedState(offsets=self.offsets())
+        db = self._db
+        for m, p, b, agg in db.execute("SELECT model, partition, bucket, agg FROM ptraffic"):
+            st.ptraffic[(m, int(p), int(b))] = _agg_load(agg)
+        for m, p, b, g, k, mq in db.execute("SELECT * FROM controls"):
+            st.controls[(m, int(p), int(b))] = Control(
+                float(g), float(k), math.nan if mq is None else float(mq)
+            )
+        for m, s in db.execute("SELECT model, segment FROM segments"):
+            st.segments.setdefault(m, set()).add(s)
+        for m, s, b, agg in db.execute("SELECT model, segment, bucket, agg FROM straffic"):
+            st.straffic[(m, s, int(b))] = _agg_load(agg)
+        for body, label, labeler, label_ts in db.execute(
+            "SELECT body, label, labeler, label_ts FROM requests ORDER BY rowid"
+        ):
+            req = AuditRequest.from_json(body.encode("utf-8"))
+            st.requests.append(RequestState(req, label, labeler, label_ts))
+        for rid, at, body in db.execute(
+            "SELECT request_id, parked_at, body FROM parked ORDER BY parked_at, rowid"
+        ):
+            st.parked.append(_parked_load(rid, float(at), body))
+        for m, ts in db.execute("SELECT model, ts FROM watermarks"):
+            st.watermarks[m] = float(ts)
+        return st
+
+    # ------------------------------------------------------------------ write
+    def commit(
+        self,
+        sampler: SamplerChanges,
+        estimator: EstimatorChanges,
+        offsets: Mapping[tuple[str, int], int],
+    ) -> None:
+        """Write every change and the next offsets in one transaction (all or nothing)."""
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            self._write(db, sampler, estimator, offsets)
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            msg = f"cannot write the state store in {self.data_dir}: {exc}"
+            raise StoreError(msg) from exc
+
+    @staticmethod
+    def _write(
+        db: sqlite3.Connection,
+        sampler: SamplerChanges,
+        estimator: EstimatorChanges,
+        offsets: Mapping[tuple[str, int], int],
+    ) -> None:
+        db.executemany(
+            "INSERT OR REPLACE INTO ptraffic VALUES (?, ?, ?, ?)",
+            [(m, p, b, _agg_dump(a)) for (m, p, b), a in sampler.traffic.items()],
+        )
+        db.executemany(
+            "INSERT OR REPLACE INTO controls VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (m, p, b, c.g, c.kappa, None if math.isnan(c.mean_qstar) else c.mean_qstar)
+                for (m, p, b), c in sampler.controls.items()
+            ],
+        )
+        db.executemany("INSERT OR IGNORE INTO segments VALUES (?, ?)", sorted(sampler.segments))
+        for (m, p), horizon in sampler.prune.items():
+            args = (m, p, horizon)
+            db.execute("DELETE FROM ptraffic WHERE model=? AND partition=? AND bucket<?", args)
+            db.execute("DELETE FROM controls WHERE model=? AND partition=? AND bucket<?", args)
+        db.executemany(
+            "INSERT OR REPLACE INTO straffic VALUES (?, ?, ?, ?)",
+            [(m, s, b, _agg_dump(a)) for (m, s, b), a in estimator.traffic.items()],
+        )
+        rows: list[tuple[Any, ...]] = []
+        for rid, s in estimator.requests.items():
+            body = s.request.to_json().decode("utf-8")
+            rows.append((rid, s.request.model, s.request.bucket, body))
+        db.executemany("INSERT OR IGNORE INTO requests VALUES (?, ?, ?, ?, NULL, NULL, NULL)", rows)
+        db.executemany(
+            "UPDATE requests SET label=?, labeler=?, label_ts=? WHERE request_id=?",
+            [
+                (s.label, s.labeler, s.label_ts, rid)
+                for rid, s in estimator.requests.items()
+                if s.label is not None
+            ],
+        )
+        db.executemany(
+            "INSERT OR REPLACE INTO parked VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    i.label.source.topic,
+                    i.label.source.partition,
+                    i.label.source.offset,
+                    i.request_id,
+                    i.parked_at,
+                    _parked_dump(i),
+                )
+                for i in estimator.parked_added
+            ],
+        )
+        db.executemany(
+            "DELETE FROM parked WHERE topic=? AND partition=? AND offset=?",
+            [
+                (i.label.source.topic, i.label.source.partition, i.label.source.offset)
+                for i in estimator.parked_removed
+            ],
+        )
+        db.executemany(
+            "INSERT OR REPLACE INTO watermarks VALUES (?, ?)", list(estimator.watermarks.items())
+        )
+        for m, horizon in estimator.prune.items():
+            db.execute("DELETE FROM straffic WHERE model=? AND bucket<?", (m, horizon))
+            db.execute("DELETE FROM requests WHERE model=? AND bucket<?", (m, horizon))
+        db.executemany(
+            "INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)",
+            [(t, p, o) for (t, p), o in offsets.items()],
+        )

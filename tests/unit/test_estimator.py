@@ -1,0 +1,125 @@
+import math
+
+import numpy as np
+from engine_streams import make_stream
+
+from monitor.config import Config, ModelConfig
+from monitor.errors import RejectReason
+from monitor.estimator import EstimatorService
+from monitor.records import LabelResult, RawRecord
+from monitor.sampler import SamplerService
+from monitor.stats.measures import measure_all
+from monitor.stats.sample import LabeledSample
+
+CFG = Config(
+    models={
+        "default": ModelConfig(
+            name="default", labels_per_hour=200.0, expected_records_per_hour=3000.0
+        )
+    },
+    label_park_grace_s=5.0,
+    label_park_max=3,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _label(rid, y, offset=0, record_id=None):
+    src = RawRecord("labels", 0, offset, 0, None, b"{}")
+    return LabelResult(rid, record_id, y, None, None, None, src)
+
+
+def _setup(rng, n=6000, hours=3):
+    s = make_stream(rng, n, span_s=hours * 3600)
+    sampler = SamplerService(CFG)
+    res = sampler.process(s.batch(slice(None)))
+    clock = Clock()
+    est = EstimatorService(CFG, clock)
+    est.apply_traffic(res.traffic)
+    return s, res, est, clock
+
+
+def test_window_estimate_equals_direct_computation(rng):
+    s, res, est, _ = _setup(rng)
+    assert est.upsert_requests(res.requests) == []
+    truth = dict(zip(s.ids.tolist(), s.label.tolist(), strict=True))
+    labels = [_label(r.request_id, truth[r.id], i) for i, r in enumerate(res.requests)]
+    assert est.handle_labels(labels) == []
+    snap = est.snapshot()
+    row = next(w for w in snap.windows if w.window == "24h" and w.segment == "")
+    reqs = res.requests
+    sample = LabeledSample.poisson(
+        np.array([r.score for r in reqs]),
+        np.array([r.pred for r in reqs]),
+        np.array([truth[r.id] for r in reqs]),
+        np.array([r.pi for r in reqs]),
+    )
+    direct = measure_all(sample, 0.5, 0.95)
+    assert row.f == direct.f and row.labels == len(reqs) == row.requests
+    assert row.records == len(s) and row.pending == 0 and row.missing == 0
+    assert math.isnan(row.psi)  # no preceding window yet
+    one_h = next(w for w in snap.windows if w.window == "1h")
+    assert one_h.records < len(s) and not math.isnan(one_h.psi)
+    assert snap.watermarks["default"] == s.ts.max()
+
+
+def test_no_labels_means_missing_not_zero(rng):
+    _, res, est, _ = _setup(rng)
+    est.upsert_requests(res.requests)
+    row = est.snapshot().windows[0]
+    assert math.isnan(row.f.value) and row.labels == 0 and row.pending == row.requests > 0
+
+
+def test_duplicate_conflicting_unknown_and_expired(rng):
+    _, res, est, clock = _setup(rng)
+    est.upsert_requests(res.requests)
+    r0, r1 = res.requests[0], res.requests[1]
+    assert est.handle_labels([_label(r0.request_id, 1, 1)]) == []
+    before = est.snapshot()
+    rej = est.handle_labels(
+        [_label(r0.request_id, 1, 2), _label(r0.request_id, 0, 3), _label("nope", 1, 4)]
+    )
+    assert [r.reason for r in rej] == [
+        RejectReason.DUPLICATE_LABEL,
+        RejectReason.CONFLICTING_LABEL,
+    ]
+    assert est.n_parked == 1 and est.expire_parked() == []
+    clock.t += 6.0
+    assert est.expire_parked(requests_caught_up=False) == []
+    (unknown,) = est.expire_parked()
+    assert unknown.reason == RejectReason.UNKNOWN_REQUEST and unknown.record.offset == 4
+    assert est.snapshot().windows == before.windows  # rejects change no estimate
+    # a request whose deadline the watermark passed is missing; its label expires
+    late = CFG.label_deadline_s
+    s2 = make_stream(rng, 10, start=r1.ts + late + 1.0, span_s=1.0)
+    s2.ids = np.array([f"late{i}" for i in range(10)])
+    est.apply_traffic(SamplerService(CFG).process(s2.batch(slice(None))).traffic)
+    (exp,) = est.handle_labels([_label(r1.request_id, 0, 5)])
+    assert exp.reason == RejectReason.EXPIRED_REQUEST
+
+
+def test_early_labels_park_then_match_and_overflow_is_bounded(rng):
+    _, res, est, _ = _setup(rng)
+    r = res.requests[:5]
+    assert est.handle_labels([_label(x.request_id, 1, i) for i, x in enumerate(r[:3])]) == []
+    assert est.n_parked == 3
+    (over,) = est.handle_labels([_label(r[3].request_id, 1, 9)])  # limit 3: the oldest goes
+    assert over.reason == RejectReason.UNKNOWN_REQUEST and over.record.offset == 0
+    assert est.upsert_requests(r) == []
+    assert est.n_parked == 0
+    assert [est.request(x.request_id).label for x in r] == [None, 1, 1, 1, None]
+    assert est.take_label_counts() == {"default": 3}
+
+
+def test_label_by_record_id(rng):
+    _s, res, est, _ = _setup(rng)
+    est.upsert_requests(res.requests)
+    r = res.requests[0]
+    assert est.handle_labels([_label(None, 0, 0, record_id=r.id)]) == []
+    assert est.request(r.request_id).label == 0

@@ -1,0 +1,109 @@
+import json
+
+import numpy as np
+import pytest
+from engine_streams import make_stream, random_cuts
+
+from monitor.config import Config, ModelConfig, WindowsConfig
+from monitor.sampler import OTHER_SEGMENT, AuditRequest, SamplerService, request_id_for
+from monitor.stats.selection import hash_uniform
+from monitor.windows import TrafficAggregate, bucket_of
+
+
+def _config(**kw):
+    model = ModelConfig(name="default", labels_per_hour=40.0, expected_records_per_hour=3000.0)
+    return Config(models={"default": model}, **kw)
+
+
+def _run(config, stream, cuts, n_partitions=1):
+    sampler = SamplerService(config, n_partitions=n_partitions)
+    requests, traffic = [], {}
+    for cut in cuts:
+        res = sampler.process(stream.batch(cut))
+        requests.extend(res.requests)
+        for k, a in res.traffic.items():
+            traffic[k] = traffic.get(k, TrafficAggregate.zero()) + a
+    return sampler, requests, traffic
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_decisions_do_not_depend_on_batch_cuts(rng, partitions):
+    s = make_stream(rng, 12_000, span_s=4 * 3600, partitions=partitions)
+    cfg = _config()
+    _, whole, t_whole = _run(cfg, s, [slice(None)], partitions)
+    _, cut, t_cut = _run(cfg, s, random_cuts(rng, len(s), 40), partitions)
+    assert sorted(r.to_json() for r in whole) == sorted(r.to_json() for r in cut)
+    assert len(whole) > 50
+    assert t_whole == t_cut
+    # interleaving the partitions differently changes nothing either
+    order = np.lexsort((s.offset, s.partition))
+    _, grouped, _ = _run(cfg, s, [order[: len(s) // 2], order[len(s) // 2 :]], partitions)
+    assert sorted(r.to_json() for r in grouped) == sorted(r.to_json() for r in whole)
+
+
+def test_decision_is_the_hash_against_pi(rng):
+    s = make_stream(rng, 4000, span_s=2 * 3600)
+    cfg = _config()
+    sampler, reqs, _ = _run(cfg, s, [slice(None)])
+    u = hash_uniform(s.ids, "activeaudit|default")
+    chosen = {r.id for r in reqs}
+    for r in reqs:
+        i = int(r.id[1:])
+        assert u[i] < r.pi <= 1.0
+        assert r.request_id == request_id_for("activeaudit", "default", r.id)
+        assert r.bucket == int(bucket_of(np.array([r.ts]), 3600)[0])
+        assert r.deadline == r.ts + cfg.label_deadline_s
+    # a record not chosen in the first bucket had u >= kappa (uniform control there)
+    first = bucket_of(s.ts, 3600) == bucket_of(s.ts[:1], 3600)[0]
+    kappa = sampler.control("default", 0, int(bucket_of(s.ts[:1], 3600)[0])).kappa
+    for i in np.flatnonzero(first):
+        assert (s.ids[i] in chosen) == (u[i] < kappa)
+
+
+def test_requests_track_the_budget(rng):
+    hours = 8
+    s = make_stream(
+        rng, 3000 * hours, span_s=hours * 3600, start=1_700_000_000 - 1_700_000_000 % 3600
+    )
+    cfg = _config()
+    _, reqs, traffic = _run(cfg, s, random_cuts(rng, len(s), 30))
+    per_bucket = np.bincount([r.bucket - reqs[0].bucket for r in reqs])
+    expected = {k.bucket: a.pi_total for k, a in traffic.items()}
+    # expected requests per bucket (sum pi) is within 15% of the budget from the 2nd bucket on
+    for b in sorted(expected)[1:]:
+        assert abs(expected[b] - 40.0) < 0.15 * 40.0, (b, expected[b])
+    assert abs(per_bucket.sum() - 40.0 * hours) < 0.15 * 40.0 * hours
+
+
+def test_request_json_is_deterministic_and_round_trips():
+    r = AuditRequest("ab", "x", "m", "", 0.25, 1, 0.5, 10.0, 0, 20.0, {"k": [1, 2]})
+    raw = r.to_json()
+    assert raw == json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":")).encode()
+    assert list(json.loads(raw)) == sorted(json.loads(raw))
+    assert AuditRequest.from_json(raw) == r
+    with pytest.raises(ValueError, match="request"):
+        AuditRequest.from_json(b'{"id": 1}')
+
+
+def test_segment_cap_folds_new_segments_into_other(rng):
+    s = make_stream(rng, 600, segments=("a", "b", "c", "d"))
+    cfg = _config(max_segments_per_model=2)
+    sampler = SamplerService(cfg)
+    res = sampler.process(s.batch(slice(None)))
+    segs = {k.segment for k in res.traffic}
+    assert OTHER_SEGMENT in segs and len(segs - {OTHER_SEGMENT}) == 2
+    kept = segs - {OTHER_SEGMENT}
+    assert res.folded["default"] == int(np.isin(s.segment, list(kept), invert=True).sum())
+    assert sampler.take_changes().segments == {("default", x) for x in kept}
+
+
+def test_records_beyond_retention_are_counted_not_audited(rng):
+    cfg = _config(windows=WindowsConfig(bucket_s=3600, report=(("1h", 3600),)))
+    s = make_stream(rng, 1000, span_s=600)
+    sampler = SamplerService(cfg)
+    sampler.process(s.batch(slice(None)))
+    old = make_stream(rng, 200, start=float(s.ts[0]) - 5 * 3600, span_s=60)
+    old.offset += 1000
+    res = sampler.process(old.batch(slice(None)))
+    assert res.records["default"] == 200 and res.requested["default"] == 0
+    assert res.requests == []

@@ -1,0 +1,91 @@
+import os
+
+import numpy as np
+import pytest
+from engine_streams import make_stream
+
+from monitor.config import Config, ModelConfig
+from monitor.errors import StoreError
+from monitor.estimator import EstimatorService
+from monitor.records import LabelResult, RawRecord
+from monitor.sampler import SamplerService
+from monitor.store import Store
+
+CFG = Config(
+    models={
+        "default": ModelConfig(
+            name="default", labels_per_hour=100.0, expected_records_per_hour=2000.0
+        )
+    }
+)
+
+
+def _label(rid, y, offset):
+    src = RawRecord("labels", 0, offset, 7, b"k", b"\xff{}")
+    return LabelResult(rid, None, y, "ann", 5.0, None, src)
+
+
+def test_state_round_trips_and_restored_services_continue_identically(tmp_path, rng):
+    s = make_stream(rng, 8000, span_s=4 * 3600)
+    half = len(s) // 2
+    sampler, est = SamplerService(CFG), EstimatorService(CFG)
+    store = Store(tmp_path)
+    res = sampler.process(s.batch(slice(0, half)))
+    est.apply_traffic(res.traffic)
+    est.upsert_requests(res.requests)
+    est.handle_labels([_label(r.request_id, 1, i) for i, r in enumerate(res.requests[:5])])
+    est.handle_labels([_label("unknown", 0, 99)])
+    store.commit(sampler.take_changes(), est.take_changes(), {("scored", 0): half})
+    store.close()
+
+    store = Store(tmp_path)
+    st = store.load()
+    assert st.offsets == {("scored", 0): half}
+    sampler2 = SamplerService(CFG, traffic=st.ptraffic, controls=st.controls, segments=st.segments)
+    est2 = EstimatorService(
+        CFG, traffic=st.straffic, requests=st.requests, parked=st.parked, watermarks=st.watermarks
+    )
+    assert est2.n_parked == 1 and st.parked[0].label.source.value == b"\xff{}"
+    assert est2.snapshot().windows == est.snapshot().windows
+    rest = s.batch(slice(half, None))
+    a, b = sampler.process(rest), sampler2.process(rest)
+    assert [r.to_json() for r in a.requests] == [r.to_json() for r in b.requests]
+    assert a.traffic == b.traffic
+    store.close()
+
+
+def test_second_daemon_on_same_directory_is_refused(tmp_path):
+    first = Store(tmp_path)
+    with pytest.raises(StoreError, match="in use by another monitor"):
+        Store(tmp_path)
+    first.close()
+    Store(tmp_path).close()  # released on close
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_unwritable_directory_is_a_clear_error(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        with pytest.raises(StoreError, match="not writable"):
+            Store(ro / "data")
+    finally:
+        ro.chmod(0o700)
+
+
+def test_pruned_rows_leave_the_store(tmp_path, rng):
+    cfg = Config(models=CFG.models)
+    s = make_stream(rng, 3000, span_s=3600)
+    sampler, est, store = SamplerService(cfg), EstimatorService(cfg), Store(tmp_path)
+    res = sampler.process(s.batch(slice(None)))
+    est.apply_traffic(res.traffic)
+    store.commit(sampler.take_changes(), est.take_changes(), {})
+    later = make_stream(rng, 100, start=float(s.ts[-1]) + 15 * 86_400, span_s=60)
+    later.ids = np.array([f"l{i}" for i in range(100)])
+    later.offset += 3000
+    est.apply_traffic(sampler.process(later.batch(slice(None))).traffic)
+    store.commit(sampler.take_changes(), est.take_changes(), {})
+    st = store.load()
+    assert {k[2] for k in st.straffic} == {k[2] for k in st.ptraffic} == {int(later.ts[0] // 3600)}
+    store.close()
