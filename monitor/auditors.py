@@ -4,12 +4,14 @@
 (schema in CONTRACTS "Stream design": ``request_id``, ``id``, ``model`` ...), looks the record id
 up in the truth file and, after ``--delay-s`` seconds of wall time, produces a label result
 
-    key = request_id (UTF-8), value = {"request_id", "label", "labeler", "ts"}
+    key = request_id (UTF-8), value = {"request_id", "label", "labeler", "ts"[, "token"]}
 
-to the label topic (``ts`` = wall-clock seconds when the answer was sent). Real audit queues
-are imperfect, so a fraction of requests is never answered (``--drop-rate``) and a fraction of
-answers is wrong (``--error-rate``: the true label flipped). Both are decided per request, not
-at random: with u(purpose) = int(blake2b(f"{seed}|{purpose}|{request_id}")[:8]) / 2^64,
+to the label topic (``ts`` = wall-clock seconds when the answer was sent; ``token`` echoes the
+request's token when it carries one, as an audit tool must when labels are authenticated).
+Real audit queues are imperfect, so a fraction of requests is never answered (``--drop-rate``)
+and a fraction of answers is wrong (``--error-rate``: the true label flipped). Both are
+decided per request, not at random: with
+u(purpose) = int(blake2b(f"{seed}|{purpose}|{request_id}")[:8]) / 2^64,
 
     dropped iff u("drop") < drop_rate,   flipped iff u("error") < error_rate,
 
@@ -230,7 +232,8 @@ class SimulatedAuditTeam:
         self._stats = AuditStats()
         self._lock = threading.Lock()
         self._seen: set[str] = set()
-        self._waiting: list[tuple[float, int, str, int]] = []  # (due, seq, request_id, label)
+        # (due, seq, request_id, label, token)
+        self._waiting: list[tuple[float, int, str, int, str | None]] = []
         self._seq = 0
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -334,8 +337,11 @@ class SimulatedAuditTeam:
         try:
             req = json.loads(value or b"")
             request_id, record_id = req["request_id"], req["id"]
+            token = req.get("token")
             if not isinstance(request_id, str) or not isinstance(record_id, str):
                 raise TypeError(request_id, record_id)
+            if token is not None and not isinstance(token, str):
+                raise TypeError(token)
         except (ValueError, TypeError, KeyError):
             with self._lock:
                 self._stats.malformed += 1
@@ -357,7 +363,7 @@ class SimulatedAuditTeam:
                 self._stats.flipped += 1
             self._seq += 1
             due = self._clock() + self.policy.delay_s
-            heapq.heappush(self._waiting, (due, self._seq, request_id, label))
+            heapq.heappush(self._waiting, (due, self._seq, request_id, label, token))
             self._stats.waiting = len(self._waiting)
 
     def _release(self, producer: Any) -> int:
@@ -369,13 +375,15 @@ class SimulatedAuditTeam:
                 if not self._waiting or self._waiting[0][0] > now:
                     self._stats.waiting = len(self._waiting)
                     return sent
-                _, _, request_id, label = heapq.heappop(self._waiting)
-            value = {
+                _, _, request_id, label, token = heapq.heappop(self._waiting)
+            value: dict[str, Any] = {
                 "request_id": request_id,
                 "label": label,
                 "labeler": self.policy.labeler,
                 "ts": round(time.time(), 3),
             }
+            if token is not None:
+                value["token"] = token
             producer.send(
                 self.labels_topic,
                 key=request_id.encode(),

@@ -84,6 +84,7 @@ def test_answers_follow_truth_delay_drop_and_error_rates(
     policy = AuditPolicy(delay_s=1.0, drop_rate=0.2, error_rate=0.1, seed=11, labeler="ann")
     requests = [json.dumps(_request(i, f"rec-{i}")).encode() for i in range(n)]
     requests += [json.dumps(_request(n + i, f"ghost-{i}")).encode() for i in range(7)]
+    requests[1] = json.dumps({**_request(1, "rec-1"), "token": "tok-1"}).encode()
     requests += [b"not json", b'{"request_id": 5, "id": "rec-1"}', requests[0]]  # bad x2, replay
     with SimulatedAuditTeam(
         {k: int(v) for k, v in truth.items()},
@@ -109,6 +110,9 @@ def test_answers_follow_truth_delay_drop_and_error_rates(
     wrong = {rid for rid, v in answered.items() if v["label"] != int(truth[f"rec-{int(rid[4:])}"])}
     assert wrong == {rid for rid in answered if policy.errs(rid)}, "flips are the seeded ones"
     assert 0.05 * want <= len(wrong) <= 0.15 * want
+    assert "req-00001" not in expected_dropped
+    assert answered["req-00001"]["token"] == "tok-1", "the request's token is echoed"
+    assert sum("token" in v for v in answered.values()) == 1
     for arrived, v in labels:
         assert v["labeler"] == "ann" and v["label"] in (0, 1) and isinstance(v["ts"], float)
         assert arrived >= sent_at + policy.delay_s - 0.8  # never answered before the delay
