@@ -1,18 +1,64 @@
 """Alert evaluation over published Snapshots (issue 4): decisions, state, and their evidence.
 
-The evaluator itself is added below the result type; the exporter renders ``AlertStatus``.
+Three alerts per (model, segment, window), configured per model by :class:`AlertConfig`:
+
+- ``f_below_floor`` (critical): the one-sided upper confidence bound of the monitored measure
+  (F_alpha, precision or recall) is below ``floor``;
+- ``f_dropped`` (warning): the measure is significantly below a reference (a configured
+  ``baseline`` with its ``baseline_se``, or the same window ``reference_lag_s`` earlier, which
+  must not overlap it), tested on the difference of the two independent estimates
+  (:func:`monitor.stats.alerting.drop_bound`);
+- ``model_untrustworthy`` (warning): the model likelihood is below ``likelihood_floor``, or the
+  intrinsic F (what the scores claim) lies outside the audited F's interval.
+
+Repeated looks. A window is looked at once per ``check_interval_s`` of event time (the model's
+watermark), and only when it has ``min_labels`` labels. Look k fires at the error spent by the
+rule of :mod:`monitor.stats.alerting` (default: ``false_alarm_rate / H`` with H looks per
+``horizon_s``, so at most ``false_alarm_rate`` false alarms per horizon per series).
+
+Hysteresis. An alert fires on the strict (spent) bound and clears only when the bound at the
+unadjusted ``false_alarm_rate`` no longer shows the problem (likelihood: back above the floor by
+``LIKELIHOOD_BAND``); in between it keeps its state, so a bound hovering at the threshold does
+not flap. Fewer than ``min_labels`` labels never change the state.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
 import math
-from dataclasses import dataclass
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from monitor.stats.alerting import (
+    SPENDING_RULES,
+    disagreement,
+    drop_bound,
+    look_error,
+    upper_bound,
+)
+
+if TYPE_CHECKING:
+    from monitor.config import Config
+    from monitor.snapshot import Snapshot, WindowEstimate
+    from monitor.stats.estimate import Estimate
+
+log = logging.getLogger(__name__)
 
 ALERT_SEVERITY: dict[str, str] = {
     "f_below_floor": "critical",
     "f_dropped": "warning",
     "model_untrustworthy": "warning",
 }
+MEASURES = ("f", "precision", "recall")
+#: a likelihood alert clears once the likelihood is this far above its floor again
+LIKELIHOOD_BAND = 0.02
 
 
 @dataclass(frozen=True)
@@ -39,3 +85,519 @@ class AlertStatus:
     def severity(self) -> str:
         """``critical`` pages someone, ``warning`` goes to a work queue."""
         return ALERT_SEVERITY.get(self.alert, "warning")
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """``(alert, model, segment, window)``."""
+        return (self.alert, self.model, self.segment, self.window)
+
+
+@dataclass(frozen=True)
+class AlertConfig:
+    """The ``alerts:`` block of one model (YAML keys are the field names)."""
+
+    measure: str = "f"  # f (the model's F_alpha) | precision | recall
+    floor: float | None = None  # f_below_floor off when None
+    baseline: float | None = None  # f_dropped reference value
+    baseline_se: float = 0.0  # its standard error (0: a known constant)
+    reference_lag_s: int = 0  # else compare with the same window this long ago (0: off)
+    drop_tolerance: float = 0.0  # drops up to this are not alerted
+    likelihood_floor: float | None = 0.5  # below: scores not trustworthy (None: off)
+    check_calibration: bool = True  # intrinsic F outside the audited interval -> untrustworthy
+    min_labels: int = 30  # fewer labels in the window: no decision
+    false_alarm_rate: float = 0.05  # per (alert, segment, window) and horizon
+    spending: str = "horizon"  # horizon | anytime (see monitor.stats.alerting)
+    horizon_s: int = 30 * 86_400
+    check_interval_s: int = 3600  # one look per this much event time
+    windows: tuple[str, ...] = ()  # reported windows to alert on (empty: all)
+
+    def problems(self, path: str = "alerts") -> list[str]:
+        """Every invalid value as ``path.key: reason, got value`` (empty when valid)."""
+        out: list[str] = []
+
+        def bad(key: str, reason: str, value: object) -> None:
+            out.append(f"{path}.{key}: {reason}, got {value!r}")
+
+        if self.measure not in MEASURES:
+            bad("measure", f"must be one of {', '.join(MEASURES)}", self.measure)
+        for key in ("floor", "baseline"):
+            value = getattr(self, key)
+            if value is not None and not 0.0 <= value <= 1.0:
+                bad(key, "must be in [0, 1]", value)
+        if self.likelihood_floor is not None and not 0.0 < self.likelihood_floor < 1.0:
+            bad("likelihood_floor", "must be in (0, 1)", self.likelihood_floor)
+        if not 0.0 <= self.baseline_se < 1.0:
+            bad("baseline_se", "must be in [0, 1)", self.baseline_se)
+        if not 0.0 <= self.drop_tolerance < 1.0:
+            bad("drop_tolerance", "must be in [0, 1)", self.drop_tolerance)
+        if self.reference_lag_s < 0:
+            bad("reference_lag_s", "must be >= 0", self.reference_lag_s)
+        if self.min_labels < 2:
+            bad("min_labels", "must be >= 2", self.min_labels)
+        if not 0.0 < self.false_alarm_rate <= 0.5:
+            bad("false_alarm_rate", "must be in (0, 0.5]", self.false_alarm_rate)
+        if self.spending not in SPENDING_RULES:
+            bad("spending", f"must be one of {', '.join(SPENDING_RULES)}", self.spending)
+        if self.check_interval_s <= 0:
+            bad("check_interval_s", "must be > 0", self.check_interval_s)
+        elif self.horizon_s < self.check_interval_s:
+            bad(
+                "horizon_s",
+                f"must be >= check_interval_s ({self.check_interval_s})",
+                self.horizon_s,
+            )
+        return out
+
+    @property
+    def horizon_looks(self) -> int:
+        """H: looks per horizon."""
+        return max(1, self.horizon_s // max(self.check_interval_s, 1))
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "measure": (str,),
+    "floor": (int, float, type(None)),
+    "baseline": (int, float, type(None)),
+    "baseline_se": (int, float),
+    "reference_lag_s": (int,),
+    "drop_tolerance": (int, float),
+    "likelihood_floor": (int, float, type(None)),
+    "check_calibration": (bool,),
+    "min_labels": (int,),
+    "false_alarm_rate": (int, float),
+    "spending": (str,),
+    "horizon_s": (int,),
+    "check_interval_s": (int,),
+    "windows": (list, tuple),
+}
+
+
+def alert_config_from_mapping(data: Any, path: str = "alerts") -> tuple[AlertConfig, list[str]]:
+    """Build an :class:`AlertConfig` from a parsed YAML mapping, collecting every problem.
+
+    Unknown keys, wrong types and impossible values are reported as ``path.key: reason``; the
+    returned config then holds the defaults for the bad keys. Integers are accepted for floats;
+    booleans are not accepted for numbers.
+    """
+    if data is None:
+        return AlertConfig(), []
+    if not isinstance(data, Mapping):
+        return AlertConfig(), [f"{path}: must be a mapping, got {type(data).__name__}"]
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        types = _TYPES.get(str(key))
+        if types is None:
+            problems.append(f"{path}.{key}: unknown key (allowed: {', '.join(_TYPES)})")
+            continue
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            names = "/".join("null" if t is type(None) else t.__name__ for t in types)
+            problems.append(f"{path}.{key}: must be {names}, got {type(value).__name__}")
+            continue
+        if isinstance(value, list | tuple):
+            if not all(isinstance(w, str) for w in value):
+                problems.append(f"{path}.windows: must be a list of window names")
+                continue
+            values[str(key)] = tuple(value)
+        elif isinstance(value, int) and float in types and not isinstance(value, bool):
+            values[str(key)] = float(value)
+        else:
+            values[str(key)] = value
+    config = AlertConfig(**values)
+    problems += config.problems(path)
+    return (config if not problems else AlertConfig()), problems
+
+
+@dataclass
+class _KeyState:
+    active: bool = False
+    since: float = math.nan
+    looks: int = 0
+    last_check: int | None = None
+    status: AlertStatus | None = None
+
+
+@dataclass(frozen=True)
+class _Decision:
+    fires: bool
+    clears: bool
+    bound: float
+    threshold: float
+    description: str
+
+
+_NO_DECISION = _Decision(False, False, math.nan, math.nan, "")
+Key = tuple[str, str, str, str]
+
+
+@dataclass(frozen=True)
+class _Look:
+    """One alert to decide on one window estimate."""
+
+    alert: str
+    window: WindowEstimate
+    cfg: AlertConfig
+    est: Estimate  # the monitored measure
+    reference: tuple[float, float] | None
+
+    def decide(self, error: float) -> _Decision:
+        if self.alert == "f_below_floor":
+            return _below_floor(self.window, self.est, self.cfg, error)
+        if self.alert == "f_dropped" and self.reference is not None:
+            return _dropped(self.window, self.est, self.cfg, self.reference, error)
+        return _untrusted(self.window, self.cfg, error)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3f}"
+
+
+@dataclass
+class AlertEvaluator:
+    """Keeps alert state across Snapshots and returns every alert's status after each one.
+
+    Args:
+        config: The daemon's configuration (models, reported windows).
+        alert_configs: Per-model alert settings; by default each model's ``alerts`` field
+            (``AlertConfig()`` when the model has none).
+    """
+
+    config: Config
+    alert_configs: Mapping[str, AlertConfig] | None = None
+    _state: dict[Key, _KeyState] = field(default_factory=dict, init=False)
+    # (model, segment, window) -> check index -> (value, se, n_labels) of the monitored measure
+    _history: dict[tuple[str, str, str], dict[int, tuple[float, float, int]]] = field(
+        default_factory=dict, init=False
+    )
+
+    def settings(self, model: str) -> AlertConfig:
+        """The alert settings of ``model``."""
+        if self.alert_configs is not None and model in self.alert_configs:
+            return self.alert_configs[model]
+        model_config = self.config.models.get(model)
+        found = getattr(model_config, "alerts", None)
+        return found if isinstance(found, AlertConfig) else AlertConfig()
+
+    def evaluate(self, snapshot: Snapshot) -> list[AlertStatus]:
+        """Decide every enabled alert of every window in ``snapshot`` (at most once per check).
+
+        Returns:
+            One status per (alert, model, segment, window) present in the snapshot.
+        """
+        out: list[AlertStatus] = []
+        window_s = dict(self.config.windows.report)
+        for w in snapshot.windows:
+            cfg = self.settings(w.model)
+            if cfg.windows and w.window not in cfg.windows:
+                continue
+            now = snapshot.watermarks.get(w.model, snapshot.created_at)
+            check = math.floor(now / cfg.check_interval_s)
+            est = _measure(w, cfg.measure)
+            reference = self._reference(w, cfg, est, check, window_s.get(w.window))
+            alerts = [
+                name
+                for name, enabled in (
+                    ("f_below_floor", cfg.floor is not None),
+                    ("f_dropped", reference is not None),
+                    (
+                        "model_untrustworthy",
+                        cfg.likelihood_floor is not None or cfg.check_calibration,
+                    ),
+                )
+                if enabled
+            ]
+            for alert in alerts:
+                out.append(self._look(_Look(alert, w, cfg, est, reference), check, now))
+        return out
+
+    def _look(self, look: _Look, check: int, now: float) -> AlertStatus:
+        alert, w, cfg = look.alert, look.window, look.cfg
+        key = (alert, w.model, w.segment, w.window)
+        st = self._state.setdefault(key, _KeyState())
+        if st.last_check == check and st.status is not None:
+            return st.status
+        n = w.labels if alert == "model_untrustworthy" else look.est.n_labels
+        decision = _NO_DECISION
+        if n >= cfg.min_labels:
+            error = look_error(cfg.false_alarm_rate, st.looks + 1, cfg.spending, cfg.horizon_looks)
+            decision = look.decide(error)
+            if not math.isnan(decision.bound):
+                st.looks += 1
+        if decision.fires and not st.active:
+            st.active, st.since = True, now
+            log.warning(
+                "alert firing",
+                extra={"event": "alert_firing", "alert": alert, "model": w.model,
+                       "segment": w.segment, "window": w.window, "bound": decision.bound,
+                       "threshold": decision.threshold},
+            )  # fmt: skip
+        elif decision.clears and st.active:
+            st.active, st.since = False, math.nan
+            log.info(
+                "alert resolved",
+                extra={"event": "alert_resolved", "alert": alert, "model": w.model,
+                       "segment": w.segment, "window": w.window},
+            )  # fmt: skip
+        st.last_check = check
+        st.status = AlertStatus(
+            alert, w.model, w.segment, w.window, st.active, decision.bound,
+            decision.threshold, st.since, decision.description,
+        )  # fmt: skip
+        return st.status
+
+    def _reference(
+        self, w: WindowEstimate, cfg: AlertConfig, est: Estimate, check: int, span: int | None
+    ) -> tuple[float, float] | None:
+        if cfg.baseline is not None:
+            return cfg.baseline, cfg.baseline_se
+        if cfg.reference_lag_s <= 0 or span is None or cfg.reference_lag_s < span:
+            return None  # no reference, or it would overlap the current window
+        series = self._history.setdefault((w.model, w.segment, w.window), {})
+        if est.defined:
+            series[check] = (est.value, est.se, est.n_labels)
+        lag = math.ceil(cfg.reference_lag_s / cfg.check_interval_s)
+        for old in [c for c in series if c < check - lag]:
+            del series[old]
+        ref = series.get(check - lag)
+        if ref is None or ref[2] < cfg.min_labels or math.isnan(ref[1]):
+            return (math.nan, math.nan)  # the alert exists but cannot be decided yet
+        return ref[0], ref[1]
+
+    # --- persistence ---------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """JSON-serialisable alert state (active flags, looks, reference history)."""
+        keys = [
+            {"key": list(k), "active": s.active, "since": s.since, "looks": s.looks}
+            for k, s in self._state.items()
+        ]
+        history = [
+            {"key": list(k), "points": [[c, *v] for c, v in sorted(series.items())]}
+            for k, series in self._history.items()
+        ]
+        return {"version": 1, "keys": keys, "history": history}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Load a :meth:`state` (e.g. after a restart); the next snapshot re-decides."""
+        self._state.clear()
+        self._history.clear()
+        for item in state.get("keys", []):
+            a, m, s, w = (str(x) for x in item["key"])
+            self._state[(a, m, s, w)] = _KeyState(
+                active=bool(item["active"]), since=float(item["since"]), looks=int(item["looks"])
+            )
+        for item in state.get("history", []):
+            m, s, w = (str(x) for x in item["key"])
+            self._history[(m, s, w)] = {
+                int(c): (float(v), float(se), int(n)) for c, v, se, n in item["points"]
+            }
+
+
+def _measure(w: WindowEstimate, measure: str) -> Estimate:
+    if measure == "precision":
+        return w.precision
+    if measure == "recall":
+        return w.recall
+    return w.f
+
+
+def _name(w: WindowEstimate, measure: str) -> str:
+    return f"F_{w.alpha:g}" if measure == "f" else measure
+
+
+def _below_floor(w: WindowEstimate, est: Estimate, cfg: AlertConfig, error: float) -> _Decision:
+    floor = float(cfg.floor if cfg.floor is not None else math.nan)
+    bound = upper_bound(est, error)
+    if math.isnan(bound):
+        return _NO_DECISION
+    relaxed = upper_bound(est, cfg.false_alarm_rate)
+    text = (
+        f"{_name(w, cfg.measure)} {_fmt(est.value)} on {w.window} ({est.n_labels} labels): "
+        f"upper bound {_fmt(bound)} at error {error:.2g} vs floor {_fmt(floor)}"
+    )
+    return _Decision(bound < floor, relaxed >= floor, bound, floor, text)
+
+
+def _dropped(
+    w: WindowEstimate, est: Estimate, cfg: AlertConfig, ref: tuple[float, float], error: float
+) -> _Decision:
+    ref_value, ref_se = ref
+    threshold = ref_value - cfg.drop_tolerance
+    bound = drop_bound(est, ref_value, ref_se, error)
+    if math.isnan(bound) or math.isnan(threshold):
+        return _NO_DECISION
+    relaxed = drop_bound(est, ref_value, ref_se, cfg.false_alarm_rate)
+    text = (
+        f"{_name(w, cfg.measure)} {_fmt(est.value)} on {w.window} vs reference "
+        f"{_fmt(ref_value)} (se {_fmt(ref_se)}): upper bound {_fmt(bound)} at error {error:.2g} "
+        f"vs {_fmt(threshold)}"
+    )
+    return _Decision(bound < threshold, relaxed >= threshold, bound, threshold, text)
+
+
+def _untrusted(w: WindowEstimate, cfg: AlertConfig, error: float) -> _Decision:
+    """Likelihood below its floor, or intrinsic F outside the audited F's strict interval.
+
+    The evidence exported is that of the failing check (the likelihood's if both fail), else
+    the likelihood while it is known, else the calibration bound.
+    """
+    floor = cfg.likelihood_floor
+    lik_known = floor is not None and not math.isnan(w.likelihood)
+    lik_bad = lik_known and w.likelihood < float(floor or 0.0)
+    lik_clear = not lik_known or w.likelihood >= float(floor or 0.0) + LIKELIHOOD_BAND
+    outside, bound, inside = False, math.nan, True
+    if cfg.check_calibration:
+        outside, bound = disagreement(w.f, w.intrinsic_f, error)
+        inside = not disagreement(w.f, w.intrinsic_f, cfg.false_alarm_rate)[0]
+    if not lik_known and math.isnan(bound):
+        return _NO_DECISION
+    fires, clears = lik_bad or outside, lik_clear and inside
+    if lik_bad or (lik_known and not outside):
+        text = f"model likelihood {_fmt(w.likelihood)} vs floor {_fmt(float(floor or 0.0))}"
+        return _Decision(fires, clears, w.likelihood, float(floor or 0.0), text)
+    text = (
+        f"intrinsic F_{w.alpha:g} {_fmt(w.intrinsic_f)} vs audited {_fmt(w.f.value)}: "
+        f"interval bound {_fmt(bound)} at error {error:.2g}"
+    )
+    return _Decision(fires, clears, bound, w.intrinsic_f, text)
+
+
+# --- Alertmanager --------------------------------------------------------------------------
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
+
+
+class AlertmanagerPusher:
+    """Forwards firing and resolved alerts to Alertmanager's v2 API without blocking.
+
+    ``push`` only hands the latest alert list to a background thread; older undelivered lists
+    are replaced. Firing alerts are re-sent every ``resend_s`` (Alertmanager resolves an alert
+    whose ``endsAt`` passes); an alert that stops firing is sent once with ``endsAt`` = now.
+    A POST is retried ``retries`` times with doubling back-off; when all fail, ``on_error(1)``
+    is called (wire it to ``Exporter.count_alertmanager_errors``) and the next push tries again.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        on_error: Callable[[int], None] | None = None,
+        timeout_s: float = 5.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        resend_s: float = 60.0,
+        generator_url: str = "",
+    ) -> None:
+        self.endpoint = url.rstrip("/") + "/api/v2/alerts"
+        self._on_error = on_error
+        self._timeout_s, self._retries, self._backoff_s = timeout_s, retries, backoff_s
+        self._resend_s, self._generator_url = resend_s, generator_url
+        self._cond = threading.Condition()
+        self._pending: list[dict[str, Any]] | None = None
+        self._closed = False
+        self._firing: dict[Key, float] = {}  # key -> wall time first seen firing
+        self._last_sent = -math.inf
+        self._last_keys: frozenset[Key] = frozenset()
+        self.delivered = 0  # successful POSTs (for tests and logs)
+        self._thread = threading.Thread(target=self._run, name="alertmanager-push", daemon=True)
+        self._thread.start()
+
+    def push(self, statuses: Sequence[AlertStatus], now: float | None = None) -> None:
+        """Queue the alerts that fire or just resolved; returns immediately."""
+        now = time.time() if now is None else now
+        firing = {s.key: s for s in statuses if s.active}
+        resolved = [k for k in self._firing if k not in firing]
+        keys = frozenset(firing)
+        if not resolved and keys == self._last_keys and now - self._last_sent < self._resend_s:
+            return
+        alerts = [
+            self._payload(s, self._firing.setdefault(k, now), now + 3 * self._resend_s)
+            for k, s in firing.items()
+        ]
+        for k in resolved:
+            start = self._firing.pop(k)
+            alerts.append(self._payload(AlertStatus(*k, active=False), start, now))
+        self._last_sent, self._last_keys = now, keys
+        if not alerts:
+            return
+        with self._cond:
+            self._pending = alerts
+            self._cond.notify()
+
+    def _payload(self, s: AlertStatus, starts: float, ends: float) -> dict[str, Any]:
+        annotations = {
+            "summary": f"{s.alert} for model {s.model} on window {s.window}",
+            "description": s.description,
+        }
+        if not math.isnan(s.bound):
+            annotations["bound"] = _fmt(s.bound)
+        if not math.isnan(s.threshold):
+            annotations["threshold"] = _fmt(s.threshold)
+        out: dict[str, Any] = {
+            "labels": {
+                "alertname": s.alert,
+                "severity": s.severity,
+                "model": s.model,
+                "segment": s.segment,
+                "window": s.window,
+                "source": "activeaudit-monitor",
+            },
+            "annotations": annotations,
+            "startsAt": _iso(starts),
+            "endsAt": _iso(ends),
+        }
+        if self._generator_url:
+            out["generatorURL"] = self._generator_url
+        return out
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None and not self._closed:
+                    self._cond.wait()
+                if self._pending is None:
+                    return
+                alerts, self._pending = self._pending, None
+            self._send(alerts)
+
+    def _send(self, alerts: list[dict[str, Any]]) -> None:
+        body = json.dumps(alerts).encode()
+        delay = self._backoff_s
+        for attempt in range(self._retries + 1):
+            request = urllib.request.Request(
+                self.endpoint, data=body, method="POST",
+                headers={"Content-Type": "application/json"},
+            )  # fmt: skip
+            try:
+                with urllib.request.urlopen(request, timeout=self._timeout_s) as resp:
+                    resp.read()
+                self.delivered += 1
+                return
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                reason = str(exc)
+            if attempt < self._retries:
+                with self._cond:
+                    if self._closed:
+                        break
+                    self._cond.wait(delay)
+                delay *= 2
+        log.warning(
+            "alertmanager push failed",
+            extra={"event": "alertmanager_push_failed", "url": self.endpoint, "error": reason},
+        )
+        if self._on_error is not None:
+            self._on_error(1)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Deliver what is pending (within ``timeout_s``) and stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout_s)
+
+
+def status_dict(status: AlertStatus) -> dict[str, Any]:
+    """A status as a plain dict (for logs and JSON output)."""
+    return dataclasses.asdict(status) | {"severity": status.severity}

@@ -1,0 +1,135 @@
+"""Interval-based alert decisions with control of false alarms over repeated looks (pure).
+
+Degradation is judged on confidence bounds, not on point estimates (DESIGN.md, "Alerts").
+Every check of a window is a *look*; with hourly looks an unadjusted 5% test would raise a false
+alarm on most healthy streams within days. Each look ``k`` is therefore tested at a small error
+``e_k`` chosen by a spending rule, and a union bound gives the guarantee:
+
+- ``horizon`` (default): ``e_k = rate / H`` with H the number of looks in a horizon (e.g. 720
+  hourly looks in 30 days). In any horizon-long stretch, P(at least one false alarm) <= rate for
+  each (alert, model, segment, window). The level does not tighten as the daemon ages: the
+  guarantee is a false-alarm *rate* (at most ``rate`` false pages per horizon per series).
+- ``anytime``: ``e_k = rate * 6 / (pi^2 k^2)`` (sum over k >= 1 is ``rate``): P(ever a false
+  alarm) <= rate over an unbounded run, at the price of bounds that widen as looks accumulate.
+
+The union bound is not very wasteful here: successive rolling-window estimates are correlated
+like a moving sum, whose maximum over T looks behaves like ~T/w * c^2 independent tests at high
+thresholds c, so exploiting the correlation would gain little over Bonferroni.
+
+One-sided bounds reuse the estimator's own interval (logit scale, Wilson fallback, Student t with
+n - 1 degrees of freedom, :func:`monitor.stats.interval.interval_from_se`): the upper bound with
+error e is the upper end of the two-sided interval at level 1 - 2e.
+"""
+
+from __future__ import annotations
+
+import math
+
+from monitor.stats.estimate import Estimate
+from monitor.stats.interval import interval_from_se, t_quantile
+
+SPENDING_RULES = ("horizon", "anytime")
+
+
+def look_error(rate: float, look: int, rule: str, horizon_looks: int) -> float:
+    """Error spent on look ``k``: ``rate / H`` (horizon) or ``rate 6 / (pi^2 k^2)`` (anytime).
+
+    Args:
+        rate: False-alarm rate to control, in (0, 1).
+        look: 1-based index of the look (only used by ``anytime``).
+        rule: ``"horizon"`` or ``"anytime"``.
+        horizon_looks: H, the number of looks in one horizon (only used by ``horizon``).
+
+    Returns:
+        The one-sided error of this look.
+
+    Examples:
+        >>> look_error(0.05, 3, "horizon", 720)
+        6.944444444444444e-05
+        >>> round(look_error(0.05, 1, "anytime", 720), 5)
+        0.0304
+    """
+    if not 0.0 < rate < 1.0:
+        msg = f"rate must be in (0, 1), got {rate}"
+        raise ValueError(msg)
+    if rule == "horizon":
+        return rate / max(horizon_looks, 1)
+    if rule == "anytime":
+        k = max(look, 1)
+        return rate * 6.0 / (math.pi**2 * k * k)
+    msg = f"spending rule must be one of {SPENDING_RULES}, got {rule!r}"
+    raise ValueError(msg)
+
+
+def _interval(est: Estimate, se: float, level: float) -> tuple[float, float]:
+    n_eff = est.ess if est.ess > 0.0 else math.inf
+    return interval_from_se(est.value, se, max(est.n_labels, 1), n_eff, level)
+
+
+def upper_bound(est: Estimate, error: float) -> float:
+    """One-sided upper confidence bound: P(true value > bound) <= ``error`` (NaN if undefined).
+
+    The upper end of the estimator's two-sided interval at level ``1 - 2 error``.
+    """
+    if not est.defined or math.isnan(est.se):
+        return math.nan
+    return _interval(est, est.se, 1.0 - 2.0 * error)[1]
+
+
+def lower_bound(est: Estimate, error: float) -> float:
+    """One-sided lower confidence bound: P(true value < bound) <= ``error`` (NaN if undefined)."""
+    if not est.defined or math.isnan(est.se):
+        return math.nan
+    return _interval(est, est.se, 1.0 - 2.0 * error)[0]
+
+
+def drop_bound(current: Estimate, ref_value: float, ref_se: float, error: float) -> float:
+    """Upper bound of the current measure allowing for the reference's uncertainty.
+
+    Test of the difference of two independent estimates on the logit scale (where the interval
+    of a ratio in [0, 1] is closest to normal): with c the current and r the reference value,
+
+        se_D^2 = (se_c / (c (1 - c)))^2 + (se_r / (r (1 - r)))^2,
+        bound  = expit(logit(c) + t_{n-1}(1 - error) se_D).
+
+    ``bound < r - tolerance`` rejects "no drop beyond the tolerance" at error ``error``. Expressed
+    through the current estimate's interval with the combined raw-scale error
+    ``c (1 - c) se_D``. A reference value at 0 or 1 has no logit: its se enters on the raw scale.
+    If the current estimate is degenerate (0 or 1, se 0), its Wilson bound is widened by
+    ``t se_r`` on the raw scale.
+
+    Args:
+        current: The estimate of the current window.
+        ref_value: Reference value r (configured baseline or an earlier window).
+        ref_se: Standard error of r (0 for a known constant).
+        error: One-sided error of this look.
+
+    Returns:
+        The bound, NaN when the current estimate is undefined.
+    """
+    if not current.defined or math.isnan(current.se) or math.isnan(ref_value):
+        return math.nan
+    c, se_r = current.value, max(ref_se, 0.0)
+    if 0.0 < c < 1.0 and current.se > 0.0:
+        scale = c * (1.0 - c) / (ref_value * (1.0 - ref_value)) if 0.0 < ref_value < 1.0 else 1.0
+        se = math.hypot(current.se, se_r * scale)
+        return _interval(current, se, 1.0 - 2.0 * error)[1]
+    t = t_quantile(1.0 - 2.0 * error, max(current.n_labels, 1))
+    return min(1.0, upper_bound(current, error) + t * se_r)
+
+
+def disagreement(est: Estimate, value: float, error: float) -> tuple[bool, float]:
+    """Whether a known ``value`` (e.g. the intrinsic F) lies outside the two-sided interval.
+
+    The interval is the estimator's own at level ``1 - error`` (``error / 2`` in each tail).
+
+    Returns:
+        ``(outside, bound)``: ``bound`` is the interval end on the side of ``value`` (the upper
+        end if ``value`` is above the estimate), NaN when the estimate is undefined.
+    """
+    if not est.defined or math.isnan(est.se) or math.isnan(value):
+        return False, math.nan
+    lower, upper = _interval(est, est.se, 1.0 - error)
+    if value > est.value:
+        return value > upper, upper
+    return value < lower, lower

@@ -1,0 +1,300 @@
+"""Alert decisions over Snapshots: firing, clearing, hysteresis, looks, references, config."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from monitor.alerts import (
+    AlertConfig,
+    AlertEvaluator,
+    AlertmanagerPusher,
+    AlertStatus,
+    alert_config_from_mapping,
+)
+from monitor.config import Config, ModelConfig
+from monitor.exporter import Exporter
+from monitor.snapshot import Snapshot, WindowEstimate
+from monitor.stats.alerting import drop_bound, look_error, upper_bound
+from monitor.stats.estimate import Confusion, Estimate
+
+HOUR = 3600.0
+CONFIG = Config(models={"m": ModelConfig(name="m")}, default_model="m")
+
+
+def _est(value: float, se: float, n: int = 200) -> Estimate:
+    return Estimate(value, se, value - 2 * se, value + 2 * se, n, n * 0.6, 0.95)
+
+
+def _window(
+    f: Estimate,
+    *,
+    window: str = "24h",
+    intrinsic: float = math.nan,
+    likelihood: float = math.nan,
+    precision: Estimate | None = None,
+) -> WindowEstimate:
+    return WindowEstimate(
+        model="m",
+        segment="",
+        window=window,
+        alpha=0.5,
+        f=f,
+        precision=precision if precision is not None else Estimate.missing(0.95),
+        recall=Estimate.missing(0.95),
+        intrinsic_f=intrinsic,
+        likelihood=likelihood,
+        ess=f.ess,
+        confusion=Confusion(1.0, 1.0, 1.0, 1.0),
+        records=10_000,
+        requests=f.n_labels + 10,
+        labels=f.n_labels,
+        pending=10,
+        missing=0,
+        psi=math.nan,
+    )
+
+
+def _snap(hour: int, *windows: WindowEstimate) -> Snapshot:
+    return Snapshot(windows=windows, watermarks={"m": hour * HOUR + 10.0}, created_at=0.0)
+
+
+def _evaluator(**settings: object) -> AlertEvaluator:
+    cfg = AlertConfig(**settings)  # type: ignore[arg-type]
+    assert cfg.problems() == []
+    return AlertEvaluator(CONFIG, {"m": cfg})
+
+
+def _by_alert(statuses: list[AlertStatus]) -> dict[str, AlertStatus]:
+    return {s.alert: s for s in statuses}
+
+
+def test_below_floor_fires_on_the_strict_upper_bound() -> None:
+    ev = _evaluator(floor=0.7, check_calibration=False, likelihood_floor=None)
+    est = _est(0.55, 0.02)
+    (status,) = ev.evaluate(_snap(1, _window(est)))
+    error = look_error(0.05, 1, "horizon", 720)
+    assert status.alert == "f_below_floor"
+    assert status.severity == "critical"
+    assert status.bound == pytest.approx(upper_bound(est, error))
+    assert status.threshold == 0.7
+    assert status.active
+    assert status.since == HOUR + 10.0
+    assert "floor 0.700" in status.description
+    # a bound above the floor does not fire
+    ev2 = _evaluator(floor=0.7, check_calibration=False, likelihood_floor=None)
+    (quiet,) = ev2.evaluate(_snap(1, _window(_est(0.66, 0.03))))
+    assert not quiet.active
+    assert quiet.bound > 0.7
+    assert math.isnan(quiet.since)
+
+
+def test_point_estimate_below_floor_inside_the_interval_does_not_page() -> None:
+    ev = _evaluator(floor=0.7, check_calibration=False, likelihood_floor=None)
+    est = _est(0.64, 0.03)  # nominal 95% upper bound ~0.70: noise, not evidence
+    for hour in range(1, 50):
+        (status,) = ev.evaluate(_snap(hour, _window(est)))
+        assert not status.active
+
+
+def test_too_few_labels_decide_nothing_and_keep_the_state() -> None:
+    ev = _evaluator(floor=0.7, min_labels=30, check_calibration=False, likelihood_floor=None)
+    (status,) = ev.evaluate(_snap(1, _window(_est(0.3, 0.05, n=29))))
+    assert not status.active
+    assert math.isnan(status.bound)
+    (status,) = ev.evaluate(_snap(2, _window(_est(0.5, 0.02))))
+    assert status.active
+    (status,) = ev.evaluate(_snap(3, _window(_est(0.9, 0.01, n=5))))  # a fresh window, few labels
+    assert status.active
+    assert status.since == 2 * HOUR + 10.0
+
+
+def test_one_decision_per_check_interval() -> None:
+    ev = _evaluator(floor=0.7, check_calibration=False, likelihood_floor=None)
+    first = ev.evaluate(_snap(1, _window(_est(0.66, 0.03))))
+    # later in the same hour, even a damning estimate is not a new look
+    same_hour = Snapshot(
+        windows=(_window(_est(0.4, 0.01)),), watermarks={"m": HOUR + 3000.0}, created_at=0.0
+    )
+    assert ev.evaluate(same_hour) == first
+    (next_hour,) = ev.evaluate(_snap(2, _window(_est(0.4, 0.01))))
+    assert next_hour.active
+
+
+def test_hysteresis_keeps_an_alert_until_the_relaxed_bound_reaches_the_floor() -> None:
+    ev = _evaluator(floor=0.7, check_calibration=False, likelihood_floor=None)
+    assert ev.evaluate(_snap(1, _window(_est(0.55, 0.02))))[0].active
+    # between the strict and the relaxed bound: neither fires nor clears -> stays active
+    band = _est(0.655, 0.02)
+    strict = upper_bound(band, look_error(0.05, 2, "horizon", 720))
+    relaxed = upper_bound(band, 0.05)
+    assert relaxed < 0.7 < strict
+    (held,) = ev.evaluate(_snap(2, _window(band)))
+    assert held.active
+    assert held.since == HOUR + 10.0
+    (cleared,) = ev.evaluate(_snap(3, _window(_est(0.69, 0.02))))
+    assert not cleared.active
+    assert math.isnan(cleared.since)
+    # and the same in-between estimate does not re-fire an inactive alert
+    (quiet,) = ev.evaluate(_snap(4, _window(band)))
+    assert not quiet.active
+
+
+def test_anytime_spending_widens_the_bound_with_each_look() -> None:
+    ev = _evaluator(floor=0.5, spending="anytime", check_calibration=False, likelihood_floor=None)
+    est = _est(0.7, 0.03)
+    bounds = [ev.evaluate(_snap(h, _window(est)))[0].bound for h in range(1, 6)]
+    assert bounds == sorted(bounds)
+    assert bounds[0] < bounds[-1]
+    assert bounds[4] == pytest.approx(upper_bound(est, 0.05 * 6 / (math.pi**2 * 25)))
+
+
+def test_dropped_against_a_configured_baseline() -> None:
+    ev = _evaluator(baseline=0.8, baseline_se=0.01, drop_tolerance=0.02, check_calibration=False)
+    est = _est(0.66, 0.025)
+    statuses = _by_alert(ev.evaluate(_snap(1, _window(est))))
+    assert set(statuses) == {"f_dropped", "model_untrustworthy"}
+    dropped = statuses["f_dropped"]
+    assert dropped.severity == "warning"
+    assert dropped.active
+    assert dropped.threshold == pytest.approx(0.78)
+    error = look_error(0.05, 1, "horizon", 720)
+    assert dropped.bound == pytest.approx(drop_bound(est, 0.8, 0.01, error))
+    ev2 = _evaluator(baseline=0.8, baseline_se=0.01, check_calibration=False)
+    assert not _by_alert(ev2.evaluate(_snap(1, _window(_est(0.76, 0.025)))))["f_dropped"].active
+
+
+def test_dropped_against_the_same_window_a_lag_earlier() -> None:
+    ev = _evaluator(reference_lag_s=86_400, check_calibration=False, likelihood_floor=None)
+    healthy, degraded = _est(0.8, 0.02), _est(0.6, 0.02)
+    for hour in range(0, 24):
+        (status,) = ev.evaluate(_snap(hour, _window(healthy)))
+        assert status.alert == "f_dropped"
+        assert math.isnan(status.bound)  # no reference 24 h back yet
+    (status,) = ev.evaluate(_snap(24, _window(healthy)))
+    assert not status.active
+    assert status.threshold == pytest.approx(0.8)
+    (status,) = ev.evaluate(_snap(25, _window(degraded)))
+    assert status.active
+    # a lag shorter than the window would compare overlapping data: no f_dropped for it
+    short = _evaluator(reference_lag_s=3600, check_calibration=False, likelihood_floor=None)
+    assert short.evaluate(_snap(1, _window(healthy))) == []
+
+
+def test_untrustworthy_on_low_likelihood_or_intrinsic_disagreement() -> None:
+    ev = _evaluator(likelihood_floor=0.6)
+    ok = _window(_est(0.7, 0.03), intrinsic=0.72, likelihood=0.8)
+    (status,) = ev.evaluate(_snap(1, ok))
+    assert status.alert == "model_untrustworthy"
+    assert not status.active
+    assert status.bound == 0.8  # the likelihood is the evidence while it is checkable
+    (status,) = ev.evaluate(_snap(2, _window(_est(0.7, 0.03), intrinsic=0.72, likelihood=0.5)))
+    assert status.active
+    assert (status.bound, status.threshold) == (0.5, 0.6)
+    # likelihood back inside the floor's band is not enough to clear...
+    (status,) = ev.evaluate(_snap(3, _window(_est(0.7, 0.03), intrinsic=0.72, likelihood=0.61)))
+    assert status.active
+    (status,) = ev.evaluate(_snap(4, ok))
+    assert not status.active
+    # the scores claim 0.9 while the audit says 0.6: calibration drifted
+    ev2 = _evaluator(likelihood_floor=None)
+    (status,) = ev2.evaluate(_snap(1, _window(_est(0.6, 0.02), intrinsic=0.9)))
+    assert status.active
+    assert status.threshold == 0.9
+    assert 0.6 < status.bound < 0.9
+    assert "intrinsic" in status.description
+
+
+def test_measure_windows_filter_and_disabled_alerts() -> None:
+    ev = _evaluator(measure="precision", floor=0.9, windows=("7d",), check_calibration=False)
+    precise = _est(0.5, 0.02)
+    w7 = _window(_est(0.95, 0.01), window="7d", precision=precise, likelihood=0.9)
+    w24 = _window(_est(0.95, 0.01), window="24h", precision=precise, likelihood=0.9)
+    statuses = ev.evaluate(_snap(1, w7, w24))
+    assert {(s.alert, s.window) for s in statuses} == {
+        ("f_below_floor", "7d"),
+        ("model_untrustworthy", "7d"),
+    }
+    assert _by_alert(statuses)["f_below_floor"].active  # precision 0.5, not F 0.95
+    nothing = AlertEvaluator(
+        CONFIG, {"m": AlertConfig(likelihood_floor=None, check_calibration=False)}
+    )
+    assert nothing.evaluate(_snap(1, w7)) == []
+
+
+def test_default_settings_come_from_the_model_config() -> None:
+    ev = AlertEvaluator(CONFIG)
+    assert ev.settings("m") == AlertConfig()
+    assert ev.settings("unknown") == AlertConfig()
+
+
+def test_state_survives_a_restart_through_json() -> None:
+    ev = _evaluator(floor=0.7, reference_lag_s=86_400, check_calibration=False)
+    for hour in range(0, 30):
+        ev.evaluate(_snap(hour, _window(_est(0.5, 0.02), likelihood=0.9)))
+    saved = json.loads(json.dumps(ev.state()))
+    again = _evaluator(floor=0.7, reference_lag_s=86_400, check_calibration=False)
+    again.restore(saved)
+    after = _by_alert(again.evaluate(_snap(30, _window(_est(0.5, 0.02), likelihood=0.9))))
+    before = _by_alert(ev.evaluate(_snap(30, _window(_est(0.5, 0.02), likelihood=0.9))))
+    assert repr(after) == repr(before)  # repr: NaN fields compare equal
+    assert after["f_below_floor"].since == before["f_below_floor"].since == 10.0
+
+
+def test_alert_config_from_yaml_mapping() -> None:
+    cfg, problems = alert_config_from_mapping(
+        {"floor": 0.7, "baseline": 0.82, "baseline_se": 0.01, "min_labels": 50,
+         "windows": ["24h", "7d"], "false_alarm_rate": 0.01, "spending": "anytime"}
+    )  # fmt: skip
+    assert problems == []
+    assert cfg.floor == 0.7
+    assert cfg.windows == ("24h", "7d")
+    assert cfg.spending == "anytime"
+    _, problems = alert_config_from_mapping(
+        {"flor": 0.7, "floor": 1.5, "min_labels": True, "measure": "auc", "spending": "x"},
+        "models.fraud.alerts",
+    )
+    assert "models.fraud.alerts.flor: unknown key" in problems[0]
+    joined = "\n".join(problems)
+    assert "models.fraud.alerts.min_labels: must be int, got bool" in joined
+    assert "models.fraud.alerts.floor: must be in [0, 1], got 1.5" in joined
+    assert "models.fraud.alerts.measure: must be one of f, precision, recall" in joined
+    assert "models.fraud.alerts.spending" in joined
+    assert alert_config_from_mapping(None) == (AlertConfig(), [])
+    assert alert_config_from_mapping([1])[1] == ["alerts: must be a mapping, got list"]
+
+
+def test_evaluator_output_is_what_the_exporter_renders() -> None:
+    ev = _evaluator(floor=0.7, check_calibration=False, likelihood_floor=None)
+    exporter = Exporter(CONFIG, registry=CollectorRegistry())
+    exporter.publish_alerts(ev.evaluate(_snap(1, _window(_est(0.5, 0.02)))))
+    labels = {"alert": "f_below_floor", "model": "m", "segment": "", "window": "24h"}
+    get = exporter.registry.get_sample_value
+    assert get("monitor_alert_active", labels) == 1
+    assert get("monitor_alert_threshold", labels) == 0.7
+    assert 0.5 < (get("monitor_alert_bound", labels) or 0) < 0.7
+
+
+def test_push_failures_are_counted_without_blocking_the_caller() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: connections are refused
+    errors: list[int] = []
+    pusher = AlertmanagerPusher(
+        f"http://127.0.0.1:{port}", on_error=errors.append, retries=2, backoff_s=0.01
+    )
+    firing = AlertStatus("f_below_floor", "m", "", "24h", True, 0.5, 0.7, 1.0)
+    start = time.monotonic()
+    pusher.push([firing])
+    assert time.monotonic() - start < 0.05
+    deadline = time.monotonic() + 10
+    while not errors and time.monotonic() < deadline:
+        time.sleep(0.01)
+    pusher.close()
+    assert errors == [1]
+    assert pusher.delivered == 0
