@@ -1,0 +1,1 @@
+"""Benchmarks of the estimators: run with ``.venv/bin/python -m benchmarks.<name>``."""

@@ -1,0 +1,67 @@
+"""The efficiency benchmark still runs end to end (tiny repetitions) and its arithmetic holds."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+try:
+    from benchmarks import efficiency
+except ImportError:  # plain `pytest` does not put the repository root on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from benchmarks import efficiency
+
+
+def test_core_runs_on_every_kind_of_case() -> None:
+    cases = efficiency.build_cases(pool_size=2000, n_pools=1, seed=1, digits=True)
+    assert len(cases) == 3 * 3 * 3 + 3
+    picked = [cases[1], cases[10], cases[-2]]  # calibrated 1% F1, logits x3 5% recall, digits F1
+    results = efficiency.run(picked, reps=3, seed=1)
+    for case, cells in zip(picked, results, strict=True):
+        assert set(cells) == {(m, b) for m in efficiency.METHODS for b in efficiency.BUDGETS}
+        for (method, budget), cell in cells.items():
+            assert 0.0 <= cell.undefined <= 1.0
+            assert cell.labels == pytest.approx(budget, rel=0.6), (case.name, method, budget)
+            if not math.isnan(cell.mae):
+                assert 0.0 <= cell.mae <= 1.0 and 0.0 <= cell.coverage <= 1.0
+        block = efficiency.render_case(case, cells, efficiency.BUDGETS, efficiency.METHODS)
+        assert case.name in block and all(m in block for m in efficiency.METHODS)
+    lines = efficiency.summary(picked, results, efficiency.BUDGETS)
+    assert any(line.startswith("Goal 1") for line in lines)
+
+
+def test_digits_case_is_a_shifted_rare_class() -> None:
+    pool = efficiency.digits_pool(seed=1)
+    assert 5000 < pool.score.size < 10_000
+    assert 0.02 < pool.label.mean() < 0.06
+    # trained on degraded images, the model is over-confident about the 3s on clean ones
+    assert pool.pred.mean() > 2 * pool.label.mean()
+
+
+def test_labels_for_error_interpolates_and_flags_bounds() -> None:
+    budgets = (100, 400)
+    # MAE 0.2 at 100 and 0.1 at 400: 1/sqrt(n); 0.1414 is reached at 200
+    mid = efficiency.labels_for_error(budgets, (0.2, 0.1), 0.2 / math.sqrt(2))
+    assert (round(mid.factor), mid.bound) == (200, "")
+    assert efficiency.labels_for_error(budgets, (0.2, 0.1), 0.3) == efficiency.Savings(100.0, ">")
+    beyond = efficiency.labels_for_error(budgets, (0.2, 0.1), 0.05)
+    assert (round(beyond.factor), beyond.bound) == (1600, "~")
+    census = efficiency.labels_for_error(budgets, (0.2, 0.0), 0.1)
+    assert 100 < census.factor < 400 and census.bound == ""
+
+
+def test_selection_weights_match_their_definitions() -> None:
+    rng = np.random.default_rng(0)
+    score = rng.random(1000)
+    pool = efficiency.Pool(
+        score, (score >= 0.5).astype(np.int8), (rng.random(1000) < score).astype(np.int8)
+    )
+    assert np.all(efficiency.selection_weights("passive", pool, 0.5) == 1.0)
+    precision = efficiency.selection_weights("active_F l=0", pool, 1.0)
+    assert np.all(precision[pool.pred == 0] == 0.0)
+    mixed = efficiency.selection_weights("active_F l=0.2", pool, 1.0)
+    assert np.allclose(mixed[pool.pred == 0], 0.2) and mixed.mean() == pytest.approx(1.0)
