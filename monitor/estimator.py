@@ -202,7 +202,8 @@ class EstimatorService:
     def _request_id(self, lab: LabelResult) -> str:
         if lab.request_id:
             return lab.request_id
-        return request_id_for(self.config.salt, self.config.default_model, lab.record_id or "")
+        model = lab.model or self.config.default_model
+        return request_id_for(self.config.salt, model, lab.record_id or "")
 
     def handle_labels(self, labels: Sequence[LabelResult]) -> list[Reject]:
         """Join labels to requests; return the rejects (the parked ones are not rejects yet)."""

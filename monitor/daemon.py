@@ -1,0 +1,422 @@
+"""``monitor run`` and ``monitor check-config``: the streaming daemon's wiring and main loop.
+
+One poll is one step, in a fixed order::
+
+    poll -> decode -> sampler -> estimator (requests, labels, parked)
+         -> produce requests + dead letters, flush
+         -> ONE store transaction (state + next offsets) -> Kafka commit -> metrics
+
+Nothing is committed before it is durable: requests and dead letters are acknowledged before
+the transaction, and the transaction before the Kafka commit. If the broker fails mid-step, the
+in-memory state is reloaded from the store and the consumer seeks back to the stored offsets;
+the deterministic decisions then reproduce the same requests (idempotent by key and bytes).
+A broker outage is retried with capped exponential backoff, logged once per state change;
+``/readyz`` is 503 meanwhile. SIGTERM/SIGINT: finish the step, close, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
+
+from monitor.config import Config, load_config
+from monitor.errors import BrokerUnavailable, RejectReason
+from monitor.estimator import EstimatorService
+from monitor.logs import setup_logging
+from monitor.records import RawRecord, Reject, deadletter_value, decode_labels, decode_scored
+from monitor.sampler import AuditRequest, SamplerService
+from monitor.snapshot import Snapshot
+from monitor.store import Store
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+SNAPSHOT_EVERY_S = 1.0
+FLUSH_TIMEOUT_S = 30.0
+BACKOFF_MIN_S = 0.5
+BACKOFF_MAX_S = 10.0
+
+
+class Source(Protocol):
+    """What the loop needs from a consumer (``monitor.kafka_io``)."""
+
+    def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]: ...  # noqa: D102
+    def commit(self, offsets: Mapping[TP, int]) -> None: ...  # noqa: D102
+    def seek(self, offsets: Mapping[TP, int]) -> None: ...  # noqa: D102
+    def lag(self) -> dict[TP, int]: ...  # noqa: D102
+    def assigned(self) -> bool: ...  # noqa: D102
+    def partitions_for(self, topic: str) -> int: ...  # noqa: D102
+    def close(self) -> None: ...  # noqa: D102
+
+
+class Sink(Protocol):
+    """What the loop needs from a producer (``monitor.kafka_io``)."""
+
+    def produce(self, topic: str, key: bytes | None, value: bytes) -> None: ...  # noqa: D102
+    def flush(self, timeout_s: float) -> None: ...  # noqa: D102
+    def close(self) -> None: ...  # noqa: D102
+
+
+class Metrics(Protocol):
+    """The exporter facade (``monitor.exporter.Exporter``) as the loop uses it."""
+
+    def publish(self, snapshot: Snapshot) -> None: ...  # noqa: D102
+    def count_records(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
+    def count_requests(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
+    def count_labels(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
+    def count_rejects(self, per_reason: Mapping[RejectReason, int]) -> None: ...  # noqa: D102
+    def observe_batch(self, seconds: float) -> None: ...  # noqa: D102
+    def set_lag(self, topic: str, partition: int, lag: int) -> None: ...  # noqa: D102
+    def set_ready(self, ready: bool) -> None: ...  # noqa: D102
+
+
+Connect = Callable[[Callable[[], Mapping[TP, int]]], tuple[Source, Sink]]
+
+
+def _decode_requests(records: Sequence[RawRecord]) -> tuple[list[AuditRequest], list[Reject]]:
+    ok: list[AuditRequest] = []
+    bad: list[Reject] = []
+    for r in records:
+        try:
+            ok.append(AuditRequest.from_json(r.value or b""))
+        except ValueError as exc:
+            reason = (
+                RejectReason.MALFORMED_JSON
+                if type(exc).__name__ in ("JSONDecodeError", "UnicodeDecodeError")
+                else RejectReason.BAD_TYPE
+            )
+            bad.append(Reject(reason, f"not an audit request: {exc}"[:200], r))
+    return ok, bad
+
+
+class Engine:
+    """The sampler, estimator and store of one daemon, driven one poll at a time."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.time,
+        on_snapshot: Sequence[Callable[[Snapshot], None]] = (),
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.metrics = metrics
+        self.clock = clock
+        self.on_snapshot = list(on_snapshot)
+        self.n_partitions = 1
+        self._last_snapshot = -1e18
+        self._dirty = True
+        self._load()
+
+    def _load(self) -> None:
+        st = self.store.load()
+        self.sampler = SamplerService(
+            self.config,
+            n_partitions=self.n_partitions,
+            traffic=st.ptraffic,
+            controls=st.controls,
+            segments=st.segments,
+        )
+        self.estimator = EstimatorService(
+            self.config,
+            self.clock,
+            traffic=st.straffic,
+            requests=st.requests,
+            parked=st.parked,
+            watermarks=st.watermarks,
+        )
+        self._dirty = True
+
+    def set_partitions(self, n: int) -> None:
+        """The scored topic's partition count (the budget is split evenly across them)."""
+        self.n_partitions = max(1, n)
+        self.sampler.n_partitions = self.n_partitions
+
+    def rollback(self, source: Source) -> None:
+        """Forget in-memory changes since the last transaction and rewind the consumer."""
+        self._load()
+        source.seek(self.store.offsets())
+
+    def step(self, source: Source, sink: Sink) -> int:
+        """Poll once and process; return the number of records consumed."""
+        cfg = self.config
+        topics = cfg.kafka.topics
+        raw = source.poll(cfg.kafka.max_poll_records, cfg.kafka.poll_timeout_ms / 1000.0)
+        started = time.monotonic()
+        now = self.clock()
+        by_topic: dict[str, list[RawRecord]] = collections.defaultdict(list)
+        offsets: dict[TP, int] = {}
+        for r in raw:
+            by_topic[r.topic].append(r)
+            offsets[(r.topic, r.partition)] = max(
+                offsets.get((r.topic, r.partition), 0), r.offset + 1
+            )
+        rejects: list[Reject] = []
+        produced: list[AuditRequest] = []
+        records: dict[str, int] = {}
+        requested: dict[str, int] = {}
+        if by_topic[topics.scored]:
+            batch, bad = decode_scored(by_topic[topics.scored], cfg, now=now)
+            rejects.extend(bad)
+            res = self.sampler.process(batch)
+            produced, records, requested = res.requests, res.records, res.requested
+            self.estimator.apply_traffic(res.traffic)
+            rejects.extend(self.estimator.upsert_requests(produced))
+        if by_topic[topics.requests]:
+            known, bad = _decode_requests(by_topic[topics.requests])
+            rejects.extend(bad)
+            rejects.extend(self.estimator.upsert_requests(known))
+        if by_topic[topics.labels]:
+            labels, bad = decode_labels(by_topic[topics.labels], now=now)
+            rejects.extend(bad)
+            rejects.extend(self.estimator.handle_labels(labels))
+        lag = source.lag()
+        caught_up = all(v == 0 for (t, _), v in lag.items() if t == topics.requests)
+        rejects.extend(self.estimator.expire_parked(requests_caught_up=caught_up))
+        sampler_changes = self.sampler.take_changes()
+        estimator_changes = self.estimator.take_changes()
+        changed = bool(
+            raw
+            or rejects
+            or estimator_changes.parked_removed
+            or estimator_changes.requests
+            or sampler_changes.controls
+        )
+        if changed:
+            for req in produced:
+                sink.produce(topics.requests, req.key, req.to_json())
+            for rej in rejects:
+                sink.produce(topics.deadletter, rej.record.key, deadletter_value(rej))
+            sink.flush(FLUSH_TIMEOUT_S)
+            self.store.commit(sampler_changes, estimator_changes, offsets)
+            self._dirty = True
+            try:
+                source.commit(offsets)
+            except BrokerUnavailable as exc:
+                # the store holds the offsets; Kafka's copy catches up on the next commit
+                log.warning(
+                    "offset commit failed", extra={"event": "commit_failed", "error": str(exc)}
+                )
+        labels_ok = self.estimator.take_label_counts()
+        self._count(records, requested, labels_ok, rejects)
+        for (t, p), v in lag.items():
+            self.metrics.set_lag(t, p, v)
+        if raw:
+            self.metrics.observe_batch(time.monotonic() - started)
+            log.info(
+                "batch processed",
+                extra={
+                    "event": "batch_processed",
+                    "records": len(raw),
+                    "scored": len(by_topic[topics.scored]),
+                    "requests": len(produced),
+                    "labels": sum(labels_ok.values()),
+                    "rejected": len(rejects),
+                    "offsets": {f"{t}/{p}": o for (t, p), o in sorted(offsets.items())},
+                },
+            )
+        self.maybe_publish(force=bool(labels_ok))
+        return len(raw)
+
+    def _count(
+        self,
+        records: Mapping[str, int],
+        requested: Mapping[str, int],
+        labels: Mapping[str, int],
+        rejects: Sequence[Reject],
+    ) -> None:
+        if records:
+            self.metrics.count_records(records)
+        if requested:
+            self.metrics.count_requests(requested)
+        if labels:
+            self.metrics.count_labels(labels)
+        if rejects:
+            self.metrics.count_rejects(collections.Counter(r.reason for r in rejects))
+
+    def maybe_publish(self, force: bool = False) -> Snapshot | None:
+        """Publish a snapshot after label changes, else at most every ``SNAPSHOT_EVERY_S``."""
+        t = time.monotonic()
+        if not self._dirty or not (force or t - self._last_snapshot >= SNAPSHOT_EVERY_S):
+            return None
+        snap = self.estimator.snapshot()
+        self.metrics.publish(snap)
+        for hook in self.on_snapshot:
+            hook(snap)
+        self._last_snapshot = t
+        self._dirty = False
+        return snap
+
+
+class Daemon:
+    """Connection management around an ``Engine``: retry, backoff, readiness, shutdown."""
+
+    def __init__(
+        self, engine: Engine, connect: Connect, stop: threading.Event | None = None
+    ) -> None:
+        self.engine = engine
+        self.connect = connect
+        self.stop = stop or threading.Event()
+        self._state = "starting"
+
+    def _set_state(self, state: str, error: str = "") -> None:
+        if state == self._state:
+            return
+        self._state = state
+        extra: dict[str, Any] = {"event": f"broker_{state}"}
+        if error:
+            extra["error"] = error
+        if state == "up":
+            log.info("broker connected", extra=extra)
+        else:
+            log.warning("broker unavailable, retrying with backoff", extra=extra)
+
+    def run(self) -> None:
+        """Loop until ``stop`` is set; never exits on broker errors."""
+        engine = self.engine
+        source: Source | None = None
+        sink: Sink | None = None
+        backoff = BACKOFF_MIN_S
+        while not self.stop.is_set():
+            try:
+                if source is None or sink is None:
+                    source, sink = self.connect(engine.store.offsets)
+                    engine.set_partitions(source.partitions_for(engine.config.kafka.topics.scored))
+                engine.step(source, sink)
+                self._set_state("up")
+                engine.metrics.set_ready(source.assigned())
+                backoff = BACKOFF_MIN_S
+            except BrokerUnavailable as exc:
+                self._set_state("down", str(exc))
+                engine.metrics.set_ready(False)
+                if source is not None:
+                    engine.rollback(source)
+                self.stop.wait(backoff)
+                backoff = min(BACKOFF_MAX_S, backoff * 2)
+        engine.maybe_publish(force=True)
+        engine.metrics.set_ready(False)
+        if sink is not None:
+            sink.close()
+        if source is not None:
+            source.close()
+        log.info("stopped", extra={"event": "stopped"})
+
+
+def kafka_connect(config: Config) -> Connect:
+    """A ``Connect`` that opens the real consumer and producer."""
+
+    def connect(stored: Callable[[], Mapping[TP, int]]) -> tuple[Source, Sink]:
+        from monitor.kafka_io import KafkaSink, KafkaSource  # noqa: PLC0415 - shell only
+
+        sink = KafkaSink(config)
+        try:
+            source = KafkaSource(config, stored)
+        except BrokerUnavailable:
+            sink.close()
+            raise
+        return source, sink
+
+    return connect
+
+
+# ---------------------------------------------------------------------- command line
+def register(sub: Any) -> None:
+    """Add ``run`` and ``check-config`` to the ``monitor`` command line."""
+    run = sub.add_parser(
+        "run",
+        help="run the streaming daemon",
+        description="Consume scored traffic, request audits, join labels and export estimates.",
+    )
+    run.add_argument("--config", type=Path, required=True, help="YAML configuration file")
+    run.add_argument("--bootstrap-servers", help="Kafka bootstrap servers, comma-separated")
+    run.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz")
+    run.add_argument("--data-dir", type=Path, help="directory of the state store")
+    run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    run.add_argument(
+        "--create-topics", action="store_true", help="create missing topics at start-up"
+    )
+    run.set_defaults(func=_run)
+    check = sub.add_parser("check-config", help="validate a configuration file and exit")
+    check.add_argument("--config", type=Path, required=True, help="YAML configuration file")
+    check.set_defaults(func=_check)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "bootstrap_servers": getattr(args, "bootstrap_servers", None),
+        "metrics_port": getattr(args, "metrics_port", None),
+        "data_dir": getattr(args, "data_dir", None),
+    }
+
+
+def _check(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    models = ", ".join(sorted(config.models))
+    print(f"{args.config}: OK (models: {models})")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level)
+    config = load_config(args.config, _overrides(args))
+    from monitor.exporter import Exporter  # noqa: PLC0415 - prometheus only in the shell
+
+    store = Store(config.data_dir)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    exporter = Exporter(config)
+    try:
+        exporter.start_http()
+        if args.create_topics:
+            _create_topics(config, stop)
+        engine = Engine(config, store, exporter)
+        log.info(
+            "started",
+            extra={
+                "event": "started",
+                "data_dir": str(config.data_dir),
+                "models": sorted(config.models),
+                "metrics_port": exporter.port,
+            },
+        )
+        Daemon(engine, kafka_connect(config), stop).run()
+    except Exception:
+        log.critical("crashed", exc_info=True, extra={"event": "crashed"})
+        return 1
+    finally:
+        exporter.stop()
+        store.close()
+    return 0
+
+
+def _create_topics(config: Config, stop: threading.Event) -> None:
+    from monitor.kafka_io import create_topics  # noqa: PLC0415 - shell only
+
+    backoff = BACKOFF_MIN_S
+    while not stop.is_set():
+        try:
+            created = create_topics(config)
+        except BrokerUnavailable as exc:
+            log.warning(
+                "cannot create topics yet", extra={"event": "topics_retry", "error": str(exc)}
+            )
+            stop.wait(backoff)
+            backoff = min(BACKOFF_MAX_S, backoff * 2)
+            continue
+        log.info("topics ready", extra={"event": "topics_ready", "new_topics": created})
+        return

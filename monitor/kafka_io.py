@@ -1,0 +1,396 @@
+"""Kafka in and out: the only module that imports kafka-python.
+
+``KafkaSource`` is ONE consumer in group ``kafka.group_id`` subscribed to the scored, requests
+and labels topics, with auto-commit off. On every assignment it seeks each partition to the
+next offset recorded in the state store (or to the beginning when the store has none: the
+state is rebuilt by replaying), so Kafka's committed offsets are only a mirror of the store.
+``KafkaSink`` produces requests and dead letters with ``acks=all`` and reports a failed flush.
+``FakeLog``/``FakeSource``/``FakeSink`` are in-memory equivalents for tests of the loop.
+Security settings (TLS, SASL) pass through from ``kafka.client``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.structs import OffsetAndMetadata
+
+from monitor.config import Config, kafka_client_options
+from monitor.errors import BrokerUnavailable
+from monitor.records import RawRecord
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+class RecordSource(Protocol):
+    """Where the daemon's records come from."""
+
+    def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
+        """Up to ``max_records`` records, in offset order per partition."""
+        ...
+
+    def commit(self, offsets: Mapping[TP, int]) -> None:
+        """Record the next offsets to consume (after the state they produced is durable)."""
+        ...
+
+    def seek(self, offsets: Mapping[TP, int]) -> None:
+        """Go back to these next offsets (after a failed batch was rolled back)."""
+        ...
+
+    def lag(self) -> dict[TP, int]:
+        """Records not yet consumed per assigned partition (when known)."""
+        ...
+
+    def assigned(self) -> bool:
+        """Whether the source has partitions to read."""
+        ...
+
+    def partitions_for(self, topic: str) -> int:
+        """Number of partitions of ``topic`` (1 when unknown)."""
+        ...
+
+    def close(self) -> None:
+        """Leave the group and release the connection."""
+        ...
+
+
+class RecordSink(Protocol):
+    """Where requests and dead letters go."""
+
+    def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
+        """Queue one record."""
+        ...
+
+    def flush(self, timeout_s: float) -> None:
+        """Wait until every queued record is acknowledged; ``BrokerUnavailable`` otherwise."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection."""
+        ...
+
+
+def _unavailable(what: str, exc: BaseException) -> BrokerUnavailable:
+    return BrokerUnavailable(f"{what}: {type(exc).__name__}: {exc}")
+
+
+class _Seeker(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, source: KafkaSource) -> None:
+        self.source = source
+
+    def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
+        log.info("partitions revoked", extra={"event": "partitions_revoked", "n": len(revoked)})
+
+    def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        self.source.seek_assigned(assigned)
+
+
+class KafkaSource:
+    """One consumer over the scored, requests and labels topics (see module docstring)."""
+
+    def __init__(self, config: Config, stored_offsets: Callable[[], Mapping[TP, int]]) -> None:
+        self.config = config
+        self._stored = stored_offsets
+        self._next: dict[TP, int] = {}
+        kc = config.kafka
+        options: dict[str, Any] = {
+            "bootstrap_servers": list(kc.bootstrap_servers),
+            "group_id": kc.group_id,
+            "enable_auto_commit": False,
+            "auto_offset_reset": "earliest",
+            "max_poll_records": kc.max_poll_records,
+        }
+        options.update(kafka_client_options(kc, "consumer"))
+        try:
+            self._consumer = KafkaConsumer(**options)
+            topics = kc.topics
+            self._consumer.subscribe(
+                [topics.scored, topics.requests, topics.labels], listener=_Seeker(self)
+            )
+        except KafkaError as exc:
+            msg = "cannot connect the consumer"
+            raise _unavailable(msg, exc) from exc
+
+    def seek_assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        """Seek newly assigned partitions to the stored offsets (beginning when none)."""
+        stored = self._stored()
+        for tp in assigned:
+            off = stored.get((tp.topic, tp.partition))
+            if off is None:
+                self._consumer.seek_to_beginning(tp)
+                self._next.pop((tp.topic, tp.partition), None)
+            else:
+                self._consumer.seek(tp, off)
+                self._next[(tp.topic, tp.partition)] = off
+        log.info("partitions assigned", extra={"event": "partitions_assigned", "n": len(assigned)})
+
+    def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
+        """Poll once; records in offset order per partition."""
+        try:
+            polled = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        except KafkaError as exc:
+            msg = "poll failed"
+            raise _unavailable(msg, exc) from exc
+        out: list[RawRecord] = []
+        for tp, recs in polled.items():
+            for r in recs:
+                out.append(
+                    RawRecord(tp.topic, tp.partition, r.offset, int(r.timestamp), r.key, r.value)
+                )
+            if recs:
+                self._next[(tp.topic, tp.partition)] = recs[-1].offset + 1
+        return out
+
+    def commit(self, offsets: Mapping[TP, int]) -> None:
+        """Commit next offsets to the group (a mirror of the store)."""
+        if not offsets:
+            return
+        meta = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
+        try:
+            self._consumer.commit(offsets=meta)
+        except KafkaError as exc:
+            msg = "offset commit failed"
+            raise _unavailable(msg, exc) from exc
+
+    def seek(self, offsets: Mapping[TP, int]) -> None:
+        """Seek assigned partitions back to ``offsets`` (beginning for those absent)."""
+        for tp in self._consumer.assignment():
+            off = offsets.get((tp.topic, tp.partition))
+            if off is None:
+                self._consumer.seek_to_beginning(tp)
+                self._next.pop((tp.topic, tp.partition), None)
+            else:
+                self._consumer.seek(tp, off)
+                self._next[(tp.topic, tp.partition)] = off
+
+    def lag(self) -> dict[TP, int]:
+        """High watermark minus next offset, for partitions where both are known."""
+        out: dict[TP, int] = {}
+        for tp in self._consumer.assignment():
+            hw = self._consumer.highwater(tp)
+            nxt = self._next.get((tp.topic, tp.partition))
+            if hw is not None and nxt is not None:
+                out[(tp.topic, tp.partition)] = max(0, int(hw) - nxt)
+            elif hw is not None and int(hw) == 0:
+                out[(tp.topic, tp.partition)] = 0
+        return out
+
+    def assigned(self) -> bool:
+        """Whether the group gave this consumer any partition."""
+        return bool(self._consumer.assignment())
+
+    def partitions_for(self, topic: str) -> int:
+        """Number of partitions of ``topic`` (1 when unknown)."""
+        try:
+            parts = self._consumer.partitions_for_topic(topic)
+        except KafkaError as exc:
+            msg = "cannot read topic metadata"
+            raise _unavailable(msg, exc) from exc
+        return len(parts) if parts else 1
+
+    def connected(self) -> bool:
+        """Whether the bootstrap connection is up."""
+        try:
+            return bool(self._consumer.bootstrap_connected())
+        except KafkaError:
+            return False
+
+    def close(self) -> None:
+        """Leave the group (no auto-commit: offsets were committed explicitly)."""
+        with contextlib.suppress(KafkaError):
+            self._consumer.close(autocommit=False)
+
+
+class KafkaSink:
+    """A producer with ``acks=all``; ``flush`` raises ``BrokerUnavailable`` on any failure."""
+
+    def __init__(self, config: Config) -> None:
+        options: dict[str, Any] = {
+            "bootstrap_servers": list(config.kafka.bootstrap_servers),
+            "acks": "all",
+            "linger_ms": 5,
+        }
+        options.update(kafka_client_options(config.kafka, "producer"))
+        try:
+            self._producer = KafkaProducer(**options)
+        except KafkaError as exc:
+            msg = "cannot connect the producer"
+            raise _unavailable(msg, exc) from exc
+        self._pending: list[Any] = []
+
+    def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
+        """Queue one record."""
+        try:
+            self._pending.append(self._producer.send(topic, key=key, value=value))
+        except KafkaError as exc:
+            msg = "produce failed"
+            raise _unavailable(msg, exc) from exc
+
+    def flush(self, timeout_s: float) -> None:
+        """Wait for every acknowledgement."""
+        pending, self._pending = self._pending, []
+        try:
+            self._producer.flush(timeout=timeout_s)
+        except KafkaError as exc:
+            msg = "flush failed"
+            raise _unavailable(msg, exc) from exc
+        for fut in pending:
+            if not fut.is_done or fut.failed():
+                cause = fut.exception or TimeoutError("not acknowledged")
+                msg = "produce not acknowledged"
+                raise _unavailable(msg, cause)
+
+    def close(self) -> None:
+        """Close the producer (bounded)."""
+        with contextlib.suppress(KafkaError):
+            self._producer.close(timeout=5)
+
+
+def create_topics(config: Config, scored_partitions: int = 1) -> list[str]:
+    """Create the daemon's topics if absent; returns the names created."""
+    topics = config.kafka.topics
+    options: dict[str, Any] = {"bootstrap_servers": list(config.kafka.bootstrap_servers)}
+    options.update(kafka_client_options(config.kafka, "admin"))
+    try:
+        admin = KafkaAdminClient(**options)
+    except KafkaError as exc:
+        msg = "cannot connect the admin client"
+        raise _unavailable(msg, exc) from exc
+    created: list[str] = []
+    try:
+        existing = set(admin.list_topics())
+        for name, parts in (
+            (topics.scored, scored_partitions),
+            (topics.requests, 1),
+            (topics.labels, 1),
+            (topics.deadletter, 1),
+        ):
+            if name in existing:
+                continue
+            try:
+                admin.create_topics([NewTopic(name, parts, 1)])
+                created.append(name)
+            except TopicAlreadyExistsError:
+                pass
+    except KafkaError as exc:
+        msg = "cannot create topics"
+        raise _unavailable(msg, exc) from exc
+    finally:
+        admin.close()
+    return created
+
+
+# ------------------------------------------------------------------ in-memory fakes
+@dataclass
+class FakeLog:
+    """Topics as lists of partitions of ``(key, value, timestamp_ms)`` records."""
+
+    topics: dict[str, list[list[tuple[bytes | None, bytes, int]]]] = field(default_factory=dict)
+    committed: dict[TP, int] = field(default_factory=dict)
+
+    def create(self, topic: str, partitions: int = 1) -> None:
+        """Create a topic if absent."""
+        self.topics.setdefault(topic, [[] for _ in range(partitions)])
+
+    def append(
+        self, topic: str, value: bytes, key: bytes | None = None, partition: int = 0, ts_ms: int = 0
+    ) -> None:
+        """Append one record."""
+        self.create(topic)
+        self.topics[topic][partition].append((key, value, ts_ms))
+
+    def records(self, topic: str) -> list[tuple[bytes | None, bytes]]:
+        """Every (key, value) of a topic, partition by partition."""
+        return [(k, v) for part in self.topics.get(topic, []) for k, v, _ in part]
+
+
+class FakeSource:
+    """An in-memory consumer over a ``FakeLog``; starts at the stored offsets like the real one."""
+
+    def __init__(
+        self, log_: FakeLog, topics: Sequence[str], stored_offsets: Callable[[], Mapping[TP, int]]
+    ) -> None:
+        self.log = log_
+        self.topics = list(topics)
+        stored = stored_offsets()
+        self.pos: dict[TP, int] = {}
+        for t in self.topics:
+            log_.create(t)
+            for p in range(len(log_.topics[t])):
+                self.pos[(t, p)] = stored.get((t, p), 0)
+        self.fail_polls = 0
+
+    def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
+        """Round-robin over partitions, a few records each, like a fetch."""
+        if self.fail_polls:
+            self.fail_polls -= 1
+            msg = "fake broker down"
+            raise BrokerUnavailable(msg)
+        out: list[RawRecord] = []
+        for (t, p), off in self.pos.items():
+            part = self.log.topics[t][p]
+            take = part[off : off + max(1, max_records // max(1, len(self.pos)))]
+            for i, (k, v, ts) in enumerate(take):
+                out.append(RawRecord(t, p, off + i, ts, k, v))
+            self.pos[(t, p)] = off + len(take)
+        return out[:max_records] if len(out) <= max_records else out
+
+    def commit(self, offsets: Mapping[TP, int]) -> None:
+        """Store the committed offsets in the log."""
+        self.log.committed.update(offsets)
+
+    def seek(self, offsets: Mapping[TP, int]) -> None:
+        """Rewind to stored offsets (0 where none)."""
+        for tp in self.pos:
+            self.pos[tp] = offsets.get(tp, 0)
+
+    def lag(self) -> dict[TP, int]:
+        """Records left per partition."""
+        return {(t, p): len(self.log.topics[t][p]) - off for (t, p), off in self.pos.items()}
+
+    def assigned(self) -> bool:
+        """Always assigned."""
+        return True
+
+    def partitions_for(self, topic: str) -> int:
+        """Partitions of a fake topic."""
+        return len(self.log.topics.get(topic, [[]]))
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class FakeSink:
+    """Appends produced records to a ``FakeLog`` on flush; can be told to fail."""
+
+    def __init__(self, log_: FakeLog) -> None:
+        self.log = log_
+        self._queue: list[tuple[str, bytes | None, bytes]] = []
+        self.fail_flushes = 0
+
+    def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
+        """Queue one record."""
+        self._queue.append((topic, key, value))
+
+    def flush(self, timeout_s: float) -> None:
+        """Deliver the queue, or fail (dropping nothing: the batch will be replayed)."""
+        if self.fail_flushes:
+            self.fail_flushes -= 1
+            self._queue.clear()
+            msg = "fake flush failed"
+            raise BrokerUnavailable(msg)
+        for topic, key, value in self._queue:
+            self.log.append(topic, value, key)
+        self._queue.clear()
+
+    def close(self) -> None:
+        """Nothing to release."""
