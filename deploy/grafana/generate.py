@@ -377,7 +377,13 @@ def alert_panels() -> list[Json]:
         "1 when the daemon consumes (monitor_ready), per instance.",
         targets(("monitor_ready", "{{instance}}")),
     )
-    return [firing, decisions, health]
+    push_errors = stat(
+        "Alertmanager push failures (24 h)",
+        "Alert pushes from the daemon to Alertmanager that failed after their retries "
+        "(only when the daemon is configured to push; Prometheus delivers the rules' alerts).",
+        targets(("sum(increase(monitor_alertmanager_errors_total[24h]))", "failures")),
+    )
+    return [firing, decisions, health, push_errors]
 
 
 def template_variables() -> list[Json]:

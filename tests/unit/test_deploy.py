@@ -417,6 +417,17 @@ def test_dashboard_structure_is_loadable() -> None:
         if panel.get("repeat"):
             assert panel["repeat"] in variables
             assert all("$window" in t["expr"] for t in panel["targets"]), panel["title"]
+    # no two panels overlap on the grid
+    boxes = [p["gridPos"] for p in panels]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            apart = (
+                a["x"] + a["w"] <= b["x"]
+                or b["x"] + b["w"] <= a["x"]
+                or a["y"] + a["h"] <= b["y"]
+                or b["y"] + b["h"] <= a["y"]
+            )
+            assert apart, (a, b)
     # the interval bands: each upper series fills down to its lower series
     band = next(p for p in panels if p["title"].startswith("F estimate"))
     fills = {
