@@ -6,13 +6,22 @@ column arrays for the vectorised core plus a list of ``Reject`` for the dead-let
 
 from __future__ import annotations
 
+import base64
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from monitor.errors import RejectReason
+
+if TYPE_CHECKING:
+    from monitor.config import Config
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,3 +79,519 @@ class LabelResult:
     ts: float | None
     token: str | None
     source: RawRecord
+    model: str | None = None  # the model named by an ``id``-only label (None: default model)
+
+
+# --------------------------------------------------------------------------------------------
+# Decoding. Hot path: one ``json.loads`` and one ``dict.get`` per field per record, then
+# numpy masks over whole columns; per-record Python work beyond that happens only for the
+# (rare) rejected rows, to write their detail. Nothing here raises for any input bytes.
+# --------------------------------------------------------------------------------------------
+
+MAX_VALUE_BYTES = 64 * 1024  # larger record values are rejected too_large
+MAX_ID_CHARS = 256
+MAX_SEGMENT_CHARS = 128
+MIN_TS = 946_684_800.0  # 2000-01-01T00:00:00Z
+MAX_FUTURE_S = 86_400.0  # event times more than a day ahead of the clock are rejected
+DEADLETTER_VALUE_BYTES = 64 * 1024
+
+_RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}:\d{2})"
+)
+_NUMBER = (int, float)
+_SHOW_CHARS = 40
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """A value that could not be decoded at all (stands in for the parsed object)."""
+
+    reason: RejectReason
+    detail: str
+
+
+def _parse(value: bytes | None) -> Any:
+    if value is None:
+        return _Failed(RejectReason.MALFORMED_JSON, "record has no value (a tombstone)")
+    if len(value) > MAX_VALUE_BYTES:
+        return _Failed(
+            RejectReason.TOO_LARGE,
+            f"record value is {len(value)} bytes, more than {MAX_VALUE_BYTES}",
+        )
+    try:
+        return json.loads(value)
+    except Exception as exc:  # any bytes at all must become a reject
+        return _Failed(RejectReason.MALFORMED_JSON, f"invalid JSON: {_clip(str(exc), 120)}")
+
+
+def _clip(text: str, limit: int = _SHOW_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _show(value: Any) -> str:
+    """A short, safe rendering of an offending value for a reject's detail."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and value.bit_length() > 128:
+        return "an integer of more than 38 digits"
+    if isinstance(value, float | int):
+        return repr(value)
+    if isinstance(value, str):
+        return _clip(repr(value).encode("ascii", "backslashreplace").decode("ascii"))
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _bad_text(values: Sequence[str]) -> list[bool] | None:
+    """Which strings hold a NUL or an unpaired surrogate (None: none of them do)."""
+    joined = "".join(values)
+    try:
+        joined.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        if "\x00" not in joined:
+            return None
+    return [("\x00" in v) or not _encodes(v) for v in values]
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _floats(values: Sequence[Any], ok: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
+    """``values`` as float64 where ``ok`` (numbers), NaN elsewhere; huge ints become inf."""
+    if bool(ok.all()):
+        try:
+            return np.array(values, dtype=np.float64)
+        except (OverflowError, TypeError, ValueError):
+            pass
+    return np.array([_float(v) if k else math.nan for v, k in zip(values, ok, strict=True)])
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _is_number(values: Sequence[Any]) -> npt.NDArray[np.bool_]:
+    if set(map(type, values)) <= {float, int}:
+        return np.ones(len(values), dtype=np.bool_)
+    return np.fromiter((type(v) in _NUMBER for v in values), dtype=np.bool_, count=len(values))
+
+
+def _is_str(values: Sequence[Any]) -> npt.NDArray[np.bool_]:
+    if set(map(type, values)) <= {str}:
+        return np.ones(len(values), dtype=np.bool_)
+    return np.fromiter((type(v) is str for v in values), dtype=np.bool_, count=len(values))
+
+
+def _objects(objs: list[Any], rej: _Rejections) -> list[dict[str, Any]]:
+    """The decoded JSON objects; any other value is rejected (and stands as an empty object)."""
+    if set(map(type, objs)) == {dict}:
+        return objs
+    for i, obj in enumerate(objs):
+        if type(obj) is not dict:
+            if isinstance(obj, _Failed):
+                rej.one(i, obj.reason, obj.detail)
+            else:
+                rej.one(i, RejectReason.NOT_AN_OBJECT, f"expected a JSON object, got {_show(obj)}")
+    empty: dict[str, Any] = {}
+    return [o if type(o) is dict else empty for o in objs]
+
+
+def parse_timestamp(text: str) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time (offset required), or None.
+
+    >>> parse_timestamp("2024-03-01T12:00:00Z"), parse_timestamp("2024-03-01 13:00:00.5+01:00")
+    (1709294400.0, 1709294400.5)
+    >>> parse_timestamp("2024-03-01T12:00:00") is None  # no offset: ambiguous
+    True
+    """
+    if not _RFC3339.fullmatch(text):
+        return None
+    try:
+        return datetime.fromisoformat(text.upper()).timestamp()
+    except ValueError:  # e.g. month 13, leap second 60
+        return None
+
+
+class _Rejections:
+    """First failing check per row wins; ``alive`` marks rows not rejected yet."""
+
+    def __init__(self, n: int) -> None:
+        self.alive = np.ones(n, dtype=np.bool_)
+        self.found: dict[int, tuple[RejectReason, str]] = {}
+
+    def add(
+        self,
+        failing: npt.NDArray[np.bool_],
+        reason: RejectReason,
+        detail: Callable[[int], str],
+    ) -> None:
+        rows = np.flatnonzero(failing & self.alive)
+        if rows.size:
+            for i in rows.tolist():
+                self.found[i] = (reason, detail(i))
+            self.alive[rows] = False
+
+    def one(self, i: int, reason: RejectReason, detail: str) -> None:
+        if self.alive[i]:
+            self.found[i] = (reason, detail)
+            self.alive[i] = False
+
+    def rejects(self, records: Sequence[RawRecord]) -> list[Reject]:
+        return [Reject(r, d, records[i]) for i, (r, d) in sorted(self.found.items())]
+
+
+def _check_text(
+    rej: _Rejections,
+    values: list[Any],
+    field: str,
+    max_chars: int,
+    *,
+    required: bool,
+    min_chars: int = 1,
+) -> None:
+    """Type, length and character checks of an (optionally required) string column."""
+    n = len(values)
+    if set(map(type, values)) == {str}:  # the common case: no per-value type checks
+        is_str = np.ones(n, dtype=np.bool_)
+        lengths = np.fromiter(map(len, values), dtype=np.int64, count=n)
+    else:
+        missing = _none_mask(values)
+        if required:
+            rej.add(missing, RejectReason.MISSING_FIELD, lambda _: f"field '{field}' is missing")
+        is_str = _is_str(values)
+        rej.add(
+            ~is_str & ~missing,
+            RejectReason.BAD_TYPE,
+            lambda i: f"field '{field}': expected a string, got {_show(values[i])}",
+        )
+        lengths = np.fromiter(
+            (len(v) if type(v) is str else min_chars for v in values), dtype=np.int64, count=n
+        )
+    rej.add(
+        (lengths < min_chars) | (lengths > max_chars),
+        RejectReason.OUT_OF_RANGE,
+        lambda i: (
+            f"field '{field}': expected {min_chars} to {max_chars} characters, got {lengths[i]}"
+        ),
+    )
+    ok = rej.alive & is_str
+    live = np.flatnonzero(ok).tolist()
+    bad = _bad_text(values if len(live) == n else [values[i] for i in live])
+    if bad is not None:
+        failing = np.zeros(n, dtype=np.bool_)
+        failing[[i for i, b in zip(live, bad, strict=True) if b]] = True
+        rej.add(
+            failing,
+            RejectReason.OUT_OF_RANGE,
+            lambda _: f"field '{field}': contains a NUL character or an unpaired surrogate",
+        )
+
+
+def _none_mask(values: list[Any]) -> npt.NDArray[np.bool_]:
+    if None not in values:
+        return np.zeros(len(values), dtype=np.bool_)
+    return np.fromiter((v is None for v in values), dtype=np.bool_, count=len(values))
+
+
+def _check_flag(rej: _Rejections, values: list[Any], field: str) -> npt.NDArray[np.int8]:
+    """0/1 (or false/true) column; -1 where absent."""
+    n = len(values)
+    out = np.full(n, -1, dtype=np.int8)
+    if set(map(type, values)) <= {type(None)}:
+        return out
+    code = np.fromiter(
+        (
+            (int(v) if v in (0, 1) else -2) if type(v) in (int, bool) else (-1 if v is None else -3)
+            for v in values
+        ),
+        dtype=np.int8,
+        count=n,
+    )
+    rej.add(
+        code == -3,
+        RejectReason.BAD_TYPE,
+        lambda i: f"field '{field}': expected 0 or 1 (or false/true), got {_show(values[i])}",
+    )
+    rej.add(
+        code == -2,
+        RejectReason.OUT_OF_RANGE,
+        lambda i: f"field '{field}': expected 0 or 1, got {_show(values[i])}",
+    )
+    ok = code >= 0
+    out[ok] = code[ok]
+    return out
+
+
+def _check_ts(
+    rej: _Rejections,
+    values: list[Any],
+    fallback_records: Sequence[RawRecord] | None,
+    now: float | None,
+) -> npt.NDArray[np.float64]:
+    """Event times in seconds: numbers, RFC 3339 strings, else the records' Kafka time."""
+    n = len(values)
+    types = set(map(type, values))
+    missing = _none_mask(values)
+    is_num = _is_number(values) if types - {type(None)} else np.zeros(n, dtype=np.bool_)
+    ts = _floats(values, is_num)
+    if str in types:
+        for i, v in enumerate(values):
+            if type(v) is str and rej.alive[i]:
+                parsed = parse_timestamp(v)
+                if parsed is None:
+                    rej.one(
+                        i,
+                        RejectReason.BAD_TIMESTAMP,
+                        f"field 'ts': expected seconds since the epoch or an RFC 3339 time "
+                        f"with offset, got {_show(v)}",
+                    )
+                else:
+                    ts[i] = parsed
+                    is_num[i] = True
+    rej.add(
+        ~is_num & ~missing,
+        RejectReason.BAD_TIMESTAMP,
+        lambda i: (
+            f"field 'ts': expected seconds since the epoch or an RFC 3339 time, "
+            f"got {_show(values[i])}"
+        ),
+    )
+    fallback = None
+    if fallback_records is not None and bool(missing.any()):
+        fallback = np.array([r.timestamp_ms for r in fallback_records], dtype=np.float64) / 1e3
+        ts[missing] = fallback[missing]
+        rej.add(
+            missing & ~(fallback >= 0),
+            RejectReason.BAD_TIMESTAMP,
+            lambda _: "no field 'ts' and no Kafka timestamp",
+        )
+
+    def source(i: int) -> str:
+        if missing[i]:
+            return f"Kafka timestamp {_show(float(ts[i]))}"
+        return f"field 'ts' {_show(values[i])}"
+
+    with np.errstate(invalid="ignore"):
+        early = ~(ts >= MIN_TS) & ~(missing if fallback_records is None else np.zeros(n, np.bool_))
+        rej.add(
+            early,
+            RejectReason.BAD_TIMESTAMP,
+            lambda i: f"{source(i)} is not a time after 2000-01-01T00:00:00Z",
+        )
+        if now is not None:
+            rej.add(
+                ts > now + MAX_FUTURE_S,
+                RejectReason.BAD_TIMESTAMP,
+                lambda i: (
+                    f"{source(i)} is more than 1 day after now "
+                    f"({now:.0f}){' (milliseconds?)' if ts[i] > 1e11 else ''}"
+                ),
+            )
+    return ts
+
+
+def decode_scored(
+    records: Sequence[RawRecord], config: Config, *, now: float
+) -> tuple[ScoredBatch, list[Reject]]:
+    """Validate a polled batch of scored records into columns plus one reject per bad record.
+
+    Schema (JSON object; other fields are ignored; null means absent):
+    ``id`` string of 1-256 characters (required); ``score`` number in [0, 1] (required,
+    finite; booleans are not numbers); ``pred`` 0/1 or false/true (default
+    ``score >= threshold`` of the model); ``ts`` seconds since the epoch or an RFC 3339 time
+    with offset (default the Kafka timestamp; from 2000-01-01 to ``now`` + 1 day); ``model``
+    string naming a configured model (default ``config.default_model``); ``segment`` string
+    of at most 128 characters (default ""); ``payload`` any JSON, passed to auditors. Values
+    over 64 KiB are rejected ``too_large``. Strings must not hold NUL or unpaired surrogates.
+
+    Accepted rows and rejects keep the input order; each input is in exactly one of them.
+    Never raises for any record content.
+    """
+    n = len(records)
+    objs = [_parse(r.value) for r in records]
+    rej = _Rejections(n)
+    rows = _objects(objs, rej)
+
+    ids = [d.get("id") for d in rows]
+    _check_text(rej, ids, "id", MAX_ID_CHARS, required=True)
+
+    raw_score = [d.get("score") for d in rows]
+    rej.add(_none_mask(raw_score), RejectReason.MISSING_FIELD, lambda _: "field 'score' is missing")
+    score_num = _is_number(raw_score)
+    rej.add(
+        ~score_num,
+        RejectReason.BAD_TYPE,
+        lambda i: f"field 'score': expected a number in [0, 1], got {_show(raw_score[i])}",
+    )
+    score = _floats(raw_score, score_num)
+    with np.errstate(invalid="ignore"):
+        rej.add(
+            ~((score >= 0.0) & (score <= 1.0)),
+            RejectReason.OUT_OF_RANGE,
+            lambda i: f"field 'score': expected a number in [0, 1], got {_show(raw_score[i])}",
+        )
+
+    pred_given = _check_flag(rej, [d.get("pred") for d in rows], "pred")
+    ts = _check_ts(rej, [d.get("ts") for d in rows], records, now)
+
+    models: list[Any] = [d.get("model") for d in rows]
+    model_types = set(map(type, models))
+    known = config.models
+    if model_types <= {str, type(None)}:
+        names = set(models) - {None}
+    else:
+        rej.add(
+            ~_is_str(models) & ~_none_mask(models),
+            RejectReason.BAD_TYPE,
+            lambda i: f"field 'model': expected a string, got {_show(models[i])}",
+        )
+        names = {m for m in models if type(m) is str}
+    if names - set(known):
+        unknown = np.fromiter(
+            (type(m) is str and m not in known for m in models), dtype=np.bool_, count=n
+        )
+        rej.add(
+            unknown,
+            RejectReason.UNKNOWN_MODEL,
+            lambda i: (
+                f"field 'model': unknown model {_show(models[i])} "
+                f"(configured: {_clip(', '.join(known), 120)})"
+            ),
+        )
+    segments = [d.get("segment") for d in rows]
+    if set(map(type, segments)) - {type(None)}:
+        _check_text(rej, segments, "segment", MAX_SEGMENT_CHARS, required=False, min_chars=0)
+
+    keep = np.flatnonzero(rej.alive)
+    kept = keep.tolist()
+    every = keep.size == n
+    default = config.default_model
+    kept_models: list[str] = (
+        models if every and None not in models else [models[i] or default for i in kept]
+    )
+    score_k = score if every else score[keep]
+    pred_k = pred_given if every else pred_given[keep]
+    if bool((pred_k < 0).any()):
+        used = set(kept_models)
+        if len(used) == 1:
+            threshold: float | npt.NDArray[np.float64] = known[used.pop()].threshold
+        else:
+            lookup = {m: known[m].threshold for m in used}
+            threshold = np.array([lookup[m] for m in kept_models], dtype=np.float64)
+        pred_k = np.where(pred_k < 0, (score_k >= threshold).astype(np.int8), pred_k)
+    if every and None not in segments:
+        kept_segments = segments
+    else:
+        kept_segments = [segments[i] or "" for i in kept]
+    batch = ScoredBatch(
+        ids=np.array(ids if every else [ids[i] for i in kept], dtype=np.str_),
+        score=np.ascontiguousarray(score_k, dtype=np.float64),
+        pred=pred_k.astype(np.int8, copy=False),
+        ts=ts if every else ts[keep],
+        model=np.array(kept_models, dtype=np.str_),
+        segment=np.array(kept_segments, dtype=np.str_),
+        payload=[rows[i].get("payload") for i in kept],
+        partition=np.array([records[i].partition for i in kept], dtype=np.int32),
+        offset=np.array([records[i].offset for i in kept], dtype=np.int64),
+    )
+    return batch, rej.rejects(records)
+
+
+def decode_labels(
+    records: Sequence[RawRecord], *, now: float | None = None
+) -> tuple[list[LabelResult], list[Reject]]:
+    """Validate auditor answers; each input is either a ``LabelResult`` or one ``Reject``.
+
+    Schema (JSON object; null means absent): ``request_id`` string, or ``id`` string plus an
+    optional ``model`` string (one of the two is required; both may be given); ``label`` 0 or 1
+    (false/true accepted); optional ``labeler`` and ``token`` strings; optional ``ts`` (seconds
+    or RFC 3339 with offset, after 2000-01-01 and, when ``now`` is given, at most 1 day ahead).
+    Strings are 1-256 characters without NUL or unpaired surrogates. Whether the request exists
+    is decided later by the estimator, not here. Never raises for any record content.
+    """
+    n = len(records)
+    objs = [_parse(r.value) for r in records]
+    rej = _Rejections(n)
+    rows = _objects(objs, rej)
+    request_ids = [d.get("request_id") for d in rows]
+    record_ids = [d.get("id") for d in rows]
+    neither = np.fromiter(
+        (a is None and b is None for a, b in zip(request_ids, record_ids, strict=True)),
+        dtype=np.bool_,
+        count=n,
+    )
+    rej.add(neither, RejectReason.MISSING_FIELD, lambda _: "needs field 'request_id' or field 'id'")
+    columns: dict[str, list[Any]] = {"request_id": request_ids, "id": record_ids}
+    for name in ("model", "labeler", "token"):
+        columns[name] = [d.get(name) for d in rows]
+    for name, values in columns.items():
+        _check_text(rej, values, name, MAX_ID_CHARS, required=False)
+    raw_label = [d.get("label") for d in rows]
+    rej.add(
+        _none_mask(raw_label),
+        RejectReason.MISSING_FIELD,
+        lambda _: "field 'label' is missing",
+    )
+    label = _check_flag(rej, raw_label, "label")
+    raw_ts = [d.get("ts") for d in rows]
+    ts = _check_ts(rej, raw_ts, None, now)
+    results = [
+        LabelResult(
+            request_id=request_ids[i],
+            record_id=record_ids[i],
+            label=int(label[i]),
+            labeler=columns["labeler"][i],
+            ts=None if raw_ts[i] is None else float(ts[i]),
+            token=columns["token"][i],
+            source=records[i],
+            model=columns["model"][i],
+        )
+        for i in np.flatnonzero(rej.alive).tolist()
+    ]
+    return results, rej.rejects(records)
+
+
+def deadletter_value(reject: Reject) -> bytes:
+    """The dead-letter message for a reject (its key is the original record's key).
+
+    JSON: ``reason``, ``detail``, ``topic``, ``partition``, ``offset``, ``timestamp_ms``,
+    ``value`` (the original bytes as UTF-8, invalid bytes replaced, cut to 64 KiB; null for
+    a tombstone) and, only when the original is not valid UTF-8, ``value_b64`` (base64 of the
+    same cut bytes). Deterministic: sorted keys, compact separators, ASCII.
+    """
+    record = reject.record
+    out: dict[str, Any] = {
+        "reason": str(reject.reason),
+        "detail": reject.detail,
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "timestamp_ms": record.timestamp_ms,
+        "value": None,
+    }
+    raw = record.value
+    if raw is not None:
+        cut = raw[:DEADLETTER_VALUE_BYTES]
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            out["value"] = cut.decode("utf-8", errors="replace")
+            out["value_b64"] = base64.b64encode(cut).decode("ascii")
+        else:  # "ignore" only drops a character split by the cut
+            out["value"] = cut.decode("utf-8", errors="ignore")
+    return json.dumps(out, sort_keys=True, separators=(",", ":")).encode("ascii")

@@ -1,0 +1,377 @@
+# ruff: noqa: E501
+"""Decoding scored records and label results: defaults, every reject reason, order kept."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from monitor.config import Config, ModelConfig
+from monitor.errors import RejectReason
+from monitor.records import (
+    DEADLETTER_VALUE_BYTES,
+    MAX_VALUE_BYTES,
+    RawRecord,
+    Reject,
+    deadletter_value,
+    decode_labels,
+    decode_scored,
+    parse_timestamp,
+)
+
+NOW = 1_790_000_000.0  # 2026-09-21
+KAFKA_MS = 1_780_000_000_000
+CONFIG = Config(
+    models={
+        "default": ModelConfig(name="default", threshold=0.5),
+        "fraud": ModelConfig(name="fraud", threshold=0.9),
+    },
+    default_model="default",
+)
+
+
+def raw(
+    values: Sequence[bytes | dict[str, Any] | None], topic: str = "predictions"
+) -> list[RawRecord]:
+    out = []
+    for i, v in enumerate(values):
+        value = json.dumps(v).encode() if isinstance(v, dict) else v
+        out.append(RawRecord(topic, i % 3, 100 + i, KAFKA_MS + i, f"k{i}".encode(), value))
+    return out
+
+
+def one_reject(value: bytes | dict[str, Any] | None) -> Reject:
+    batch, rejects = decode_scored(raw([value]), CONFIG, now=NOW)
+    assert len(batch) == 0
+    assert len(rejects) == 1
+    return rejects[0]
+
+
+def test_minimal_record_takes_every_default() -> None:
+    batch, rejects = decode_scored(raw([{"id": "a", "score": 0.7}]), CONFIG, now=NOW)
+    assert rejects == []
+    assert batch.ids.tolist() == ["a"]
+    assert batch.score.tolist() == [0.7]
+    assert batch.pred.tolist() == [1]  # 0.7 >= threshold 0.5 of the default model
+    assert batch.ts.tolist() == [KAFKA_MS / 1000]  # the Kafka timestamp
+    assert batch.model.tolist() == ["default"]
+    assert batch.segment.tolist() == [""]
+    assert batch.payload == [None]
+    assert batch.partition.tolist() == [0]
+    assert batch.offset.tolist() == [100]
+    assert batch.score.dtype == np.float64 and batch.pred.dtype == np.int8
+    assert batch.partition.dtype == np.int32 and batch.offset.dtype == np.int64
+
+
+def test_full_record_keeps_every_field() -> None:
+    record = {
+        "id": "rec-1",
+        "score": 0.2,
+        "pred": 1,
+        "ts": 1_700_000_000.5,
+        "model": "fraud",
+        "segment": "eu",
+        "payload": {"amount": [1, 2], "who": None},
+        "extra": "ignored",
+    }
+    batch, rejects = decode_scored(raw([record]), CONFIG, now=NOW)
+    assert rejects == []
+    assert batch.pred.tolist() == [1]  # given pred wins over the threshold
+    assert batch.ts.tolist() == [1_700_000_000.5]
+    assert batch.model.tolist() == ["fraud"]
+    assert batch.segment.tolist() == ["eu"]
+    assert batch.payload == [{"amount": [1, 2], "who": None}]
+
+
+def test_default_pred_uses_the_threshold_of_each_records_model() -> None:
+    values: list[bytes | dict[str, Any] | None] = [
+        {"id": "a", "score": 0.5},
+        {"id": "b", "score": 0.49},
+        {"id": "c", "score": 0.6, "model": "fraud"},
+        {"id": "d", "score": 0.9, "model": "fraud"},
+        {"id": "e", "score": 0.1, "pred": True},
+        {"id": "f", "score": 0.95, "pred": False, "model": "fraud"},
+        {"id": "g", "score": 0.7, "pred": None},
+    ]
+    batch, rejects = decode_scored(raw(values), CONFIG, now=NOW)
+    assert rejects == []
+    assert batch.pred.tolist() == [1, 0, 0, 1, 1, 0, 1]
+
+
+def test_nulls_count_as_absent() -> None:
+    value = {"id": "a", "score": 0.3, "ts": None, "model": None, "segment": None, "pred": None}
+    batch, rejects = decode_scored(raw([value]), CONFIG, now=NOW)
+    assert rejects == []
+    assert batch.model.tolist() == ["default"] and batch.segment.tolist() == [""]
+    assert batch.ts.tolist() == [KAFKA_MS / 1000]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("2024-03-01T12:00:00Z", 1_709_294_400.0),
+        ("2024-03-01t12:00:00z", 1_709_294_400.0),
+        ("2024-03-01 13:30:00+01:30", 1_709_294_400.0),
+        ("2024-03-01T12:00:00.250Z", 1_709_294_400.25),
+        ("2024-03-01T07:00:00-05:00", 1_709_294_400.0),
+    ],
+)
+def test_rfc3339_timestamps(text: str, seconds: float) -> None:
+    assert parse_timestamp(text) == seconds
+    batch, rejects = decode_scored(raw([{"id": "a", "score": 0.1, "ts": text}]), CONFIG, now=NOW)
+    assert rejects == []
+    assert batch.ts.tolist() == [seconds]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["2024-03-01T12:00:00", "2024-03-01", "2024-13-01T00:00:00Z", "2024-03-01T23:59:60Z",
+     "1709294400", "yesterday", "2024-03-01T12:00:00+0100", ""],
+)  # fmt: skip
+def test_bad_rfc3339_strings_are_rejected(text: str) -> None:
+    assert parse_timestamp(text) is None
+    reject = one_reject({"id": "a", "score": 0.1, "ts": text})
+    assert reject.reason is RejectReason.BAD_TIMESTAMP
+    assert reject.detail.startswith("field 'ts': expected seconds since the epoch or an RFC 3339")
+
+
+@pytest.mark.parametrize(
+    ("value", "reason", "detail"),
+    [
+        (b"{not json", RejectReason.MALFORMED_JSON, "invalid JSON: Expecting property name"),
+        (b'{"id": "a", "score": 0.5', RejectReason.MALFORMED_JSON, "invalid JSON: "),
+        (b"\xff\xfe\x00garbage", RejectReason.MALFORMED_JSON, "invalid JSON: "),
+        (b"\x80abc", RejectReason.MALFORMED_JSON, "invalid JSON: "),
+        (b"", RejectReason.MALFORMED_JSON, "invalid JSON: Expecting value"),
+        (b"[" * 100_000, RejectReason.TOO_LARGE, "record value is 100000 bytes, more than 65536"),
+        (b"[" * 60_000, RejectReason.MALFORMED_JSON, "invalid JSON: "),  # recursion depth
+        (None, RejectReason.MALFORMED_JSON, "record has no value (a tombstone)"),
+        (b"[1, 2]", RejectReason.NOT_AN_OBJECT, "expected a JSON object, got a list"),
+        (b'"text"', RejectReason.NOT_AN_OBJECT, "expected a JSON object, got 'text'"),
+        (b"null", RejectReason.NOT_AN_OBJECT, "expected a JSON object, got null"),
+        ({"score": 0.5}, RejectReason.MISSING_FIELD, "field 'id' is missing"),
+        ({"id": None, "score": 0.5}, RejectReason.MISSING_FIELD, "field 'id' is missing"),
+        ({"id": "a"}, RejectReason.MISSING_FIELD, "field 'score' is missing"),
+        ({"id": 12, "score": 0.5}, RejectReason.BAD_TYPE, "field 'id': expected a string, got 12"),
+        ({"id": "", "score": 0.5}, RejectReason.OUT_OF_RANGE, "field 'id': expected 1 to 256 characters, got 0"),
+        ({"id": "x" * 257, "score": 0.5}, RejectReason.OUT_OF_RANGE, "field 'id': expected 1 to 256 characters, got 257"),
+        ({"id": "a\x00", "score": 0.5}, RejectReason.OUT_OF_RANGE, "field 'id': contains a NUL character or an unpaired surrogate"),
+        ({"id": "a\ud800", "score": 0.5}, RejectReason.OUT_OF_RANGE, "field 'id': contains a NUL"),
+        ({"id": "a", "score": "0.5"}, RejectReason.BAD_TYPE, "field 'score': expected a number in [0, 1], got '0.5'"),
+        ({"id": "a", "score": True}, RejectReason.BAD_TYPE, "field 'score': expected a number in [0, 1], got true"),
+        ({"id": "a", "score": [0.5]}, RejectReason.BAD_TYPE, "field 'score': expected a number in [0, 1], got a list"),
+        ({"id": "a", "score": 1.7}, RejectReason.OUT_OF_RANGE, "field 'score': expected a number in [0, 1], got 1.7"),
+        ({"id": "a", "score": -0.1}, RejectReason.OUT_OF_RANGE, "field 'score': expected a number in [0, 1], got -0.1"),
+        (b'{"id": "a", "score": NaN}', RejectReason.OUT_OF_RANGE, "field 'score': expected a number in [0, 1], got nan"),
+        (b'{"id": "a", "score": Infinity}', RejectReason.OUT_OF_RANGE, "got inf"),
+        (b'{"id": "a", "score": -Infinity}', RejectReason.OUT_OF_RANGE, "got -inf"),
+        (b'{"id": "a", "score": 1e999}', RejectReason.OUT_OF_RANGE, "got inf"),
+        ({"id": "a", "score": 10**400}, RejectReason.OUT_OF_RANGE, "got an integer of more than 38 digits"),
+        ({"id": "a", "score": 0.5, "pred": 2}, RejectReason.OUT_OF_RANGE, "field 'pred': expected 0 or 1, got 2"),
+        ({"id": "a", "score": 0.5, "pred": 1.0}, RejectReason.BAD_TYPE, "field 'pred': expected 0 or 1 (or false/true), got 1.0"),
+        ({"id": "a", "score": 0.5, "pred": "1"}, RejectReason.BAD_TYPE, "field 'pred': expected 0 or 1 (or false/true), got '1'"),
+        ({"id": "a", "score": 0.5, "ts": 12}, RejectReason.BAD_TIMESTAMP, "field 'ts' 12 is not a time after 2000-01-01T00:00:00Z"),
+        ({"id": "a", "score": 0.5, "ts": -1.0}, RejectReason.BAD_TIMESTAMP, "is not a time after 2000-01-01"),
+        ({"id": "a", "score": 0.5, "ts": NOW + 90_000}, RejectReason.BAD_TIMESTAMP, "is more than 1 day after now (1790000000)"),
+        ({"id": "a", "score": 0.5, "ts": NOW * 1000}, RejectReason.BAD_TIMESTAMP, "(milliseconds?)"),
+        ({"id": "a", "score": 0.5, "ts": "2030-01-01T00:00:00Z"}, RejectReason.BAD_TIMESTAMP, "more than 1 day after now"),
+        ({"id": "a", "score": 0.5, "ts": True}, RejectReason.BAD_TIMESTAMP, "field 'ts': expected seconds since the epoch or an RFC 3339 time, got true"),
+        ({"id": "a", "score": 0.5, "ts": {"s": 1}}, RejectReason.BAD_TIMESTAMP, "got an object"),
+        (b'{"id": "a", "score": 0.5, "ts": NaN}', RejectReason.BAD_TIMESTAMP, "field 'ts' nan is not a time"),
+        ({"id": "a", "score": 0.5, "model": "nope"}, RejectReason.UNKNOWN_MODEL, "field 'model': unknown model 'nope' (configured: default, fraud)"),
+        ({"id": "a", "score": 0.5, "model": ""}, RejectReason.UNKNOWN_MODEL, "unknown model ''"),
+        ({"id": "a", "score": 0.5, "model": 3}, RejectReason.BAD_TYPE, "field 'model': expected a string, got 3"),
+        ({"id": "a", "score": 0.5, "model": ["default"]}, RejectReason.BAD_TYPE, "field 'model': expected a string, got a list"),
+        ({"id": "a", "score": 0.5, "segment": 5}, RejectReason.BAD_TYPE, "field 'segment': expected a string, got 5"),
+        ({"id": "a", "score": 0.5, "segment": "s" * 129}, RejectReason.OUT_OF_RANGE, "field 'segment': expected 0 to 128 characters, got 129"),
+        ({"id": "a", "score": 0.5, "segment": "\x00"}, RejectReason.OUT_OF_RANGE, "field 'segment': contains a NUL"),
+    ],
+)  # fmt: skip
+def test_each_reject_reason_with_its_detail(
+    value: bytes | dict[str, Any] | None, reason: RejectReason, detail: str
+) -> None:
+    reject = one_reject(value)
+    assert reject.reason is reason
+    assert detail in reject.detail, reject.detail
+    assert reject.record.offset == 100
+
+
+def test_record_just_under_the_size_limit_is_accepted() -> None:
+    prefix = b'{"id": "a", "score": 0.5, "payload": "'
+    value = prefix + b"x" * (MAX_VALUE_BYTES - len(prefix) - 2) + b'"}'
+    assert len(value) == MAX_VALUE_BYTES
+    batch, rejects = decode_scored(raw([value]), CONFIG, now=NOW)
+    assert rejects == [] and len(batch) == 1
+    assert one_reject(value[:-2] + b'x"}').reason is RejectReason.TOO_LARGE
+
+
+def test_missing_kafka_timestamp_without_ts_is_rejected() -> None:
+    record = RawRecord("p", 0, 7, -1, None, b'{"id": "a", "score": 0.5}')
+    batch, rejects = decode_scored([record], CONFIG, now=NOW)
+    assert len(batch) == 0
+    assert rejects[0].reason is RejectReason.BAD_TIMESTAMP
+    assert rejects[0].detail == "no field 'ts' and no Kafka timestamp"
+    record = RawRecord("p", 0, 7, 1000, None, b'{"id": "a", "score": 0.5}')
+    _, rejects = decode_scored([record], CONFIG, now=NOW)
+    assert rejects[0].detail == "Kafka timestamp 1.0 is not a time after 2000-01-01T00:00:00Z"
+
+
+def test_first_failing_field_decides_the_reason() -> None:
+    reject = one_reject({"id": 5, "score": 7, "model": "nope"})
+    assert reject.reason is RejectReason.BAD_TYPE
+    assert reject.detail.startswith("field 'id'")
+
+
+def test_order_is_kept_and_every_record_lands_once() -> None:
+    values: list[bytes | dict[str, Any] | None] = []
+    for i in range(60):
+        if i % 4 == 1:
+            values.append({"id": f"r{i}", "score": 2.0})
+        elif i % 7 == 3:
+            values.append(b"oops")
+        else:
+            values.append({"id": f"r{i}", "score": (i % 10) / 10, "segment": f"s{i % 3}"})
+    records = raw(values)
+    batch, rejects = decode_scored(records, CONFIG, now=NOW)
+    accepted = batch.offset.tolist()
+    rejected = [r.record.offset for r in rejects]
+    assert accepted == sorted(accepted) and rejected == sorted(rejected)
+    assert sorted(accepted + rejected) == [r.offset for r in records]
+    assert batch.ids.tolist() == [f"r{o - 100}" for o in accepted]
+    assert batch.segment.tolist() == [f"s{(o - 100) % 3}" for o in accepted]
+    assert batch.partition.tolist() == [(o - 100) % 3 for o in accepted]
+
+
+def test_empty_batch() -> None:
+    batch, rejects = decode_scored([], CONFIG, now=NOW)
+    assert len(batch) == 0 and rejects == []
+    assert batch.ids.shape == (0,) and batch.payload == []
+
+
+def test_unicode_ids_round_trip() -> None:
+    ids = ["é", "日本語", "emoji-🙂", "tab\there", "quote\"'", " "]
+    batch, rejects = decode_scored(raw([{"id": i, "score": 0.5} for i in ids]), CONFIG, now=NOW)
+    assert rejects == []
+    assert batch.ids.tolist() == ids
+
+
+# ---------------------------------------------------------------------------------- labels
+
+
+def labels(values: Sequence[bytes | dict[str, Any] | None]) -> list[RawRecord]:
+    return raw(values, topic="audit-labels")
+
+
+def test_labels_by_request_id_and_by_record_id() -> None:
+    results, rejects = decode_labels(
+        labels(
+            [
+                {"request_id": "abc", "label": 1},
+                {"id": "rec-9", "model": "fraud", "label": False, "labeler": "ann",
+                 "ts": "2024-03-01T12:00:00Z", "token": "t0k"},
+                {"request_id": "r", "id": "x", "label": 0, "ts": 1_709_294_400},
+            ]
+        ),
+        now=NOW,
+    )  # fmt: skip
+    assert rejects == []
+    first, second, third = results
+    assert (first.request_id, first.record_id, first.label, first.model) == ("abc", None, 1, None)
+    assert first.ts is None and first.labeler is None and first.token is None
+    assert (second.record_id, second.model, second.label) == ("rec-9", "fraud", 0)
+    assert (second.labeler, second.token, second.ts) == ("ann", "t0k", 1_709_294_400.0)
+    assert (third.request_id, third.record_id, third.ts) == ("r", "x", 1_709_294_400.0)
+    assert [r.source.offset for r in results] == [100, 101, 102]
+
+
+@pytest.mark.parametrize(
+    ("value", "reason", "detail"),
+    [
+        (b"nope", RejectReason.MALFORMED_JSON, "invalid JSON"),
+        (None, RejectReason.MALFORMED_JSON, "tombstone"),
+        (b"[]", RejectReason.NOT_AN_OBJECT, "expected a JSON object, got a list"),
+        ({"label": 1}, RejectReason.MISSING_FIELD, "needs field 'request_id' or field 'id'"),
+        ({"request_id": "a"}, RejectReason.MISSING_FIELD, "field 'label' is missing"),
+        ({"request_id": "a", "label": 2}, RejectReason.OUT_OF_RANGE, "field 'label': expected 0 or 1, got 2"),
+        ({"request_id": "a", "label": "yes"}, RejectReason.BAD_TYPE, "field 'label': expected 0 or 1 (or false/true), got 'yes'"),
+        ({"request_id": "a", "label": 0.5}, RejectReason.BAD_TYPE, "got 0.5"),
+        ({"request_id": 5, "label": 1}, RejectReason.BAD_TYPE, "field 'request_id': expected a string, got 5"),
+        ({"request_id": "", "label": 1}, RejectReason.OUT_OF_RANGE, "field 'request_id': expected 1 to 256 characters, got 0"),
+        ({"id": "a" * 300, "label": 1}, RejectReason.OUT_OF_RANGE, "field 'id': expected 1 to 256 characters, got 300"),
+        ({"id": "a", "model": 1, "label": 1}, RejectReason.BAD_TYPE, "field 'model': expected a string"),
+        ({"id": "a", "labeler": ["x"], "label": 1}, RejectReason.BAD_TYPE, "field 'labeler': expected a string, got a list"),
+        ({"id": "a", "token": 7, "label": 1}, RejectReason.BAD_TYPE, "field 'token': expected a string, got 7"),
+        ({"id": "a\x00", "label": 1}, RejectReason.OUT_OF_RANGE, "field 'id': contains a NUL"),
+        ({"id": "a", "label": 1, "ts": "later"}, RejectReason.BAD_TIMESTAMP, "field 'ts': expected seconds"),
+        ({"id": "a", "label": 1, "ts": 5}, RejectReason.BAD_TIMESTAMP, "field 'ts' 5 is not a time after 2000"),
+        ({"id": "a", "label": 1, "ts": NOW + 200_000}, RejectReason.BAD_TIMESTAMP, "more than 1 day after now"),
+        (b"{" + b" " * MAX_VALUE_BYTES + b"}", RejectReason.TOO_LARGE, "more than 65536"),
+    ],
+)  # fmt: skip
+def test_each_label_reject_reason(
+    value: bytes | dict[str, Any] | None, reason: RejectReason, detail: str
+) -> None:
+    results, rejects = decode_labels(labels([value]), now=NOW)
+    assert results == []
+    assert [r.reason for r in rejects] == [reason]
+    assert detail in rejects[0].detail, rejects[0].detail
+
+
+def test_label_order_is_kept() -> None:
+    values: list[bytes | dict[str, Any] | None] = [
+        {"request_id": f"q{i}", "label": i % 2} if i % 3 else b"x" for i in range(30)
+    ]
+    results, rejects = decode_labels(labels(values))
+    assert [r.request_id for r in results] == [f"q{i}" for i in range(30) if i % 3]
+    assert [r.record.offset for r in rejects] == [100 + i for i in range(30) if i % 3 == 0]
+
+
+# ----------------------------------------------------------------------------- dead letter
+
+
+def test_deadletter_message_for_utf8_value() -> None:
+    reject = one_reject({"id": "a", "score": 1.7})
+    message = json.loads(deadletter_value(reject))
+    assert message == {
+        "reason": "out_of_range",
+        "detail": "field 'score': expected a number in [0, 1], got 1.7",
+        "topic": "predictions",
+        "partition": 0,
+        "offset": 100,
+        "timestamp_ms": KAFKA_MS,
+        "value": '{"id": "a", "score": 1.7}',
+    }
+    assert deadletter_value(reject) == deadletter_value(reject)  # deterministic bytes
+
+
+def test_deadletter_message_for_binary_value() -> None:
+    value = b"\x80\x81{bad"
+    reject = one_reject(value)
+    message = json.loads(deadletter_value(reject))
+    assert message["reason"] == "malformed_json"
+    assert message["value"] == "\ufffd\ufffd{bad"
+    assert base64.b64decode(message["value_b64"]) == value
+
+
+def test_deadletter_message_is_cut_to_64_kib() -> None:
+    value = "é".encode() * 40_000  # 80,000 bytes of valid UTF-8
+    reject = Reject(RejectReason.TOO_LARGE, "big", raw([value])[0])
+    message = json.loads(deadletter_value(reject))
+    assert "value_b64" not in message
+    assert len(message["value"].encode()) <= DEADLETTER_VALUE_BYTES
+    assert message["value"] == "é" * (DEADLETTER_VALUE_BYTES // 2)
+    binary = b"\xff" * 100_000
+    message = json.loads(deadletter_value(Reject(RejectReason.TOO_LARGE, "big", raw([binary])[0])))
+    assert base64.b64decode(message["value_b64"]) == b"\xff" * DEADLETTER_VALUE_BYTES
+
+
+def test_deadletter_message_for_tombstone_and_odd_detail() -> None:
+    record = RawRecord("t", 1, 2, 3, None, None)
+    message = json.loads(deadletter_value(Reject(RejectReason.MALFORMED_JSON, "x\ud800y", record)))
+    assert message["value"] is None and "value_b64" not in message
+    assert message["detail"] == "x\ud800y"
