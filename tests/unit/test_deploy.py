@@ -23,7 +23,9 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from monitor.alerts import AlertStatus
+from monitor.cli import main as cli_main
 from monitor.config import Config, ModelConfig, load_config
+from monitor.daemon import FLUSH_TIMEOUT_S
 from monitor.exporter import Exporter
 from monitor.snapshot import Snapshot, WindowEstimate
 from monitor.stats.estimate import Confusion, Estimate
@@ -50,10 +52,9 @@ EXPECTED_ALERTS = {
 }
 # Series Prometheus itself provides, not the daemon.
 PROMETHEUS_BUILTINS = {"up", "ALERTS"}
-# Shutdown budget of the daemon on SIGTERM, in seconds, besides the poll: flushing the audit
-# requests is bounded by kafka-python's producer request_timeout_ms (30 s by default), then the
-# state commit and the consumer close.
-FLUSH_BUDGET_S = 30.0
+# Shutdown budget of the daemon on SIGTERM, in seconds, besides the poll and the flush of the
+# audit requests (monitor.daemon.FLUSH_TIMEOUT_S): the producer close (5 s), the consumer close
+# and the store close.
 CLOSE_BUDGET_S = 10.0
 
 
@@ -481,6 +482,7 @@ def test_compose_services_are_present_and_wired() -> None:
         mounts[dst] = src
     config_src = mounts["/etc/activeaudit-monitor/monitor.yaml"]
     config = load_config(DEPLOY / config_src)
+    assert cli_main(["check-config", "--config", str(DEPLOY / config_src)]) == 0
     assert config.kafka.bootstrap_servers == ("kafka:9092",)
     # reachable from the Prometheus container, published on the host's loopback only
     assert config.metrics.listen_address == "0.0.0.0"
@@ -523,7 +525,7 @@ def test_kubernetes_objects_have_required_fields() -> None:
 
 
 def test_statefulset_probes_ports_security_and_grace(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     objects = k8s_objects()
     sts = objects["StatefulSet"]
@@ -551,6 +553,8 @@ def test_statefulset_probes_ports_security_and_grace(
     path = tmp_path / config_name
     path.write_text(configmap["data"][config_name], encoding="utf-8")
     config = load_config(path)
+    assert cli_main(["check-config", "--config", str(path)]) == 0
+    assert "not-a-real-password" not in "".join(capsys.readouterr())
     assert config.kafka.client["sasl_plain_password"] == "not-a-real-password"
     assert config.metrics.listen_address == "0.0.0.0"
 
@@ -575,7 +579,7 @@ def test_statefulset_probes_ports_security_and_grace(
     assert {c["metadata"]["name"] for c in spec["volumeClaimTemplates"]} == {"state"}
 
     # SIGTERM: the grace period covers a poll, the flush of the requests and the close
-    shutdown = config.kafka.poll_timeout_ms / 1000 + FLUSH_BUDGET_S + CLOSE_BUDGET_S
+    shutdown = config.kafka.poll_timeout_ms / 1000 + FLUSH_TIMEOUT_S + CLOSE_BUDGET_S
     assert pod["terminationGracePeriodSeconds"] > shutdown
 
 
