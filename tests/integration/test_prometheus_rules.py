@@ -9,17 +9,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
 import subprocess
+import sys
 import time
+import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from monitor.config import TopicsConfig
+from monitor.embedded_broker import EmbeddedBroker
+from monitor.errors import RejectReason
 
 pytestmark = pytest.mark.integration
 
@@ -28,6 +36,7 @@ PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
 RULE_FILES = sorted((PROMETHEUS_DIR / "rules").glob("*.yaml"))
 TEST_FILES = sorted((PROMETHEUS_DIR / "tests").glob("*.yaml"))
 ALERTMANAGER_CONFIG = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
+JOB = "activeaudit-monitor"
 
 
 def run(*argv: str | Path, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
@@ -144,58 +153,173 @@ def check_by_starting_alertmanager(alertmanager_bin: Path, tmp_path: Path) -> No
         proc.wait(timeout=10)
 
 
-def test_real_prometheus_loads_the_rules(prometheus_bin: Path, tmp_path: Path) -> None:
-    """Prometheus (the Debian server) starts with the kit's rules and finds them all healthy."""
-    config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text(encoding="utf-8"))
-    # loopback only: keep the rules, drop the compose host names
-    config["rule_files"] = [str(PROMETHEUS_DIR / f) for f in config["rule_files"]]
-    config.pop("alerting")
-    config["scrape_configs"] = []
+@contextlib.contextmanager
+def running_prometheus(
+    prometheus_bin: Path, tmp_path: Path, config: dict[str, Any]
+) -> Iterator[str]:
+    """A Prometheus server on a free loopback port with ``config``; yields its base URL."""
     config_file = tmp_path / "prometheus.yml"
     config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            str(prometheus_bin),
-            f"--config.file={config_file}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    log_path = tmp_path / "prometheus.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [
+                str(prometheus_bin),
+                f"--config.file={config_file}",
+                f"--storage.tsdb.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
     try:
-        groups: list[dict[str, Any]] = []
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        while True:
             if proc.poll() is not None:
-                stderr = proc.stderr.read() if proc.stderr else ""
-                pytest.fail(f"prometheus exited: {stderr[-2000:]}")
+                pytest.fail(f"prometheus exited: {log_path.read_text(errors='replace')[-2000:]}")
             try:
-                groups = get_json(f"http://127.0.0.1:{port}/api/v1/rules")["data"]["groups"]
+                get_json(f"{url}/-/ready")
+            except json.JSONDecodeError:
+                break  # "Prometheus Server is Ready." is not JSON: the server is up
             except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail("prometheus did not become ready within 30 s")
                 time.sleep(0.2)
                 continue
-            if groups:
-                break
-            time.sleep(0.2)
-        rules = [rule for group in groups for rule in group["rules"]]
-        alerts = {r["name"] for r in rules if r["type"] == "alerting"}
-        records = {r["name"] for r in rules if r["type"] == "recording"}
-        expected_alerts = {
-            rule["alert"]
-            for f in RULE_FILES
-            for group in yaml.safe_load(f.read_text(encoding="utf-8"))["groups"]
-            for rule in group["rules"]
-            if "alert" in rule
-        }
-        assert alerts == expected_alerts
-        assert len(records) == 8
-        # every rule parsed; rules evaluated so far are healthy
-        assert all(r["health"] in {"ok", "unknown"} for r in rules), [
-            (r["name"], r.get("lastError")) for r in rules if r["health"] == "err"
-        ]
+            break
+        yield url
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def kit_prometheus_config(targets: list[str], scrape_interval: str = "15s") -> dict[str, Any]:
+    """deploy/prometheus/prometheus.yml with absolute rule paths and loopback targets only."""
+    config: dict[str, Any] = yaml.safe_load(
+        (PROMETHEUS_DIR / "prometheus.yml").read_text(encoding="utf-8")
+    )
+    config["rule_files"] = [str(PROMETHEUS_DIR / f) for f in config["rule_files"]]
+    config.pop("alerting")
+    jobs = [job for job in config["scrape_configs"] if job["job_name"] == JOB]
+    for job in jobs:
+        job["static_configs"] = [{"targets": targets}]
+        job["scrape_interval"] = scrape_interval
+        job["scrape_timeout"] = scrape_interval
+    config["scrape_configs"] = jobs if targets else []
+    return config
+
+
+def test_real_prometheus_loads_the_rules(prometheus_bin: Path, tmp_path: Path) -> None:
+    """Prometheus (the Debian server) starts with the kit's rules and finds them all healthy."""
+    with running_prometheus(prometheus_bin, tmp_path, kit_prometheus_config([])) as url:
+        groups: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 30
+        while not groups and time.monotonic() < deadline:
+            groups = get_json(f"{url}/api/v1/rules")["data"]["groups"]
+            time.sleep(0.1)
+    rules = [rule for group in groups for rule in group["rules"]]
+    alerts = {r["name"] for r in rules if r["type"] == "alerting"}
+    records = {r["name"] for r in rules if r["type"] == "recording"}
+    expected_alerts = {
+        rule["alert"]
+        for f in RULE_FILES
+        for group in yaml.safe_load(f.read_text(encoding="utf-8"))["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    }
+    assert alerts == expected_alerts
+    assert len(records) == 8
+    # every rule parsed; rules evaluated so far are healthy
+    assert all(r["health"] in {"ok", "unknown"} for r in rules), [
+        (r["name"], r.get("lastError")) for r in rules if r["health"] == "err"
+    ]
+
+
+def test_prometheus_scrapes_the_daemon_with_the_kit_config(
+    prometheus_bin: Path,
+    make_topics: Callable[..., TopicsConfig],
+    broker: EmbeddedBroker,
+    tmp_path: Path,
+) -> None:
+    """The daemon, run as the image runs it (``monitor run --config``) with the compose config
+    pointed at the test broker, is scraped by the kit's job and exposes what the rules query."""
+    topics = make_topics()
+    config = yaml.safe_load(
+        (ROOT / "deploy" / "config" / "monitor.compose.yaml").read_text(encoding="utf-8")
+    )
+    config["kafka"]["topics"] = {
+        "scored": topics.scored,
+        "requests": topics.requests,
+        "labels": topics.labels,
+        "deadletter": topics.deadletter,
+    }
+    config["kafka"]["group_id"] = f"deploy-{topics.scored}"
+    config["metrics"]["listen_address"] = "127.0.0.1"  # loopback only in tests
+    # tests only: the broker's group join takes half the session timeout, and a daemon stopped
+    # during the join waits for it
+    config["kafka"]["client"] = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
+    config_file = tmp_path / "monitor.yaml"
+    config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
+    port = free_port()
+    log_path = tmp_path / "monitor.log"
+    with log_path.open("wb") as log:
+        daemon = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "monitor",
+                "run",
+                "--config",
+                str(config_file),
+                "--bootstrap-servers",
+                broker.bootstrap,
+                "--metrics-port",
+                str(port),
+                "--data-dir",
+                str(tmp_path / "state"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    try:
+        prom_config = kit_prometheus_config([f"127.0.0.1:{port}"], scrape_interval="1s")
+        with running_prometheus(prometheus_bin, tmp_path, prom_config) as url:
+            query = urllib.parse.quote(f'up{{job="{JOB}"}}')
+            names: set[str] = set()
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline:
+                assert daemon.poll() is None, log_path.read_text(errors="replace")[-2000:]
+                result = get_json(f"{url}/api/v1/query?query={query}")["data"]["result"]
+                if result and result[0]["value"][1] == "1":
+                    names = set(get_json(f"{url}/api/v1/label/__name__/values")["data"])
+                    if "monitor_ready" in names:
+                        break
+                time.sleep(0.3)
+            else:
+                pytest.fail(f"no successful scrape of job {JOB} within 40 s")
+            reasons = get_json(
+                f"{url}/api/v1/query?query="
+                + urllib.parse.quote(f'count(monitor_invalid_records_total{{job="{JOB}"}})')
+            )["data"]["result"]
+    finally:
+        stopping = time.monotonic()
+        daemon.terminate()
+        status = daemon.wait(timeout=60)  # terminationGracePeriodSeconds of the StatefulSet
+    # SIGTERM is a clean stop, well within the grace period the kit gives the pod
+    assert status == 0, log_path.read_text(errors="replace")[-2000:]
+    assert time.monotonic() - stopping < 60
+    # the series the operational alerts stand on exist from start-up, before any traffic
+    for name in (
+        "monitor_ready",
+        "monitor_records_total",
+        "monitor_audit_requests_total",
+        "monitor_labels_received_total",
+        "monitor_invalid_records_total",
+        "monitor_label_budget_per_hour",
+        "monitor_batch_seconds_bucket",
+    ):
+        assert name in names, name
+    assert int(reasons[0]["value"][1]) == len(RejectReason)
