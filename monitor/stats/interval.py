@@ -163,12 +163,17 @@ def ratio_estimate(
         )
         raise ValueError(msg)
     vw = v * weight
-    total = float(vw.sum())
     n = int(np.count_nonzero(weight > 0.0))
-    if not total > 0.0:
+    top = float(vw.max()) if vw.size else 0.0
+    if not top > 0.0:
         return Estimate.missing(level, n_labels=n)
-    value = float(np.dot(vw, gain)) / total
-    value = min(max(value, 0.0), 1.0)  # guard against rounding just outside [0, 1]
+    vw = vw / top  # every quantity below is scale-free; this avoids under/overflow
+    total = float(vw.sum())
+    bearing = gain[vw > 0.0]
+    if bool((bearing == bearing[0]).all()):
+        value = float(bearing[0])  # all gains equal: exact, whatever the rounding of the sums
+    else:
+        value = min(max(float(np.dot(vw, gain)) / total, 0.0), 1.0)
     resid = vw * (gain - value)
     se = math.sqrt(float(np.dot(fpc, resid * resid))) / total
     vw2 = vw * vw

@@ -108,7 +108,8 @@ def inclusion_for_budget(q: npt.ArrayLike, budget: float) -> tuple[FloatArray, f
         budget: Expected number of labels, >= 0.
 
     Returns:
-        ``(pi, kappa)``.
+        ``(pi, kappa)`` with ``pi = min(1, kappa q)`` (computed on q / max(q), so no overflow;
+        ``kappa`` may be ``inf`` for denormal q).
     """
     qq = np.asarray(q, dtype=np.float64)
     if budget < 0.0 or not np.isfinite(budget):
@@ -120,18 +121,24 @@ def inclusion_for_budget(q: npt.ArrayLike, budget: float) -> tuple[FloatArray, f
     positive = qq[qq > 0.0]
     if budget == 0.0 or positive.size == 0:
         return np.zeros_like(qq), 0.0
-    if budget >= positive.size:
-        kappa = 1.0 / float(positive.min())
-        return inclusion_from_kappa(qq, kappa), kappa
-    desc = np.sort(positive)[::-1]
+    top = float(positive.max())
+    with np.errstate(over="ignore", divide="ignore"):
+        if budget >= positive.size:
+            kappa = float(np.float64(1.0) / positive.min())
+            return (qq > 0.0).astype(np.float64), kappa
+    desc = np.sort(positive)[::-1] / top  # scale-free: kappa is rescaled at the end
     # tail[k] = sum of desc[k:], the mass left after capping the k largest
     tail = np.cumsum(desc[::-1])[::-1]
     k = np.arange(desc.size)
-    kappas = (budget - k) / tail
-    ok = kappas * desc <= 1.0 + 1e-12
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        kappas = (budget - k) / tail
+        ok = kappas * desc <= 1.0 + 1e-12
     first = int(np.argmax(ok))  # exists: at k = ceil(budget) - 1 < size the check holds
-    kappa = float(kappas[first])
-    return inclusion_from_kappa(qq, kappa), kappa
+    scaled = float(kappas[first])
+    pi = np.minimum(1.0, scaled * (qq / top))
+    with np.errstate(over="ignore"):
+        kappa = float(np.float64(scaled) / top)
+    return pi, kappa
 
 
 def draw_with_replacement(q: npt.ArrayLike, n: int, rng: np.random.Generator) -> IntArray:

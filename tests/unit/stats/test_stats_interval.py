@@ -1,0 +1,121 @@
+"""The ratio estimate's delta-method standard error and its intervals."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import special, stats
+
+from monitor.stats.interval import (
+    interval_from_se,
+    ratio_estimate,
+    t_quantile,
+    wilson_interval,
+)
+
+
+def _random_design(rng: np.random.Generator, n: int = 80) -> tuple[np.ndarray, ...]:
+    gain = (rng.random(n) < 0.6).astype(np.float64)
+    weight = rng.choice([0.0, 0.5, 1.0], size=n)
+    pi = rng.uniform(0.01, 1.0, n)
+    return gain, weight, 1.0 / pi, 1.0 - pi
+
+
+def test_se_is_the_delta_method_with_fpc(rng: np.random.Generator) -> None:
+    gain, weight, v, fpc = _random_design(rng)
+    est = ratio_estimate(gain, weight, v, fpc, 0.95)
+    g = np.sum(v * weight * gain) / np.sum(v * weight)
+    se = math.sqrt(np.sum(fpc * v**2 * weight**2 * (gain - g) ** 2)) / np.sum(v * weight)
+    assert est.value == pytest.approx(g)
+    assert est.se == pytest.approx(se)
+    n = int(np.count_nonzero(weight))
+    assert est.n_labels == n
+    assert est.ess == pytest.approx(np.sum(v * weight) ** 2 / np.sum((v * weight) ** 2))
+    # logit-scale t interval
+    t = stats.t.ppf(0.975, n - 1)
+    half = t * se / (g * (1 - g))
+    assert est.lower == pytest.approx(special.expit(special.logit(g) - half))
+    assert est.upper == pytest.approx(special.expit(special.logit(g) + half))
+    assert est.level == 0.95
+
+
+def test_items_audited_with_certainty_add_no_error(rng: np.random.Generator) -> None:
+    gain, weight, v, fpc = _random_design(rng)
+    base = ratio_estimate(gain, weight, v, fpc, 0.95)
+    fpc2 = fpc.copy()
+    fpc2[:40] = 0.0
+    v2 = v.copy()
+    v2[:40] = 1.0
+    certain = ratio_estimate(gain, weight, v2, fpc2, 0.95)
+    g = certain.value
+    vw = v2 * weight
+    expected = math.sqrt(np.sum((fpc2 * (vw * (gain - g)) ** 2)[40:])) / vw.sum()
+    assert certain.se == pytest.approx(expected)
+    assert base.se > 0.0
+
+
+def test_higher_level_gives_wider_interval(rng: np.random.Generator) -> None:
+    gain, weight, v, fpc = _random_design(rng)
+    narrow = ratio_estimate(gain, weight, v, fpc, 0.8)
+    wide = ratio_estimate(gain, weight, v, fpc, 0.99)
+    assert wide.lower < narrow.lower < narrow.value < narrow.upper < wide.upper
+
+
+def test_all_gains_equal_uses_wilson_with_kish_n() -> None:
+    n = 30
+    gain = np.ones(n)
+    weight = np.ones(n)
+    pi = np.full(n, 0.1)
+    est = ratio_estimate(gain, weight, 1 / pi, 1 - pi, 0.95)
+    assert est.value == 1.0 and est.se == 0.0
+    n_eff = n / 0.9  # (sum v)^2 / sum((1 - pi) v^2) with equal weights
+    t = t_quantile(0.95, n)
+    assert est.upper == 1.0
+    assert est.lower == pytest.approx(n_eff / (n_eff + t * t))
+    zero = ratio_estimate(np.zeros(n), weight, 1 / pi, 1 - pi, 0.95)
+    assert zero.value == 0.0 and zero.lower == 0.0
+    assert zero.upper == pytest.approx(t * t / (n_eff + t * t))
+
+
+def test_single_label_gets_a_wide_interval() -> None:
+    est = ratio_estimate(np.ones(1), np.ones(1), np.array([50.0]), np.array([0.98]), 0.95)
+    assert est.value == 1.0
+    assert est.lower < 0.1
+    assert est.upper == 1.0
+
+
+def test_missing_when_no_weight() -> None:
+    est = ratio_estimate(np.ones(3), np.zeros(3), np.ones(3), np.ones(3), 0.9)
+    assert math.isnan(est.value) and math.isnan(est.se)
+    assert est.level == 0.9
+    assert est.n_labels == 0
+
+
+def test_shape_mismatch_is_an_error() -> None:
+    with pytest.raises(ValueError, match="one shape"):
+        ratio_estimate(np.ones(3), np.ones(2), np.ones(3), np.ones(3), 0.95)
+
+
+def test_t_quantile() -> None:
+    assert t_quantile(0.95, 101) == pytest.approx(stats.t.ppf(0.975, 100))
+    assert t_quantile(0.95, 1) == pytest.approx(stats.t.ppf(0.975, 1))
+    assert t_quantile(0.95, 0) == pytest.approx(stats.t.ppf(0.975, 1))
+    with pytest.raises(ValueError, match="level"):
+        t_quantile(1.0, 10)
+
+
+def test_wilson_interval_matches_textbook() -> None:
+    # Wilson (1927) for 8 successes in 20 trials at z = 1.96: [0.2188, 0.6134]
+    lower, upper = wilson_interval(0.4, 20.0, 1.959963984540054)
+    assert lower == pytest.approx(0.2188, abs=1e-4)
+    assert upper == pytest.approx(0.6134, abs=1e-4)
+    assert wilson_interval(0.3, math.inf, 2.0) == (0.3, 0.3)
+    assert wilson_interval(0.3, 0.0, 2.0) == (0.0, 1.0)
+
+
+def test_interval_from_se_is_in_range() -> None:
+    for value, se in [(0.5, 0.1), (0.01, 0.5), (0.999, 0.2), (0.0, 0.0), (1.0, 0.0)]:
+        lower, upper = interval_from_se(value, se, 20, 15.0, 0.95)
+        assert 0.0 <= lower <= value <= upper <= 1.0

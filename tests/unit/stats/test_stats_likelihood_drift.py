@@ -1,0 +1,102 @@
+"""Model likelihood, effective sample size and the score-drift statistics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from monitor.stats.drift import (
+    SCORE_BINS,
+    ks_from_histograms,
+    ks_statistic,
+    psi,
+    score_histogram,
+)
+from monitor.stats.likelihood import EPS, effective_sample_size, model_likelihood
+
+
+def test_model_likelihood(rng: np.random.Generator) -> None:
+    score = rng.random(100)
+    label = (rng.random(100) < score).astype(np.int8)
+    v = rng.uniform(1, 10, 100)
+    p = np.where(label == 1, score, 1 - score)
+    expected = math.exp(np.sum(v * np.log(p)) / v.sum())
+    assert model_likelihood(score, label, v) == pytest.approx(expected)
+    assert model_likelihood([0.5], [1], [3.0]) == pytest.approx(0.5)
+    assert math.isnan(model_likelihood([], [], []))
+
+
+def test_model_likelihood_clips_certain_misses() -> None:
+    lik = model_likelihood([1.0, 0.0], [0, 1], [1.0, 1.0])
+    assert lik == pytest.approx(EPS)
+    assert lik > 0.0
+
+
+def test_calibrated_model_beats_overconfident(rng: np.random.Generator) -> None:
+    z = rng.normal(-1, 2, 5000)
+    label = (rng.random(5000) < 1 / (1 + np.exp(-z))).astype(np.int8)
+    calibrated = model_likelihood(1 / (1 + np.exp(-z)), label, np.ones(5000))
+    overconfident = model_likelihood(1 / (1 + np.exp(-10 * z)), label, np.ones(5000))
+    assert calibrated > 0.6 > overconfident
+
+
+def test_effective_sample_size() -> None:
+    assert effective_sample_size(np.ones(10)) == pytest.approx(10.0)
+    assert effective_sample_size([1.0, 1.0, 2.0]) == pytest.approx(16 / 6)
+    assert effective_sample_size([5.0]) == pytest.approx(1.0)
+    assert effective_sample_size([]) == 0.0
+
+
+def test_score_histogram() -> None:
+    counts = score_histogram([0.0, 0.049, 0.05, 0.5, 0.999, 1.0])
+    assert counts.dtype == np.int64
+    assert counts.shape == (SCORE_BINS,)
+    assert counts.sum() == 6
+    assert counts[0] == 2 and counts[1] == 1 and counts[10] == 1 and counts[-1] == 2
+    scores = np.random.default_rng(3).random(5000)
+    np.testing.assert_array_equal(
+        score_histogram(scores), np.histogram(scores, bins=SCORE_BINS, range=(0, 1))[0]
+    )
+    with pytest.raises(ValueError, match="scores"):
+        score_histogram([1.5])
+
+
+def test_psi(rng: np.random.Generator) -> None:
+    ref = score_histogram(rng.beta(2, 5, 10_000))
+    same = score_histogram(rng.beta(2, 5, 10_000))
+    shifted = score_histogram(rng.beta(5, 2, 10_000))
+    r = np.maximum(ref / ref.sum(), 1e-4)
+    c = np.maximum(shifted / shifted.sum(), 1e-4)
+    assert psi(ref, shifted) == pytest.approx(np.sum((c - r) * np.log(c / r)))
+    assert psi(ref, same) < 0.01
+    assert psi(ref, shifted) > 0.25
+    assert psi(ref, ref) == 0.0
+    assert math.isnan(psi(np.zeros(SCORE_BINS), ref))
+
+
+def test_ks_statistic_equals_scipy(rng: np.random.Generator) -> None:
+    for n_ref, n_cur, shift in [(500, 700, 0.0), (1000, 50, 0.1), (30, 30, 0.3)]:
+        a = rng.beta(2, 5, n_ref)
+        b = np.clip(rng.beta(2, 5, n_cur) + shift, 0, 1)
+        assert ks_statistic(a, b) == pytest.approx(stats.ks_2samp(a, b).statistic, abs=1e-12)
+    ties = np.array([0.1, 0.1, 0.2, 0.5])
+    other = np.array([0.1, 0.5, 0.5])
+    assert ks_statistic(ties, other) == pytest.approx(stats.ks_2samp(ties, other).statistic)
+    assert math.isnan(ks_statistic([], [0.1]))
+
+
+def test_ks_from_histograms(rng: np.random.Generator) -> None:
+    # scores on the bin grid: the binned statistic is the exact one
+    a = rng.integers(0, SCORE_BINS, 3000) / SCORE_BINS
+    b = rng.integers(0, SCORE_BINS // 2, 2000) / SCORE_BINS
+    exact = stats.ks_2samp(a, b).statistic
+    assert ks_from_histograms(score_histogram(a), score_histogram(b)) == pytest.approx(exact)
+    # otherwise it is a lower bound
+    c = rng.beta(2, 5, 1000)
+    d = rng.beta(2.5, 5, 1000)
+    binned = ks_from_histograms(score_histogram(c), score_histogram(d))
+    assert binned <= stats.ks_2samp(c, d).statistic + 1e-12
+    assert math.isnan(ks_from_histograms(np.zeros(SCORE_BINS), score_histogram(c)))
