@@ -325,11 +325,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         threshold=args.threshold,
     )
     write_plan(args.out, plan, ["fill in label with 0 or 1; leave it empty while pending"])
-    labels = "labels expected" if plan.design == "poisson" else "items for"
-    print(
-        f"{args.out}: {len(plan)} items to audit ({labels} {args.budget}) "
-        f"out of {len(pool)} in {args.pool}"
-    )
+    if plan.design == "poisson":
+        what = f"{len(plan)} items to audit (expected {args.budget})"
+    else:
+        what = f"{len(plan)} distinct items to audit for {args.budget} draws"
+    print(f"{args.out}: {what} out of {len(pool)} in {args.pool}")
+    if plan.meta["selection"] != "active":
+        print(
+            f"note: the intrinsic {measure_name(args.alpha)} of the pool is undefined; "
+            "items were selected uniformly"
+        )
     return 0
 
 
@@ -433,6 +438,7 @@ def demo_report(r: DemoResult, args: argparse.Namespace) -> str:
         lines.append(
             f"{name:<10} {t:>6.3f}   {_demo_cell(r.active[a], t):<40} {_demo_cell(r.uniform[a], t)}"
         )
+    lines.append("(a 95% interval misses the truth about one run in twenty; try other --seed)")
     fa, fu = r.active[args.alpha], r.uniform[args.alpha]
     if fa.defined and fu.defined and fa.upper > fa.lower:
         ratio = (fu.upper - fu.lower) / (fa.upper - fa.lower)

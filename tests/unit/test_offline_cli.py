@@ -313,3 +313,18 @@ def test_offline_demo_is_quick_and_compares_with_uniform(
         )
         == 0
     )
+
+
+def test_plan_falls_back_to_uniform_when_intrinsic_f_is_undefined(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # precision of a pool without a predicted positive: q* has no mass anywhere
+    pool = tmp_path / "pool.csv"
+    pool.write_text("id,score\n" + "".join(f"n{i},0.{i}\n" for i in range(1, 5)))
+    out = tmp_path / "plan.csv"
+    argv = ["plan", "--pool", str(pool), "--budget", "4", "--alpha", "1", "--out", str(out)]
+    assert main(argv) == 0
+    assert "items were selected uniformly" in capsys.readouterr().out
+    plan = read_plan(out)
+    assert plan.meta["selection"].startswith("uniform")
+    assert plan.prob.tolist() == [1.0] * 4  # a budget covering the pool is a census
