@@ -298,6 +298,7 @@ class Row:
     records: float
     labels: float
     f: tuple[float, float, float]  # estimate, lower, upper
+    intrinsic: float  # label-free F the model believes it has, from its scores
     precision: float
     recall: float
     truth: Truth
@@ -347,6 +348,7 @@ def checkpoint_rows(name: str, m: Metrics, workload: Workload) -> list[Row]:
                 records=m.get("monitor_window_records", **sel),
                 labels=m.get("monitor_window_labels", **sel),
                 f=_est(m, "monitor_f_measure", window),
+                intrinsic=m.get("monitor_intrinsic_f_measure", **sel),
                 precision=m.get("monitor_precision", **sel),
                 recall=m.get("monitor_recall", **sel),
                 truth=window_truth(counts, w_b, k, ALPHA),
@@ -358,24 +360,26 @@ def checkpoint_rows(name: str, m: Metrics, workload: Workload) -> list[Row]:
 def render_table(rows: list[Row]) -> str:
     """The final comparison table (plain text, about 130 columns)."""
     head = (
-        f"{'checkpoint':<18}{'window':<7}{'event time (UTC)':<24}{'records':>8}{'labels':>7}"
-        f"  {'F1 estimate [95% CI]':<22}{'true F1':>7}{'in CI':>6}"
+        f"{'checkpoint':<18}{'window':<7}{'event time (UTC)':<21}{'records':>8}{'labels':>7}"
+        f"  {'F1 estimate [95% CI]':<22}{'true F1':>7}{'in CI':>6}{'believed':>9}"
         f"  {'precision':>11}  {'recall':>11}"
     )
-    sub = " " * (18 + 7 + 24 + 8 + 7 + 2 + 22 + 7 + 6) + f"  {'est / true':>11}" * 2
+    sub = " " * (18 + 7 + 21 + 8 + 7 + 2 + 22 + 7 + 6) + f"{'(scores)':>9}"
+    sub += f"  {'est / true':>11}" * 2
     lines = [head, sub, "-" * len(head)]
     for r in rows:
         f, lo, hi = r.f
         span = (
-            time.strftime("%m-%d %H:%M", time.gmtime(r.first_bucket * BUCKET_S))
-            + ".."
-            + time.strftime("%m-%d %H:%M", time.gmtime((r.last_bucket + 1) * BUCKET_S))
+            time.strftime("%m-%d %Hh", time.gmtime(r.first_bucket * BUCKET_S))
+            + " .. "
+            + time.strftime("%m-%d %Hh", time.gmtime((r.last_bucket + 1) * BUCKET_S))
         )
         est = "no labels" if math.isnan(f) else f"{f:.3f} [{lo:.3f}, {hi:.3f}]"
         covered = "" if math.isnan(f) else ("yes" if lo <= r.truth.f <= hi else "NO")
         lines.append(
-            f"{r.checkpoint:<18}{r.window:<7}{span:<24}{_count(r.records):>8}"
+            f"{r.checkpoint:<18}{r.window:<7}{span:<21}{_count(r.records):>8}"
             f"{_count(r.labels):>7}  {est:<22}{_fmt(r.truth.f):>7}{covered:>6}"
+            f"{_fmt(r.intrinsic):>9}"
             f"  {_fmt(r.precision, 2):>4} / {_fmt(r.truth.precision, 2):<4}"
             f"  {_fmt(r.recall, 2):>4} / {_fmt(r.truth.recall, 2):<4}"
         )
@@ -656,6 +660,7 @@ def _report(
     print(f'Estimated vs true F1 (alpha = {ALPHA}) of model "{MODEL}", 95% intervals.')
     print("Windows are anchored at the bucket of the watermark (latest event time) and")
     print("cover the whole hours shown; the truth is computed from the same records.")
+    print("'believed' is the label-free F the model's own scores imply (intrinsic F).")
     print()
     print(render_table(rows))
     print()
