@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from monitor.config import Config, load_config
 from monitor.errors import BrokerUnavailable, RejectReason
@@ -36,10 +36,14 @@ from monitor.sampler import AuditRequest, SamplerService
 from monitor.snapshot import Snapshot
 from monitor.store import Store
 
+if TYPE_CHECKING:
+    from monitor.exporter import Exporter
+
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
-SNAPSHOT_EVERY_S = 1.0
+SNAPSHOT_EVERY_S = 1.0  # snapshots at most this often...
+SNAPSHOT_LABELS_S = 0.2  # ...or this often when labels arrived
 FLUSH_TIMEOUT_S = 30.0
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 10.0
@@ -181,7 +185,9 @@ class Engine:
             rejects.extend(bad)
             rejects.extend(self.estimator.handle_labels(labels))
         lag = source.lag()
-        caught_up = all(v == 0 for (t, _), v in lag.items() if t == topics.requests)
+        # a parked label is unknown only once every request it could match has been seen:
+        # the scored topic (our own requests) and the requests topic (other samplers') are read
+        caught_up = all(v == 0 for (t, _), v in lag.items() if t != topics.labels)
         rejects.extend(self.estimator.expire_parked(requests_caught_up=caught_up))
         sampler_changes = self.sampler.take_changes()
         estimator_changes = self.estimator.take_changes()
@@ -245,9 +251,10 @@ class Engine:
             self.metrics.count_rejects(collections.Counter(r.reason for r in rejects))
 
     def maybe_publish(self, force: bool = False) -> Snapshot | None:
-        """Publish a snapshot after label changes, else at most every ``SNAPSHOT_EVERY_S``."""
+        """Publish a snapshot of changed state: every ~1 s, sooner (0.2 s) after new labels."""
         t = time.monotonic()
-        if not self._dirty or not (force or t - self._last_snapshot >= SNAPSHOT_EVERY_S):
+        wait = SNAPSHOT_LABELS_S if force else SNAPSHOT_EVERY_S
+        if not self._dirty or t - self._last_snapshot < wait:
             return None
         snap = self.estimator.snapshot()
         self.metrics.publish(snap)
@@ -303,7 +310,7 @@ class Daemon:
                     engine.rollback(source)
                 self.stop.wait(backoff)
                 backoff = min(BACKOFF_MAX_S, backoff * 2)
-        engine.maybe_publish(force=True)
+        engine.maybe_publish(force=True)  # the last state (skipped when nothing changed)
         engine.metrics.set_ready(False)
         if sink is not None:
             sink.close()
@@ -384,7 +391,7 @@ def _run(args: argparse.Namespace) -> int:
         exporter.start_http()
         if args.create_topics:
             _create_topics(config, stop)
-        engine = Engine(config, store, exporter)
+        engine = Engine(config, store, exporter, on_snapshot=[_alert_hook(config, store, exporter)])
         log.info(
             "started",
             extra={
@@ -402,6 +409,22 @@ def _run(args: argparse.Namespace) -> int:
         exporter.stop()
         store.close()
     return 0
+
+
+def _alert_hook(config: Config, store: Store, exporter: Exporter) -> Callable[[Snapshot], None]:
+    """Evaluate alerts on each snapshot, export them, and keep their state in the store."""
+    from monitor.alerts import AlertEvaluator  # noqa: PLC0415
+
+    evaluator = AlertEvaluator(config)
+    saved = store.get_json("alerts")
+    if isinstance(saved, dict):
+        evaluator.restore(saved)
+
+    def hook(snapshot: Snapshot) -> None:
+        exporter.publish_alerts(evaluator.evaluate(snapshot))
+        store.put_json("alerts", evaluator.state())
+
+    return hook
 
 
 def _create_topics(config: Config, stop: threading.Event) -> None:

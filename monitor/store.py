@@ -59,6 +59,7 @@ CREATE TABLE IF NOT EXISTS parked (
     request_id TEXT NOT NULL, parked_at REAL NOT NULL, body TEXT NOT NULL,
     PRIMARY KEY (topic, partition, offset));
 CREATE TABLE IF NOT EXISTS watermarks (model TEXT PRIMARY KEY, ts REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
@@ -167,6 +168,8 @@ class Store:
             self._db.execute(
                 "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,)
             )
+            rows = self._db.execute("SELECT topic, partition, next_offset FROM offsets")
+            self._offsets = {(t, int(p)): int(o) for t, p, o in rows}
         except sqlite3.Error as exc:
             self.close()
             msg = f"cannot open the state store in {self.data_dir}: {exc}"
@@ -187,9 +190,11 @@ class Store:
 
     # ------------------------------------------------------------------- read
     def offsets(self) -> dict[tuple[str, int], int]:
-        """The next offset to consume per (topic, partition)."""
-        rows = self._db.execute("SELECT topic, partition, next_offset FROM offsets")
-        return {(t, int(p)): int(o) for t, p, o in rows}
+        """The next offset to consume per (topic, partition), as last committed.
+
+        Served from memory: safe to call from the consumer's rebalance thread.
+        """
+        return dict(self._offsets)
 
     def load(self) -> LoadedState:
         """Read the whole state back."""
@@ -218,7 +223,22 @@ class Store:
             st.watermarks[m] = float(ts)
         return st
 
+    def get_json(self, key: str) -> Any:
+        """A JSON document saved with ``put_json`` (None when absent)."""
+        row = self._db.execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
     # ------------------------------------------------------------------ write
+    def put_json(self, key: str, value: Any) -> None:
+        """Save a small JSON document (e.g. alert state) in its own transaction."""
+        try:
+            self._db.execute(
+                "INSERT OR REPLACE INTO kv VALUES (?, ?)", (key, json.dumps(value, sort_keys=True))
+            )
+        except sqlite3.Error as exc:
+            msg = f"cannot write the state store in {self.data_dir}: {exc}"
+            raise StoreError(msg) from exc
+
     def commit(
         self,
         sampler: SamplerChanges,
@@ -231,6 +251,7 @@ class Store:
             db.execute("BEGIN IMMEDIATE")
             self._write(db, sampler, estimator, offsets)
             db.execute("COMMIT")
+            self._offsets = {**self._offsets, **offsets}
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")

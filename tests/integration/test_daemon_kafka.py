@@ -1,0 +1,345 @@
+"""``monitor run`` as a subprocess against the real Kafka-protocol broker (Tansu).
+
+The expected requests are predicted in-process by the same engine over in-memory fakes: the
+daemon must produce exactly those bytes, and labels for them can be produced before the daemon
+starts (they wait, parked, for their requests). Test-only consumer timeouts (session 2 s,
+heartbeat 0.5 s) go through ``kafka.client``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from prometheus_client import CollectorRegistry
+
+from monitor.config import Config, TopicsConfig, load_config
+from monitor.daemon import Engine
+from monitor.embedded_broker import EmbeddedBroker, free_port
+from monitor.estimator import EstimatorService
+from monitor.exporter import Exporter
+from monitor.kafka_io import FakeLog, FakeSink, FakeSource
+from monitor.store import Store
+from monitor.workload import Workload, WorkloadSpec, generate, truth_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+HOURS = 10
+LABELS_PER_HOUR = 40.0
+BUDGET_TOLERANCE = 0.15  # total requests within +/-15% of labels_per_hour x hours
+
+
+@pytest.fixture(scope="module")
+def workload() -> Workload:
+    return generate(WorkloadSpec(n=24_000, hours=float(HOURS), seed=11))
+
+
+def _yaml(broker: EmbeddedBroker, topics: TopicsConfig, data_dir: Path, group: str) -> str:
+    return f"""
+kafka:
+  bootstrap_servers: ["{broker.bootstrap}"]
+  group_id: {group}
+  topics:
+    scored: {topics.scored}
+    requests: {topics.requests}
+    labels: {topics.labels}
+    deadletter: {topics.deadletter}
+  poll_timeout_ms: 200
+  client:
+    session_timeout_ms: 2000
+    heartbeat_interval_ms: 500
+metrics:
+  port: {free_port()}
+storage:
+  data_dir: {data_dir}
+labels:
+  park_grace_s: 3
+models:
+  default:
+    labels_per_hour: {LABELS_PER_HOUR}
+    expected_records_per_hour: 2400
+"""
+
+
+@dataclass
+class Run:
+    """One daemon deployment: its config file, data dir and group."""
+
+    config_path: Path
+    config: Config
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with self.log_path.open("ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "monitor", "run", "--config", str(self.config_path)],
+                stderr=err,
+                stdout=subprocess.DEVNULL,
+                env=env,
+            )
+
+    def offsets(self) -> dict[tuple[str, int], int]:
+        db_path = self.config.data_dir / "monitor.sqlite"
+        if not db_path.exists():
+            return {}
+        try:
+            with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=1) as db:
+                rows = db.execute("SELECT topic, partition, next_offset FROM offsets").fetchall()
+        except sqlite3.Error:
+            return {}
+        return {(t, int(p)): int(o) for t, p, o in rows}
+
+    def wait_offsets(self, want: dict[tuple[str, int], int], timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            got = self.offsets()
+            if all(got.get(k, 0) >= v for k, v in want.items()):
+                return
+            assert self.proc is not None and self.proc.poll() is None, self.log_tail()
+            time.sleep(0.1)
+        msg = f"offsets {self.offsets()} never reached {want}\n{self.log_tail()}"
+        raise AssertionError(msg)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> tuple[int, float]:
+        assert self.proc is not None
+        t0 = time.monotonic()
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout_s)
+        return code, time.monotonic() - t0
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    def events(self, name: str) -> list[dict[str, object]]:
+        out = []
+        for line in self.log_path.read_text().splitlines():
+            if f'"event": "{name}"' in line:
+                out.append(json.loads(line))
+        return out
+
+    def snapshot_repr(self) -> str:
+        store = Store(self.config.data_dir)
+        try:
+            st = store.load()
+        finally:
+            store.close()
+        est = EstimatorService(
+            self.config,
+            traffic=st.straffic,
+            requests=st.requests,
+            parked=st.parked,
+            watermarks=st.watermarks,
+        )
+        return repr(est.snapshot().windows)
+
+
+@pytest.fixture
+def deploy(
+    broker: EmbeddedBroker, make_topics: Callable[..., TopicsConfig], tmp_path: Path
+) -> Iterator[Callable[..., Run]]:
+    runs: list[Run] = []
+
+    def _deploy(topics: TopicsConfig | None = None, name: str = "a") -> Run:
+        topics = topics or make_topics()
+        data_dir = tmp_path / f"data-{name}"
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(_yaml(broker, topics, data_dir, f"g-{uuid.uuid4().hex[:8]}"))
+        run = Run(path, load_config(path), tmp_path / f"{name}.log")
+        runs.append(run)
+        return run
+
+    yield _deploy
+    for run in runs:
+        if run.proc is not None and run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait()
+
+
+def _produce(broker: EmbeddedBroker, topic: str, values: list[bytes]) -> None:
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20)
+    for v in values:
+        producer.send(topic, v)
+    producer.flush()
+    producer.close()
+
+
+def _read(broker: EmbeddedBroker, topic: str, n: int, timeout_s: float = 30.0) -> list[bytes]:
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest"
+    )
+    out: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(out) < n and time.monotonic() < deadline:
+            for recs in consumer.poll(timeout_ms=200).values():
+                out.extend(r.value for r in recs)
+    finally:
+        consumer.close()
+    return out
+
+
+def _scored(w: Workload) -> list[bytes]:
+    return [json.dumps(r).encode() for r in w.records()]
+
+
+def _predict(config: Config, w: Workload, tmp_path: Path) -> tuple[list[bytes], str]:
+    """The requests (in order) and final estimates the engine gives over in-memory fakes."""
+    topics = config.kafka.topics
+    log = FakeLog()
+    for t in (topics.scored, topics.requests, topics.labels, topics.deadletter):
+        log.create(t)
+    for v in _scored(w):
+        log.append(topics.scored, v)
+    store = Store(tmp_path / "predicted")
+    engine = Engine(config, store, Exporter(config, CollectorRegistry()))
+    source = FakeSource(log, [topics.scored, topics.requests, topics.labels], store.offsets)
+    sink = FakeSink(log)
+    while engine.step(source, sink):
+        pass
+    requests = [v for _, v in log.records(topics.requests)]
+    for v in _labels(w, requests):
+        log.append(topics.labels, v)
+    while engine.step(source, sink):
+        pass
+    out = repr(engine.estimator.snapshot().windows)
+    store.close()
+    return requests, out
+
+
+def _labels(w: Workload, requests: list[bytes]) -> list[bytes]:
+    truth = dict(w.truth_rows())
+    out = []
+    for v in requests:
+        req = json.loads(v)
+        out.append(
+            json.dumps({"request_id": req["request_id"], "label": truth[req["id"]]}).encode()
+        )
+    return out
+
+
+def test_replay_with_auditor_bad_input_budget_and_sigterm(
+    broker: EmbeddedBroker, deploy: Callable[..., Run], workload: Workload, tmp_path: Path
+) -> None:
+    run = deploy(name="main")
+    topics = run.config.kafka.topics
+    expected, predicted = _predict(run.config, workload, tmp_path)
+    bad_scored = [b'{"id": "bad-1", "score": ', b'{"id": "bad-2", "score": "high"}']
+    _produce(broker, topics.scored, _scored(workload) + bad_scored)
+    run.start()
+    n_scored = len(workload) + len(bad_scored)
+    run.wait_offsets({(topics.scored, 0): n_scored})
+    # the auditor answers every request from the truth, then sends three bad labels
+    requests = _read(broker, topics.requests, len(expected))
+    assert requests == expected  # byte-identical to the in-process prediction, same order
+    labels = _labels(workload, requests)
+    first = json.loads(labels[0])
+    dup = json.dumps(first).encode()
+    conflict = json.dumps({**first, "label": 1 - first["label"]}).encode()
+    unknown = json.dumps({"request_id": "f" * 32, "label": 1}).encode()
+    _produce(broker, topics.labels, [*labels, dup, conflict, unknown])
+    run.wait_offsets({(topics.labels, 0): len(labels) + 3})
+    dead = [json.loads(v) for v in _read(broker, topics.deadletter, 5)]
+    reasons = sorted(d["reason"] for d in dead)
+    assert reasons == sorted(
+        ["malformed_json", "bad_type", "duplicate_label", "conflicting_label", "unknown_request"]
+    ), reasons
+    assert {d["topic"] for d in dead} == {topics.scored, topics.labels}
+
+    code, took = run.stop(signal.SIGTERM)
+    assert code == 0 and took < 10.0, run.log_tail()
+    # (f) Kafka's committed offsets == the store's == last processed offset + 1
+    stored = run.offsets()
+    last: dict[str, int] = {}
+    for e in run.events("batch_processed"):
+        for tp, off in dict(e["offsets"]).items():  # type: ignore[call-overload]
+            last[tp] = max(last.get(tp, 0), int(off))
+    probe = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap,
+        group_id=run.config.kafka.group_id,
+        enable_auto_commit=False,
+    )
+    try:
+        committed = {tp: probe.committed(TopicPartition(*tp)) for tp in stored}
+    finally:
+        probe.close(autocommit=False)
+    assert committed == stored
+    assert {f"{t}/{p}": o for (t, p), o in stored.items()} == last
+    assert stored[(topics.scored, 0)] == n_scored
+
+    # (c) bad input changed no estimate: equal to the engine's run without any of it
+    assert run.snapshot_repr() == predicted
+    # (b) the label budget
+    spent = len(requests)
+    assert abs(spent - LABELS_PER_HOUR * HOURS) <= BUDGET_TOLERANCE * LABELS_PER_HOUR * HOURS
+    # (a) the interval of the whole-stream window contains the true F
+    store = Store(run.config.data_dir)
+    st = store.load()
+    store.close()
+    est = EstimatorService(
+        run.config, traffic=st.straffic, requests=st.requests, watermarks=st.watermarks
+    )
+    row = next(x for x in est.snapshot().windows if x.window == "24h" and x.segment == "")
+    truth = truth_of(workload.pred, workload.label, 0.5)
+    assert row.records == len(workload) and row.labels == spent
+    print(f"F={row.f.value:.3f} [{row.f.lower:.3f}, {row.f.upper:.3f}] true={truth.f:.3f}")
+    print(f"requests={spent} budget={LABELS_PER_HOUR * HOURS:.0f}")
+    assert row.f.lower <= truth.f <= row.f.upper, (row.f, truth.f)
+    assert np.isfinite(row.f.value)
+
+
+def test_sigkill_mid_replay_then_restart_equals_uninterrupted_run(
+    broker: EmbeddedBroker, deploy: Callable[..., Run], workload: Workload, tmp_path: Path
+) -> None:
+    clean = deploy(name="clean")
+    crashy = deploy(name="crashy")
+    expected, predicted = _predict(clean.config, workload, tmp_path)
+    labels = _labels(workload, expected)  # answered ahead: they park until their request
+    for run in (clean, crashy):
+        t = run.config.kafka.topics
+        _produce(broker, t.scored, _scored(workload))
+        _produce(broker, t.labels, labels)
+    want = {
+        (clean.config.kafka.topics.scored, 0): len(workload),
+        (clean.config.kafka.topics.labels, 0): len(labels),
+    }
+    clean.start()
+    crashy.start()
+    t_c = crashy.config.kafka.topics
+    # kill -9 once the replay is well under way, restart on the same data dir and group
+    deadline = time.monotonic() + 60
+    while crashy.offsets().get((t_c.scored, 0), 0) < len(workload) // 4:
+        assert time.monotonic() < deadline, crashy.log_tail()
+        time.sleep(0.02)
+    code, _ = crashy.stop(signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    killed_at = crashy.offsets().get((t_c.scored, 0), 0)
+    assert killed_at < len(workload), "the kill came too late to test anything"
+    crashy.start()
+    clean.wait_offsets(want)
+    crashy.wait_offsets({(t_c.scored, 0): len(workload), (t_c.labels, 0): len(labels)})
+    # (e) a fresh run over the same stream: byte-identical requests, in order
+    got_clean = _read(broker, clean.config.kafka.topics.requests, len(expected))
+    assert got_clean == expected
+    # (d) the crashed-and-restarted run: same request set (replays repeat identical bytes)
+    got_crashy = _read(broker, t_c.requests, len(expected), timeout_s=10)
+    assert set(got_crashy) == set(expected)
+    for run in (clean, crashy):
+        code, _ = run.stop()
+        assert code == 0, run.log_tail()
+    assert clean.snapshot_repr() == crashy.snapshot_repr() == predicted
+    assert re.search(r"\d", predicted)
