@@ -444,13 +444,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run_auditors(args: argparse.Namespace) -> int:
     """Handler of ``monitor auditors``: runs until SIGTERM or Ctrl-C, then exits 0."""
-    setup_logging(args.log_level)
     try:
         policy = AuditPolicy(args.delay_s, args.drop_rate, args.error_rate, args.seed, args.labeler)
     except ValueError as exc:
         msg = f"bad option: {exc}"
         raise InputFileError(msg) from exc
     truth = load_truth(args.truth)
+    setup_logging(args.log_level)
     log.info(
         "truth loaded",
         extra={"event": "truth_loaded", "path": str(args.truth), "ids": len(truth)},

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -192,3 +195,63 @@ def test_truth_file_formats(tmp_path: Path) -> None:
         load_truth(bad_json)
     with pytest.raises(InputFileError, match="cannot read"):
         load_truth(tmp_path / "missing.csv")
+
+
+def test_command_line_answers_then_exits_0_on_sigterm(
+    broker: EmbeddedBroker, make_topics: Callable[..., TopicsConfig], tmp_path: Path
+) -> None:
+    topics = make_topics()
+    truth = tmp_path / "truth.jsonl"
+    truth.write_text("".join(f'{{"id": "rec-{i}", "label": {i % 2}}}\n' for i in range(20)))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "monitor",
+            "auditors",
+            "--truth",
+            str(truth),
+            "--bootstrap-servers",
+            broker.bootstrap,
+            "--requests-topic",
+            topics.requests,
+            "--labels-topic",
+            topics.labels,
+            "--delay-s",
+            "0",
+            "--group-id",
+            "",
+            "--stats-every-s",
+            "0.5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _produce(
+            broker.bootstrap,
+            topics.requests,
+            [json.dumps(_request(i, f"rec-{i}")).encode() for i in range(25)],
+        )
+        labels = _consume(broker.bootstrap, topics.labels, 20, timeout_s=30)
+        assert {v["request_id"]: v["label"] for _, v in labels} == {
+            f"req-{i:05d}": i % 2 for i in range(20)
+        }
+        time.sleep(1.0)  # one stats line after everything was read
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    final = [e for e in events if e.get("event") == "auditors_stopped"]
+    assert final and final[-1]["answered"] == 20 and final[-1]["unknown_id"] == 5
+
+
+def test_command_line_bad_truth_file_exits_2(tmp_path: Path) -> None:
+    from monitor.cli import main
+
+    bad = tmp_path / "truth.csv"
+    bad.write_text("id,label\nx,maybe\n")
+    status = main(["auditors", "--truth", str(bad), "--bootstrap-servers", "127.0.0.1:1"])
+    assert status == 2
