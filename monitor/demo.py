@@ -431,7 +431,7 @@ class DemoRun:
                 print(f"demo: could not stop the {what} cleanly: {exc}", file=sys.stderr)
         self.streamer = self.daemon = self.team = self.broker = None
         if self.keep or self.failed:
-            print(f"demo: logs and state kept in {self.work_dir}")
+            print(f"demo: logs and state kept in {self.work_dir}", flush=True)
         else:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
@@ -499,7 +499,6 @@ def run_demo(args: argparse.Namespace) -> int:
         _run(args, run, started)
     except KeyboardInterrupt:
         if not run.finished:
-            run.failed = True
             status = EXIT_INTERRUPTED
         print("\ndemo: interrupted; stopping everything it started", flush=True)
     except MonitorError as exc:
