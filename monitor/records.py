@@ -223,7 +223,7 @@ def parse_timestamp(text: str) -> float | None:
         return None
     try:
         return datetime.fromisoformat(text.upper()).timestamp()
-    except ValueError:  # e.g. month 13, leap second 60
+    except (ValueError, OverflowError):  # e.g. month 13, leap second 60
         return None
 
 
