@@ -168,6 +168,7 @@ _FNV_PRIME = 0x100000001B3
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _SALT_END = 0xFF  # never a byte of UTF-8, so (salt, id) pairs cannot alias
+_SCALAR_TAIL = 4  # at most this many ids still active: finish them in plain Python
 
 
 def _fnv1a_scalar(data: bytes, h: int = _FNV_OFFSET) -> int:
@@ -192,7 +193,8 @@ def hash_uniform(ids: npt.NDArray[np.str_] | Sequence[str], salt: str) -> FloatA
     2. for each id, h = FNV-1a-64 continued from h0 over ``utf8(id)`` (lone surrogates are
        encoded with ``surrogatepass``): ``h = (h ^ byte) * 0x100000001b3 mod 2^64``. The loop runs
        over byte *positions*, vectorised across ids (ids sorted by length so each step touches a
-       contiguous prefix), so the cost is the total number of bytes, not records x longest id;
+       contiguous prefix), so the cost is the total number of bytes, not records x longest id
+       (the last few very long ids are finished with the same arithmetic on Python ints);
     3. h ^= len(utf8(id)) * 0x9e3779b97f4a7c15; then the splitmix64 finaliser (avalanche);
     4. u = (h >> 11) / 2^53, the top 53 bits: exactly representable, in [0, 1).
 
@@ -226,6 +228,13 @@ def hash_uniform(ids: npt.NDArray[np.str_] | Sequence[str], salt: str) -> FloatA
     active = np.searchsorted(-sorted_len, -np.arange(max_len), side="left")
     for j in range(max_len):
         k = int(active[j])
+        if k <= _SCALAR_TAIL and max_len - j > 64:
+            # a few very long ids left: finish them byte by byte (same arithmetic)
+            for row in range(k):
+                start = int(sorted_start[row])
+                rest = flat[start + j : start + int(sorted_len[row])].tobytes()
+                h[row] = np.uint64(_fnv1a_scalar(rest, int(h[row])))
+            break
         byte = flat[sorted_start[:k] + j].astype(np.uint64)
         h[:k] = (h[:k] ^ byte) * prime
     h ^= sorted_len.astype(np.uint64) * np.uint64(_GOLDEN)

@@ -214,3 +214,11 @@ def test_hash_is_uniform() -> None:
     assert len(np.unique(u)) == len(u)
     # consecutive ids are not correlated
     assert abs(np.corrcoef(u[:-1], u[1:])[0, 1]) < 0.02
+
+
+def test_hash_of_mixed_lengths_matches_reference(rng: np.random.Generator) -> None:
+    lengths = np.concatenate([rng.integers(0, 120, 300), [700, 701, 1500, 4000, 4000, 9000]])
+    alphabet = np.array(list("abcXYZ019-_é日🙂"))
+    ids = ["".join(rng.choice(alphabet, n)) for n in lengths]
+    got = hash_uniform(ids, "mix")
+    assert got.tolist() == [_fnv_reference("mix", i) for i in ids]
