@@ -706,6 +706,8 @@ def _client(problems: _Problems, value: Any) -> ClientSettings:
         if key not in known:
             problems.add(where, _unknown_key(key, known - set(_RESERVED_CLIENT)))
             continue
+        if raw is None:  # null: kafka-python's default
+            continue
         item, from_env = _env_ref(problems, raw, where)
         if from_env:
             secret.add(key)

@@ -234,6 +234,13 @@ def test_null_values_take_the_default() -> None:
     assert config.kafka == KafkaConfig()
 
 
+def test_null_client_setting_keeps_the_kafka_python_default() -> None:
+    config = parse_config(
+        {"kafka": {"client": {"ssl_cafile": None, "security_protocol": None}}}, "t"
+    )
+    assert dict(config.kafka.client) == {}
+
+
 def test_single_model_is_the_default_model() -> None:
     config = parse_config({"models": {"fraud": {}}}, "t")
     assert config.default_model == "fraud"
