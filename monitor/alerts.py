@@ -11,10 +11,19 @@ Three alerts per (model, segment, window), configured per model by :class:`Alert
 - ``model_untrustworthy`` (warning): the model likelihood is below ``likelihood_floor``, or the
   intrinsic F (what the scores claim) lies outside the audited F's interval.
 
-Repeated looks. A window is looked at once per ``check_interval_s`` of event time (the model's
-watermark), and only when it has ``min_labels`` labels. Look k fires at the error spent by the
-rule of :mod:`monitor.stats.alerting` (default: ``false_alarm_rate / H`` with H looks per
-``horizon_s``, so at most ``false_alarm_rate`` false alarms per horizon per series).
+Repeated looks. A window is re-tested once 1/``looks_per_window`` of it has been renewed (every
+3 h for 24 h, 21 h for 7 d; never more often than ``check_interval_s``), by event time (the
+model's watermark), and only when it has ``min_labels`` labels. Consecutive hourly estimates of
+a 24 h window share 23/24 of their data: testing each would spend the error budget on almost the
+same evidence, while fewer looks allow a less strict level (a 7 d window is tested 34 times a
+month instead of 720). The price is at most window / ``looks_per_window`` of delay.
+
+``false_alarm_rate`` is the chance that a healthy (model, segment) raises *any* of its alerts on
+*any* alerted window within a horizon: it is split evenly over the A enabled alerts x W alerted
+windows, and look k of each fires at the error spent by the rule of
+:mod:`monitor.stats.alerting` (default ``horizon``: ``false_alarm_rate / (A W H)`` per look,
+H looks per ``horizon_s``; by the union bound at most ``false_alarm_rate`` false alarms per
+horizon per (model, segment)).
 
 Hysteresis. An alert fires on the strict (spent) bound and clears only when the bound at the
 unadjusted ``false_alarm_rate`` no longer shows the problem (likelihood: back above the floor by
@@ -105,10 +114,11 @@ class AlertConfig:
     likelihood_floor: float | None = 0.5  # below: scores not trustworthy (None: off)
     check_calibration: bool = True  # intrinsic F outside the audited interval -> untrustworthy
     min_labels: int = 30  # fewer labels in the window: no decision
-    false_alarm_rate: float = 0.05  # per (alert, segment, window) and horizon
+    false_alarm_rate: float = 0.05  # any false alarm per (model, segment) and horizon
     spending: str = "horizon"  # horizon | anytime (see monitor.stats.alerting)
     horizon_s: int = 30 * 86_400
-    check_interval_s: int = 3600  # one look per this much event time
+    check_interval_s: int = 3600  # at most one look per this much event time
+    looks_per_window: int = 8  # re-test a window when 1/8 of it is new (0: every interval)
     windows: tuple[str, ...] = ()  # reported windows to alert on (empty: all)
 
     def problems(self, path: str = "alerts") -> list[str]:
@@ -138,6 +148,8 @@ class AlertConfig:
             bad("false_alarm_rate", "must be in (0, 0.5]", self.false_alarm_rate)
         if self.spending not in SPENDING_RULES:
             bad("spending", f"must be one of {', '.join(SPENDING_RULES)}", self.spending)
+        if self.looks_per_window < 0:
+            bad("looks_per_window", "must be >= 0", self.looks_per_window)
         if self.check_interval_s <= 0:
             bad("check_interval_s", "must be > 0", self.check_interval_s)
         elif self.horizon_s < self.check_interval_s:
@@ -148,10 +160,25 @@ class AlertConfig:
             )
         return out
 
-    @property
-    def horizon_looks(self) -> int:
-        """H: looks per horizon."""
-        return max(1, self.horizon_s // max(self.check_interval_s, 1))
+    def tests(self, n_windows: int) -> int:
+        """A W: enabled alerts times alerted windows (``n_windows`` reported), at least 1."""
+        alerts = (
+            (self.floor is not None)
+            + (self.baseline is not None or self.reference_lag_s > 0)
+            + (self.likelihood_floor is not None or self.check_calibration)
+        )
+        windows = len(self.windows) if self.windows else n_windows
+        return max(1, alerts * windows)
+
+    def interval_s(self, window_s: int | None) -> int:
+        """Event time between two looks at a window of ``window_s`` seconds."""
+        if window_s is None or self.looks_per_window <= 0:
+            return max(self.check_interval_s, 1)
+        return max(self.check_interval_s, window_s // self.looks_per_window, 1)
+
+    def horizon_looks(self, window_s: int | None) -> int:
+        """H: looks at a window of ``window_s`` seconds per horizon."""
+        return max(1, self.horizon_s // self.interval_s(window_s))
 
 
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -168,6 +195,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "spending": (str,),
     "horizon_s": (int,),
     "check_interval_s": (int,),
+    "looks_per_window": (int,),
     "windows": (list, tuple),
 }
 
@@ -239,6 +267,8 @@ class _Look:
     cfg: AlertConfig
     est: Estimate  # the monitored measure
     reference: tuple[float, float] | None
+    split: int  # the rate is shared by this many (alert, window) tests of the series
+    horizon_looks: int  # looks at this window per horizon
 
     def decide(self, error: float) -> _Decision:
         if self.alert == "f_below_floor":
@@ -291,9 +321,10 @@ class AlertEvaluator:
             if cfg.windows and w.window not in cfg.windows:
                 continue
             now = snapshot.watermarks.get(w.model, snapshot.created_at)
-            check = math.floor(now / cfg.check_interval_s)
+            span = window_s.get(w.window)
+            check = math.floor(now / cfg.interval_s(span))
             est = _measure(w, cfg.measure)
-            reference = self._reference(w, cfg, est, check, window_s.get(w.window))
+            reference = self._reference(w, cfg, est, now, span)
             alerts = [
                 name
                 for name, enabled in (
@@ -306,8 +337,10 @@ class AlertEvaluator:
                 )
                 if enabled
             ]
+            split = cfg.tests(len(window_s))
             for alert in alerts:
-                out.append(self._look(_Look(alert, w, cfg, est, reference), check, now))
+                look = _Look(alert, w, cfg, est, reference, split, cfg.horizon_looks(span))
+                out.append(self._look(look, check, now))
         return out
 
     def _look(self, look: _Look, check: int, now: float) -> AlertStatus:
@@ -319,7 +352,8 @@ class AlertEvaluator:
         n = w.labels if alert == "model_untrustworthy" else look.est.n_labels
         decision = _NO_DECISION
         if n >= cfg.min_labels:
-            error = look_error(cfg.false_alarm_rate, st.looks + 1, cfg.spending, cfg.horizon_looks)
+            rate = cfg.false_alarm_rate / look.split
+            error = look_error(rate, st.looks + 1, cfg.spending, look.horizon_looks)
             decision = look.decide(error)
             if not math.isnan(decision.bound):
                 st.looks += 1
@@ -346,22 +380,34 @@ class AlertEvaluator:
         return st.status
 
     def _reference(
-        self, w: WindowEstimate, cfg: AlertConfig, est: Estimate, check: int, span: int | None
+        self, w: WindowEstimate, cfg: AlertConfig, est: Estimate, now: float, span: int | None
     ) -> tuple[float, float] | None:
+        """The configured baseline, or this window's estimate ``reference_lag_s`` ago.
+
+        History is kept per check interval (the latest estimate seen in it); the reference is
+        the newest entry at least ``reference_lag_s`` old. ``None``: f_dropped is off for this
+        window (no reference configured, or the lag is shorter than the window, which would
+        compare overlapping data); ``(nan, nan)``: on, but no usable reference yet.
+        """
         if cfg.baseline is not None:
             return cfg.baseline, cfg.baseline_se
         if cfg.reference_lag_s <= 0 or span is None or cfg.reference_lag_s < span:
-            return None  # no reference, or it would overlap the current window
+            return None
+        interval = cfg.interval_s(span)
         series = self._history.setdefault((w.model, w.segment, w.window), {})
+        check = math.floor(now / interval)
         if est.defined:
             series[check] = (est.value, est.se, est.n_labels)
-        lag = math.ceil(cfg.reference_lag_s / cfg.check_interval_s)
-        for old in [c for c in series if c < check - lag]:
-            del series[old]
-        ref = series.get(check - lag)
-        if ref is None or ref[2] < cfg.min_labels or math.isnan(ref[1]):
-            return (math.nan, math.nan)  # the alert exists but cannot be decided yet
-        return ref[0], ref[1]
+        old_enough = [c for c in series if c <= check - math.ceil(cfg.reference_lag_s / interval)]
+        if not old_enough:
+            return (math.nan, math.nan)
+        newest = max(old_enough)
+        for c in [c for c in series if c < newest]:
+            del series[c]
+        value, se, n = series[newest]
+        if n < cfg.min_labels or math.isnan(se):
+            return (math.nan, math.nan)
+        return value, se
 
     # --- persistence ---------------------------------------------------------------------
 

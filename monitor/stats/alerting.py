@@ -16,17 +16,21 @@ The union bound is not very wasteful here: successive rolling-window estimates a
 like a moving sum, whose maximum over T looks behaves like ~T/w * c^2 independent tests at high
 thresholds c, so exploiting the correlation would gain little over Bonferroni.
 
-One-sided bounds reuse the estimator's own interval (logit scale, Wilson fallback, Student t with
-n - 1 degrees of freedom, :func:`monitor.stats.interval.interval_from_se`): the upper bound with
-error e is the upper end of the two-sided interval at level 1 - 2e.
+One-sided bounds are the estimator's own interval (logit scale, Wilson fallback, Student t with
+n - 1 degrees of freedom, as :func:`monitor.stats.interval.interval_from_se`): the upper bound
+with error e is the upper end of the two-sided interval at level 1 - 2e. The t quantile comes
+from the ``scipy.special.stdtrit`` ufunc (~3 us, against ~250 us for ``scipy.stats.t.ppf``),
+since alerting evaluates several bounds per window per look.
 """
 
 from __future__ import annotations
 
 import math
 
+from scipy import special
+
 from monitor.stats.estimate import Estimate
-from monitor.stats.interval import interval_from_se, t_quantile
+from monitor.stats.interval import wilson_interval
 
 SPENDING_RULES = ("horizon", "anytime")
 
@@ -61,9 +65,28 @@ def look_error(rate: float, look: int, rule: str, horizon_looks: int) -> float:
     raise ValueError(msg)
 
 
+def t_quantile(level: float, n: int) -> float:
+    """Two-sided Student t quantile ``t_{n-1}((1 + level) / 2)``, at least one degree of freedom."""
+    return float(special.stdtrit(max(n - 1, 1), 0.5 + level / 2.0))
+
+
 def _interval(est: Estimate, se: float, level: float) -> tuple[float, float]:
+    """``interval_from_se`` of the estimator with standard error ``se`` (see module docstring).
+
+    Logit scale ``expit(logit(G) -+ t se / (G (1 - G)))`` when 0 < G < 1 and se > 0, else the
+    Wilson interval on the effective sample size (the Kish ESS of the estimate: no smaller than
+    the estimator's, so at least as wide).
+    """
+    value = est.value
+    t = t_quantile(level, est.n_labels)
+    if 0.0 < value < 1.0 and se > 0.0 and math.isfinite(se):
+        centre = math.log(value / (1.0 - value))
+        half = t * se / (value * (1.0 - value))
+        lower = 1.0 / (1.0 + math.exp(half - centre))
+        upper = 1.0 / (1.0 + math.exp(-centre - half))
+        return min(max(lower, 0.0), value), max(min(upper, 1.0), value)
     n_eff = est.ess if est.ess > 0.0 else math.inf
-    return interval_from_se(est.value, se, max(est.n_labels, 1), n_eff, level)
+    return wilson_interval(value, n_eff, t)
 
 
 def upper_bound(est: Estimate, error: float) -> float:

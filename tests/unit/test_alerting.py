@@ -18,7 +18,7 @@ from monitor.stats.alerting import (
 )
 from monitor.stats.estimate import Estimate
 from monitor.stats.falpha import estimate_falpha, falpha_exact
-from monitor.stats.interval import t_quantile
+from monitor.stats.interval import t_quantile as estimator_t_quantile
 from monitor.stats.sample import LabeledSample
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
 
@@ -76,7 +76,7 @@ def test_drop_bound_combines_both_errors_on_the_logit_scale() -> None:
     cur = Estimate(0.62, 0.03, 0.56, 0.68, 200, 120.0, 0.95)
     error = 1e-4
     assert drop_bound(cur, 0.8, 0.0, error) == pytest.approx(upper_bound(cur, error))
-    t = t_quantile(1 - 2 * error, 200)
+    t = estimator_t_quantile(1 - 2 * error, 200)
     se_logit = math.hypot(0.03 / (0.62 * 0.38), 0.02 / (0.8 * 0.2))
     expected = float(special.expit(special.logit(0.62) + t * se_logit))
     assert drop_bound(cur, 0.8, 0.02, error) == pytest.approx(expected, rel=1e-9)
@@ -115,3 +115,11 @@ def test_strict_upper_bound_keeps_its_error_by_simulation(rng: np.random.Generat
         misses_001 += upper_bound(est, 0.001) < truth
     assert misses_05 / reps < 0.08
     assert misses_001 / reps < 0.01
+
+
+def test_fast_t_quantile_matches_the_estimators() -> None:
+    from monitor.stats.alerting import t_quantile
+
+    for level in (0.9, 0.95, 0.9999, 1 - 2e-7):
+        for n in (1, 2, 30, 1000):
+            assert t_quantile(level, n) == pytest.approx(estimator_t_quantile(level, n), rel=1e-9)

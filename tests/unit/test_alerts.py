@@ -65,6 +65,7 @@ def _snap(hour: int, *windows: WindowEstimate) -> Snapshot:
 
 
 def _evaluator(**settings: object) -> AlertEvaluator:
+    settings.setdefault("looks_per_window", 0)  # one look per hour unless a test says otherwise
     cfg = AlertConfig(**settings)  # type: ignore[arg-type]
     assert cfg.problems() == []
     return AlertEvaluator(CONFIG, {"m": cfg})
@@ -78,7 +79,7 @@ def test_below_floor_fires_on_the_strict_upper_bound() -> None:
     ev = _evaluator(floor=0.7, check_calibration=False, likelihood_floor=None)
     est = _est(0.55, 0.02)
     (status,) = ev.evaluate(_snap(1, _window(est)))
-    error = look_error(0.05, 1, "horizon", 720)
+    error = look_error(0.05 / 3, 1, "horizon", 720)  # one alert on each of 3 reported windows
     assert status.alert == "f_below_floor"
     assert status.severity == "critical"
     assert status.bound == pytest.approx(upper_bound(est, error))
@@ -126,12 +127,26 @@ def test_one_decision_per_check_interval() -> None:
     assert next_hour.active
 
 
+def test_a_window_is_retested_when_an_eighth_of_it_is_new() -> None:
+    cfg = AlertConfig(floor=0.7, check_calibration=False, likelihood_floor=None)
+    assert (cfg.interval_s(86_400), cfg.horizon_looks(86_400)) == (10_800, 240)
+    assert (cfg.interval_s(604_800), cfg.horizon_looks(604_800)) == (75_600, 34)
+    assert cfg.interval_s(3600) == 3600  # never more often than check_interval_s
+    ev = AlertEvaluator(CONFIG, {"m": cfg})
+    est = _est(0.72, 0.02)
+    first = ev.evaluate(_snap(3, _window(est)))[0]
+    assert first.bound == pytest.approx(upper_bound(est, 0.05 / 3 / 240))
+    # hours 4 and 5 are in the same 3 h interval: no new look, even on damning evidence
+    assert ev.evaluate(_snap(5, _window(_est(0.4, 0.01))))[0] is first
+    assert ev.evaluate(_snap(6, _window(_est(0.4, 0.01))))[0].active
+
+
 def test_hysteresis_keeps_an_alert_until_the_relaxed_bound_reaches_the_floor() -> None:
     ev = _evaluator(floor=0.7, check_calibration=False, likelihood_floor=None)
     assert ev.evaluate(_snap(1, _window(_est(0.55, 0.02))))[0].active
     # between the strict and the relaxed bound: neither fires nor clears -> stays active
     band = _est(0.655, 0.02)
-    strict = upper_bound(band, look_error(0.05, 2, "horizon", 720))
+    strict = upper_bound(band, look_error(0.05 / 3, 2, "horizon", 720))
     relaxed = upper_bound(band, 0.05)
     assert relaxed < 0.7 < strict
     (held,) = ev.evaluate(_snap(2, _window(band)))
@@ -151,7 +166,7 @@ def test_anytime_spending_widens_the_bound_with_each_look() -> None:
     bounds = [ev.evaluate(_snap(h, _window(est)))[0].bound for h in range(1, 6)]
     assert bounds == sorted(bounds)
     assert bounds[0] < bounds[-1]
-    assert bounds[4] == pytest.approx(upper_bound(est, 0.05 * 6 / (math.pi**2 * 25)))
+    assert bounds[4] == pytest.approx(upper_bound(est, 0.05 / 3 * 6 / (math.pi**2 * 25)))
 
 
 def test_dropped_against_a_configured_baseline() -> None:
@@ -163,7 +178,7 @@ def test_dropped_against_a_configured_baseline() -> None:
     assert dropped.severity == "warning"
     assert dropped.active
     assert dropped.threshold == pytest.approx(0.78)
-    error = look_error(0.05, 1, "horizon", 720)
+    error = look_error(0.05 / 6, 1, "horizon", 720)  # 2 alerts x 3 windows share the rate
     assert dropped.bound == pytest.approx(drop_bound(est, 0.8, 0.01, error))
     ev2 = _evaluator(baseline=0.8, baseline_se=0.01, check_calibration=False)
     assert not _by_alert(ev2.evaluate(_snap(1, _window(_est(0.76, 0.025)))))["f_dropped"].active
@@ -225,6 +240,14 @@ def test_measure_windows_filter_and_disabled_alerts() -> None:
         CONFIG, {"m": AlertConfig(likelihood_floor=None, check_calibration=False)}
     )
     assert nothing.evaluate(_snap(1, w7)) == []
+
+
+def test_false_alarm_rate_is_shared_by_the_alerts_and_windows_of_a_series() -> None:
+    assert AlertConfig().tests(3) == 3  # model_untrustworthy only, on 3 windows
+    assert AlertConfig(floor=0.5, baseline=0.8).tests(3) == 9
+    assert AlertConfig(floor=0.5, reference_lag_s=86_400, windows=("7d",)).tests(3) == 3
+    off = AlertConfig(likelihood_floor=None, check_calibration=False)
+    assert off.tests(3) == 1
 
 
 def test_default_settings_come_from_the_model_config() -> None:
