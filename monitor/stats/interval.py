@@ -19,7 +19,11 @@ positives against 0.89-0.93 on the raw scale, DESIGN.md):
     se_logit = se / (G (1 - G)),   [expit(logit(G) - t se_logit), expit(logit(G) + t se_logit)],
 
 with t the ``(1 + level) / 2`` quantile of Student's t with n - 1 degrees of freedom, n the number
-of labeled items with a non-zero weight (seed 000 Sec. 2.3, seed 002 Sec. 3.2).
+of labeled items with a non-zero weight (seed 000 Sec. 2.3, seed 002 Sec. 3.2). Measured in
+``tests/statistical/test_coverage.py`` (Poisson samples from q* mixed with 10% uniform, calibrated
+pools of 200,000 with 1-50% positives, alpha 0/0.5/1, 2,000 repetitions): 0.933-0.967 at 100 and
+400 labels, 0.933-0.964 at 1% positives with 100 labels. Leverage (HC2) and second-order bias
+corrections of the interval were measured too and over-covered (up to 0.98) at 100 labels.
 
 Small-sample fallback. When every gain is equal (G = 0 or 1) the delta se is 0 and the interval
 would collapse to a point. Then the Wilson score interval is used, with the sample size replaced

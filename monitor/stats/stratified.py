@@ -21,20 +21,21 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from monitor.stats.estimate import Estimate
 from monitor.stats.interval import interval_from_se
 from monitor.stats.sample import LabeledSample
 
 
-def _stratum(labels: np.ndarray, size: int) -> tuple[float, float, int]:
-    """(R_hat, Var(R_hat), n) of one stratum, seed 003 Eq. 20-21."""
+def _stratum(labels: npt.NDArray[np.float64], size: int) -> tuple[float, float, int, float]:
+    """(R_hat, Var(R_hat), n, fpc) of one stratum, seed 003 Eq. 20-21."""
     n = int(labels.shape[0])
     if n == 0:
-        return 0.0, 0.0, 0
+        return 0.0, 0.0, 0, 1.0
     p = float(labels.mean())
     fpc = max(1.0 - n / size, 0.0) if size > 0 else 0.0
-    return size * p, size * size * p * (1.0 - p) / n * fpc, n
+    return size * p, size * size * p * (1.0 - p) / n * fpc, n, fpc
 
 
 def stratified_falpha(
@@ -61,9 +62,10 @@ def stratified_falpha(
         raise ValueError(msg)
     f = sample.pred.astype(bool)
     y = sample.label.astype(np.float64)
-    r1, var1, n1 = _stratum(y[f], n_pos_pred)
-    r0, var0, n0 = _stratum(y[~f], n_neg_pred)
-    n_used = n1 + (n0 if alpha < 1.0 else 0)
+    r1, var1, n1, fpc1 = _stratum(y[f], n_pos_pred)
+    r0, var0, n0, fpc0 = _stratum(y[~f], n_neg_pred)
+    n0_used = n0 if alpha < 1.0 else 0
+    n_used = n1 + n0_used
     needs_neg = alpha < 1.0 and n_neg_pred > 0
     if (n_pos_pred > 0 and n1 == 0) or (needs_neg and n0 == 0):
         return Estimate.missing(level, n_labels=n_used)
@@ -74,11 +76,9 @@ def stratified_falpha(
     d1 = (alpha * n_pos_pred + (1.0 - alpha) * r0) / denominator**2
     d0 = -(1.0 - alpha) * r1 / denominator**2
     se = math.sqrt(d1 * d1 * var1 + d0 * d0 * var0)
-    # Effective n for the Wilson fallback: the binomial n whose variance G(1-G)/n matches a
-    # proportion measured with the same precision; a census (fpc 0 everywhere) is exact.
-    census = (n_pos_pred == 0 or n1 >= n_pos_pred) and (
-        alpha == 1.0 or n_neg_pred == 0 or n0 >= n_neg_pred
-    )
-    n_eff = math.inf if census else float(n_used)
+    # Effective n for the Wilson fallback: n over the (label-weighted) finite-population
+    # correction, as Var(p) = p(1-p)/n (1 - n/N); a census of every stratum used is exact.
+    mean_fpc = (n1 * fpc1 + n0_used * fpc0) / n_used
+    n_eff = math.inf if mean_fpc <= 0.0 else n_used / mean_fpc
     lower, upper = interval_from_se(value, se, n_used, n_eff, level)
     return Estimate(value, se, lower, upper, n_used, float(n_used), level)
