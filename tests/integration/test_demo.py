@@ -60,7 +60,16 @@ def test_short_demo_prints_estimates_beside_truth(broker: EmbeddedBroker) -> Non
     # the session broker fixture only proves the Tansu binary is there; the demo starts its own
     started = time.monotonic()
     proc = subprocess.run(
-        _demo("--records", "12000", "--duration-s", "20", "--progress-every-s", "2"),
+        _demo(
+            "--records",
+            "12000",
+            "--duration-s",
+            "20",
+            "--progress-every-s",
+            "2",
+            "--metrics-port",
+            "0",
+        ),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -93,7 +102,7 @@ def test_short_demo_prints_estimates_beside_truth(broker: EmbeddedBroker) -> Non
 
 def test_ctrl_c_stops_everything(broker: EmbeddedBroker) -> None:
     proc = subprocess.Popen(
-        _demo("--records", "20000", "--duration-s", "60"),
+        _demo("--records", "20000", "--duration-s", "60", "--metrics-port", "0"),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
