@@ -396,7 +396,7 @@ class AlertEvaluator:
         interval = cfg.interval_s(span)
         series = self._history.setdefault((w.model, w.segment, w.window), {})
         check = math.floor(now / interval)
-        if est.defined:
+        if est.defined and math.isfinite(est.se):
             series[check] = (est.value, est.se, est.n_labels)
         old_enough = [c for c in series if c <= check - math.ceil(cfg.reference_lag_s / interval)]
         if not old_enough:
@@ -405,16 +405,21 @@ class AlertEvaluator:
         for c in [c for c in series if c < newest]:
             del series[c]
         value, se, n = series[newest]
-        if n < cfg.min_labels or math.isnan(se):
+        if n < cfg.min_labels:
             return (math.nan, math.nan)
         return value, se
 
     # --- persistence ---------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        """JSON-serialisable alert state (active flags, looks, reference history)."""
+        """Strict-JSON alert state (active flags, looks, reference history; no NaN)."""
         keys = [
-            {"key": list(k), "active": s.active, "since": s.since, "looks": s.looks}
+            {
+                "key": list(k),
+                "active": s.active,
+                "since": None if math.isnan(s.since) else s.since,
+                "looks": s.looks,
+            }
             for k, s in self._state.items()
         ]
         history = [
@@ -430,7 +435,9 @@ class AlertEvaluator:
         for item in state.get("keys", []):
             a, m, s, w = (str(x) for x in item["key"])
             self._state[(a, m, s, w)] = _KeyState(
-                active=bool(item["active"]), since=float(item["since"]), looks=int(item["looks"])
+                active=bool(item["active"]),
+                since=math.nan if item.get("since") is None else float(item["since"]),
+                looks=int(item["looks"]),
             )
         for item in state.get("history", []):
             m, s, w = (str(x) for x in item["key"])

@@ -260,7 +260,7 @@ def test_state_survives_a_restart_through_json() -> None:
     ev = _evaluator(floor=0.7, reference_lag_s=86_400, check_calibration=False)
     for hour in range(0, 30):
         ev.evaluate(_snap(hour, _window(_est(0.5, 0.02), likelihood=0.9)))
-    saved = json.loads(json.dumps(ev.state()))
+    saved = json.loads(json.dumps(ev.state(), allow_nan=False))
     again = _evaluator(floor=0.7, reference_lag_s=86_400, check_calibration=False)
     again.restore(saved)
     after = _by_alert(again.evaluate(_snap(30, _window(_est(0.5, 0.02), likelihood=0.9))))
