@@ -186,3 +186,30 @@ def ratio_estimate(
     n_eff = math.inf if design <= 0.0 else total * total / design
     lower, upper = interval_from_se(value, se, n, n_eff, level)
     return Estimate(value, se, lower, upper, n, ess, level)
+
+
+def ratio_bias(gain: FloatArray, weight: FloatArray, v: FloatArray, fpc: FloatArray) -> float:
+    """Second-order (Taylor) estimate of the ratio estimator's bias, E[G_hat] - G.
+
+    Expanding N/W to second order around the totals (N = sum v l w, W = sum v w):
+    ``E[N/W] - G ~ (G Var(W) - Cov(N, W)) / W^2``; with the Poisson-sampling variance
+    estimates ``Var(W) = sum fpc v^2 w^2`` and ``Cov(N, W) = sum fpc v^2 w^2 l``:
+
+        bias = sum( fpc v^2 w^2 (G - l) ) / (sum v w)^2,
+
+    of order 1/n (seed 000, Lemma 1). ``G - bias`` is the bias-corrected ratio. Not applied by
+    :func:`ratio_estimate` (which returns seed 000 Eq. 4 exactly); exposed so the bias can be
+    reported and compared (measured in ``tests/statistical/test_coverage.py``).
+
+    Returns:
+        The estimated bias; NaN when ``sum(v w) = 0``.
+    """
+    vw = np.asarray(v, dtype=np.float64) * np.asarray(weight, dtype=np.float64)
+    top = float(vw.max()) if vw.size else 0.0
+    if not top > 0.0:
+        return math.nan
+    vw = vw / top
+    total = float(vw.sum())
+    gain = np.asarray(gain, dtype=np.float64)
+    value = float(np.dot(vw, gain)) / total
+    return float(np.dot(np.asarray(fpc, dtype=np.float64) * vw * vw, value - gain)) / total**2

@@ -21,8 +21,8 @@ Known limitations, measured and asserted with documented looser bounds (see REPO
 * the ratio estimator's O(1/n) bias (seed 000, Lemma 1) exceeds a tenth of the standard error
   for recall-like measures (alpha < 1) at <= 5% positives: the false negatives live among many
   low-score items with large weights, so the estimated denominator is right-skewed. There the
-  bias is asserted below half the standard error, and the second-order corrected bias
-  ``G + sum(fpc v^2 w^2 (l - G)) / (sum v w)^2`` is printed for comparison.
+  bias is asserted below half the standard error, and the bias of the second-order corrected
+  ratio ``G - interval.ratio_bias(...)`` is printed for comparison (column bc-bias/se).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from monitor.stats.falpha import (
     falpha_weight,
     intrinsic_falpha,
 )
+from monitor.stats.interval import ratio_bias
 from monitor.stats.sample import LabeledSample
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
 
@@ -128,9 +129,13 @@ def run_case(
         if not est.defined:
             undefined += 1
             continue
-        vw = sample.v * falpha_weight(sample.pred, sample.label, alpha)
-        resid = falpha_gain(sample.pred, sample.label) - est.value
-        corrected.append(est.value + float(np.sum(sample.fpc * vw * vw * resid)) / vw.sum() ** 2)
+        bias = ratio_bias(
+            falpha_gain(sample.pred, sample.label),
+            falpha_weight(sample.pred, sample.label, alpha),
+            sample.v,
+            sample.fpc,
+        )
+        corrected.append(est.value - bias)
         values.append(est.value)
         ses.append(est.se)
         covered.append(float(est.lower <= truth <= est.upper))

@@ -10,6 +10,7 @@ from scipy import special, stats
 
 from monitor.stats.interval import (
     interval_from_se,
+    ratio_bias,
     ratio_estimate,
     t_quantile,
     wilson_interval,
@@ -119,3 +120,39 @@ def test_interval_from_se_is_in_range() -> None:
     for value, se in [(0.5, 0.1), (0.01, 0.5), (0.999, 0.2), (0.0, 0.0), (1.0, 0.0)]:
         lower, upper = interval_from_se(value, se, 20, 15.0, 0.95)
         assert 0.0 <= lower <= value <= upper <= 1.0
+
+
+def test_ratio_bias_is_the_second_order_term(rng: np.random.Generator) -> None:
+    gain, weight, v, fpc = _random_design(rng)
+    g = np.sum(v * weight * gain) / np.sum(v * weight)
+    expected = np.sum(fpc * (v * weight) ** 2 * (g - gain)) / np.sum(v * weight) ** 2
+    assert ratio_bias(gain, weight, v, fpc) == pytest.approx(expected)
+    # precision/recall weights (0/1) with equal sampling weights: no ratio bias
+    ones = np.ones(40)
+    binary = (rng.random(40) < 0.5).astype(float)
+    assert ratio_bias(binary, (rng.random(40) < 0.7).astype(float), ones, ones) == pytest.approx(
+        0.0, abs=1e-15
+    )
+    assert ratio_bias(gain, weight, v, np.zeros_like(fpc)) == 0.0  # a census has no bias
+    assert math.isnan(ratio_bias(gain, np.zeros_like(weight), v, fpc))
+
+
+def test_ratio_bias_predicts_the_simulated_bias() -> None:
+    """Recall with rare, heavily weighted false negatives: E[G_hat] - G matches the estimate."""
+    rng = np.random.default_rng(11)
+    n_pool = 20_000
+    pred = (rng.random(n_pool) < 0.05).astype(np.int8)
+    label = np.where(pred == 1, rng.random(n_pool) < 0.7, rng.random(n_pool) < 0.01)
+    pi = np.where(pred == 1, 0.2, 0.01)
+    truth = np.sum(pred * label) / np.sum(label)
+    values, biases = [], []
+    for _ in range(1500):
+        take = rng.random(n_pool) < pi
+        w = label[take].astype(float)
+        gain = (pred[take] == label[take]).astype(float)
+        est = ratio_estimate(gain, w, 1 / pi[take], 1 - pi[take], 0.95)
+        values.append(est.value)
+        biases.append(ratio_bias(gain, w, 1 / pi[take], 1 - pi[take]))
+    observed = np.mean(values) - truth
+    assert observed > 0.0
+    assert np.mean(biases) == pytest.approx(observed, rel=0.5)
