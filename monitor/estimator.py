@@ -100,6 +100,7 @@ class EstimatorService:
             self._parked.setdefault(item.request_id, []).append(item)
             self._n_parked += 1
         self._watermarks: dict[str, float] = dict(watermarks or {})
+        self._pruned: dict[str, int] = {}  # model -> horizon last pruned to
         self._changes = EstimatorChanges()
         self.labels_accepted: dict[str, int] = {}
 
@@ -158,8 +159,9 @@ class EstimatorService:
 
     def _prune(self, model: str) -> None:
         horizon = self._horizon(model)
-        if horizon is None:
+        if horizon is None or self._pruned.get(model) == horizon:
             return
+        self._pruned[model] = horizon
         old = [k for k in self._traffic if k[0] == model and k[2] < horizon]
         stale = [
             r
@@ -301,8 +303,8 @@ class EstimatorService:
         cfg = self._model(model)
         bucket_s = self.config.windows.bucket_s
         level = self.config.level
-        traffic = {k: v for k, v in self._traffic.items() if k[0] == model}
-        segments = sorted({k[1] for k in traffic} - {""})
+        traffic = _TrafficTable({k: v for k, v in self._traffic.items() if k[0] == model})
+        segments = sorted(set(traffic.segment.tolist()) - {""})
         reqs = [s for s in self._requests.values() if s.request.model == model]
         r_bucket = np.array([s.request.bucket for s in reqs], dtype=np.int64)
         r_seg = np.array([s.request.segment for s in reqs], dtype=np.str_)
@@ -318,8 +320,8 @@ class EstimatorService:
             for name, window_s in self.config.windows.report:
                 cur = window_buckets(w_bucket, window_s, bucket_s)
                 ref = preceding_buckets(w_bucket, window_s, bucket_s)
-                agg = _sum_traffic(traffic, seg, cur)
-                ref_agg = _sum_traffic(traffic, seg, ref)
+                agg = traffic.total(seg, cur)
+                ref_agg = traffic.total(seg, ref)
                 in_win = seg_mask & (r_bucket >= cur.start) & (r_bucket < cur.stop)
                 labelled = in_win & (r_label >= 0)
                 unlabelled = in_win & (r_label < 0)
@@ -364,11 +366,30 @@ class EstimatorService:
         return rows
 
 
-def _sum_traffic(
-    traffic: Mapping[SegKey, TrafficAggregate], segment: str, buckets: range
-) -> TrafficAggregate:
-    total = TrafficAggregate.zero()
-    for (_, seg, b), agg in traffic.items():
-        if b in buckets and (segment in ("", seg)):
-            total = total + agg
-    return total
+class _TrafficTable:
+    """One model's bucket aggregates as columns, for fast window sums (numpy masks)."""
+
+    def __init__(self, traffic: Mapping[SegKey, TrafficAggregate]) -> None:
+        aggs = list(traffic.values())
+        self.segment = np.array([k[1] for k in traffic], dtype=np.str_)
+        self.bucket = np.array([k[2] for k in traffic], dtype=np.int64)
+        self.ints = np.array(
+            [[a.n, a.n_pred, a.sum_score, a.sum_pred_score] for a in aggs], dtype=np.int64
+        ).reshape(-1, 4)
+        self.hist = np.array([a.hist for a in aggs], dtype=np.int64).reshape(len(aggs), -1)
+
+    def total(self, segment: str, buckets: range) -> TrafficAggregate:
+        """Sum over ``buckets`` of one segment ("" = all segments)."""
+        mask = (self.bucket >= buckets.start) & (self.bucket < buckets.stop)
+        if segment:
+            mask &= self.segment == segment
+        if not mask.any():
+            return TrafficAggregate.zero()
+        n, n_pred, sum_score, sum_pred_score = (int(x) for x in self.ints[mask].sum(axis=0))
+        return TrafficAggregate(
+            n=n,
+            n_pred=n_pred,
+            sum_score=sum_score,
+            sum_pred_score=sum_pred_score,
+            hist=self.hist[mask].sum(axis=0),
+        )

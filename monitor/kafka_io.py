@@ -330,19 +330,17 @@ class FakeSource:
         self.fail_polls = 0
 
     def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
-        """Round-robin over partitions, a few records each, like a fetch."""
+        """Like a fetch: records from the partitions in turn, at most ``max_records`` in all."""
         if self.fail_polls:
             self.fail_polls -= 1
             msg = "fake broker down"
             raise BrokerUnavailable(msg)
         out: list[RawRecord] = []
         for (t, p), off in self.pos.items():
-            part = self.log.topics[t][p]
-            take = part[off : off + max(1, max_records // max(1, len(self.pos)))]
-            for i, (k, v, ts) in enumerate(take):
-                out.append(RawRecord(t, p, off + i, ts, k, v))
+            take = self.log.topics[t][p][off : off + max_records - len(out)]
+            out.extend(RawRecord(t, p, off + i, ts, k, v) for i, (k, v, ts) in enumerate(take))
             self.pos[(t, p)] = off + len(take)
-        return out[:max_records] if len(out) <= max_records else out
+        return out
 
     def commit(self, offsets: Mapping[TP, int]) -> None:
         """Store the committed offsets in the log."""

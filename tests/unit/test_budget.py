@@ -1,6 +1,7 @@
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from monitor.stats.budget import (
     G_PRIOR,
@@ -13,7 +14,7 @@ from monitor.stats.falpha import intrinsic_falpha
 from monitor.stats.selection import q_star_falpha
 
 
-def test_uniform_control_spends_budget_rate():
+def test_uniform_control_spends_budget_rate() -> None:
     c = uniform_control(labels_per_hour=10, expected_records_per_hour=1000)
     assert c.uniform and c.kappa == 0.01 and c.g == G_PRIOR
     q, pi = selection_weights(np.array([0.1, 0.9]), np.array([0, 1], dtype=np.int8), 0.5, 0.1, c)
@@ -21,7 +22,16 @@ def test_uniform_control_spends_budget_rate():
     assert np.all(q > 0)
 
 
-def _control(score, pred, alpha, *, ts_min, prev_bucket=10, n_partitions=1, lph=20.0):
+def _control(
+    score: npt.NDArray[np.float64],
+    pred: npt.NDArray[np.int8],
+    alpha: float,
+    *,
+    ts_min: float,
+    prev_bucket: int = 10,
+    n_partitions: int = 1,
+    lph: float = 20.0,
+) -> Control:
     qstar = q_star_falpha(score, pred, alpha, 0.5)
     return control_for_bucket(
         n=len(score),
@@ -38,7 +48,7 @@ def _control(score, pred, alpha, *, ts_min, prev_bucket=10, n_partitions=1, lph=
     )
 
 
-def test_control_from_previous_bucket(rng):
+def test_control_from_previous_bucket(rng: np.random.Generator) -> None:
     score = rng.random(5000)
     pred = (score > 0.5).astype(np.int8)
     c = _control(score, pred, 0.5, ts_min=36_000.0, n_partitions=2)
@@ -50,7 +60,7 @@ def test_control_from_previous_bucket(rng):
     assert math.isclose(late.kappa, 20.0 / (5000 * 4))
 
 
-def test_pi_is_min_one_kappa_q_and_mean_q_is_one(rng):
+def test_pi_is_min_one_kappa_q_and_mean_q_is_one(rng: np.random.Generator) -> None:
     score = rng.random(20_000)
     pred = (score > 0.7).astype(np.int8)
     c = _control(score, pred, 0.5, ts_min=36_000.0)

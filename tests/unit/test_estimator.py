@@ -1,13 +1,13 @@
 import math
 
 import numpy as np
-from engine_streams import make_stream
+from engine_streams import Stream, make_stream
 
 from monitor.config import Config, ModelConfig
 from monitor.errors import RejectReason
 from monitor.estimator import EstimatorService
 from monitor.records import LabelResult, RawRecord
-from monitor.sampler import SamplerService
+from monitor.sampler import SamplerResult, SamplerService
 from monitor.stats.measures import measure_all
 from monitor.stats.sample import LabeledSample
 
@@ -30,12 +30,14 @@ class Clock:
         return self.t
 
 
-def _label(rid, y, offset=0, record_id=None):
+def _label(rid: str | None, y: int, offset: int = 0, record_id: str | None = None) -> LabelResult:
     src = RawRecord("labels", 0, offset, 0, None, b"{}")
     return LabelResult(rid, record_id, y, None, None, None, src)
 
 
-def _setup(rng, n=6000, hours=3):
+def _setup(
+    rng: np.random.Generator, n: int = 6000, hours: int = 3
+) -> tuple[Stream, SamplerResult, EstimatorService, Clock]:
     s = make_stream(rng, n, span_s=hours * 3600)
     sampler = SamplerService(CFG)
     res = sampler.process(s.batch(slice(None)))
@@ -45,7 +47,7 @@ def _setup(rng, n=6000, hours=3):
     return s, res, est, clock
 
 
-def test_window_estimate_equals_direct_computation(rng):
+def test_window_estimate_equals_direct_computation(rng: np.random.Generator) -> None:
     s, res, est, _ = _setup(rng)
     assert est.upsert_requests(res.requests) == []
     truth = dict(zip(s.ids.tolist(), s.label.tolist(), strict=True))
@@ -69,14 +71,14 @@ def test_window_estimate_equals_direct_computation(rng):
     assert snap.watermarks["default"] == s.ts.max()
 
 
-def test_no_labels_means_missing_not_zero(rng):
+def test_no_labels_means_missing_not_zero(rng: np.random.Generator) -> None:
     _, res, est, _ = _setup(rng)
     est.upsert_requests(res.requests)
     row = est.snapshot().windows[0]
     assert math.isnan(row.f.value) and row.labels == 0 and row.pending == row.requests > 0
 
 
-def test_duplicate_conflicting_unknown_and_expired(rng):
+def test_duplicate_conflicting_unknown_and_expired(rng: np.random.Generator) -> None:
     _, res, est, clock = _setup(rng)
     est.upsert_requests(res.requests)
     r0, r1 = res.requests[0], res.requests[1]
@@ -104,7 +106,7 @@ def test_duplicate_conflicting_unknown_and_expired(rng):
     assert exp.reason == RejectReason.EXPIRED_REQUEST
 
 
-def test_early_labels_park_then_match_and_overflow_is_bounded(rng):
+def test_early_labels_park_then_match_and_overflow_is_bounded(rng: np.random.Generator) -> None:
     _, res, est, _ = _setup(rng)
     r = res.requests[:5]
     assert est.handle_labels([_label(x.request_id, 1, i) for i, x in enumerate(r[:3])]) == []
@@ -113,13 +115,15 @@ def test_early_labels_park_then_match_and_overflow_is_bounded(rng):
     assert over.reason == RejectReason.UNKNOWN_REQUEST and over.record.offset == 0
     assert est.upsert_requests(r) == []
     assert est.n_parked == 0
-    assert [est.request(x.request_id).label for x in r] == [None, 1, 1, 1, None]
+    states = [est.request(x.request_id) for x in r]
+    assert [None if x is None else x.label for x in states] == [None, 1, 1, 1, None]
     assert est.take_label_counts() == {"default": 3}
 
 
-def test_label_by_record_id(rng):
+def test_label_by_record_id(rng: np.random.Generator) -> None:
     _s, res, est, _ = _setup(rng)
     est.upsert_requests(res.requests)
     r = res.requests[0]
     assert est.handle_labels([_label(None, 0, 0, record_id=r.id)]) == []
-    assert est.request(r.request_id).label == 0
+    state = est.request(r.request_id)
+    assert state is not None and state.label == 0

@@ -1,23 +1,32 @@
 import json
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
-from engine_streams import make_stream, random_cuts
+from engine_streams import Stream, make_stream, random_cuts
 
 from monitor.config import Config, ModelConfig, WindowsConfig
 from monitor.sampler import OTHER_SEGMENT, AuditRequest, SamplerService, request_id_for
 from monitor.stats.selection import hash_uniform
-from monitor.windows import TrafficAggregate, bucket_of
+from monitor.windows import GroupKey, TrafficAggregate, bucket_of
 
 
-def _config(**kw):
+def _config(**kw: Any) -> Config:
     model = ModelConfig(name="default", labels_per_hour=40.0, expected_records_per_hour=3000.0)
     return Config(models={"default": model}, **kw)
 
 
-def _run(config, stream, cuts, n_partitions=1):
+def _run(
+    config: Config,
+    stream: Stream,
+    cuts: Sequence[slice | npt.NDArray[np.intp]],
+    n_partitions: int = 1,
+) -> tuple[SamplerService, list[AuditRequest], dict[GroupKey, TrafficAggregate]]:
     sampler = SamplerService(config, n_partitions=n_partitions)
-    requests, traffic = [], {}
+    requests: list[AuditRequest] = []
+    traffic: dict[GroupKey, TrafficAggregate] = {}
     for cut in cuts:
         res = sampler.process(stream.batch(cut))
         requests.extend(res.requests)
@@ -27,7 +36,7 @@ def _run(config, stream, cuts, n_partitions=1):
 
 
 @pytest.mark.parametrize("partitions", [1, 3])
-def test_decisions_do_not_depend_on_batch_cuts(rng, partitions):
+def test_decisions_do_not_depend_on_batch_cuts(rng: np.random.Generator, partitions: int) -> None:
     s = make_stream(rng, 12_000, span_s=4 * 3600, partitions=partitions)
     cfg = _config()
     _, whole, t_whole = _run(cfg, s, [slice(None)], partitions)
@@ -41,7 +50,7 @@ def test_decisions_do_not_depend_on_batch_cuts(rng, partitions):
     assert sorted(r.to_json() for r in grouped) == sorted(r.to_json() for r in whole)
 
 
-def test_decision_is_the_hash_against_pi(rng):
+def test_decision_is_the_hash_against_pi(rng: np.random.Generator) -> None:
     s = make_stream(rng, 4000, span_s=2 * 3600)
     cfg = _config()
     sampler, reqs, _ = _run(cfg, s, [slice(None)])
@@ -55,12 +64,13 @@ def test_decision_is_the_hash_against_pi(rng):
         assert r.deadline == r.ts + cfg.label_deadline_s
     # a record not chosen in the first bucket had u >= kappa (uniform control there)
     first = bucket_of(s.ts, 3600) == bucket_of(s.ts[:1], 3600)[0]
-    kappa = sampler.control("default", 0, int(bucket_of(s.ts[:1], 3600)[0])).kappa
-    for i in np.flatnonzero(first):
-        assert (s.ids[i] in chosen) == (u[i] < kappa)
+    ctl = sampler.control("default", 0, int(bucket_of(s.ts[:1], 3600)[0]))
+    assert ctl is not None and ctl.uniform
+    for j in np.flatnonzero(first).tolist():
+        assert (s.ids[j] in chosen) == (u[j] < ctl.kappa)
 
 
-def test_requests_track_the_budget(rng):
+def test_requests_track_the_budget(rng: np.random.Generator) -> None:
     hours = 8
     s = make_stream(
         rng, 3000 * hours, span_s=hours * 3600, start=1_700_000_000 - 1_700_000_000 % 3600
@@ -75,7 +85,7 @@ def test_requests_track_the_budget(rng):
     assert abs(per_bucket.sum() - 40.0 * hours) < 0.15 * 40.0 * hours
 
 
-def test_request_json_is_deterministic_and_round_trips():
+def test_request_json_is_deterministic_and_round_trips() -> None:
     r = AuditRequest("ab", "x", "m", "", 0.25, 1, 0.5, 10.0, 0, 20.0, {"k": [1, 2]})
     raw = r.to_json()
     assert raw == json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":")).encode()
@@ -85,7 +95,7 @@ def test_request_json_is_deterministic_and_round_trips():
         AuditRequest.from_json(b'{"id": 1}')
 
 
-def test_segment_cap_folds_new_segments_into_other(rng):
+def test_segment_cap_folds_new_segments_into_other(rng: np.random.Generator) -> None:
     s = make_stream(rng, 600, segments=("a", "b", "c", "d"))
     cfg = _config(max_segments_per_model=2)
     sampler = SamplerService(cfg)
@@ -97,7 +107,7 @@ def test_segment_cap_folds_new_segments_into_other(rng):
     assert sampler.take_changes().segments == {("default", x) for x in kept}
 
 
-def test_records_beyond_retention_are_counted_not_audited(rng):
+def test_records_beyond_retention_are_counted_not_audited(rng: np.random.Generator) -> None:
     cfg = _config(windows=WindowsConfig(bucket_s=3600, report=(("1h", 3600),)))
     s = make_stream(rng, 1000, span_s=600)
     sampler = SamplerService(cfg)

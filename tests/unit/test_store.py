@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,12 +21,14 @@ CFG = Config(
 )
 
 
-def _label(rid, y, offset):
+def _label(rid: str, y: int, offset: int) -> LabelResult:
     src = RawRecord("labels", 0, offset, 7, b"k", b"\xff{}")
     return LabelResult(rid, None, y, "ann", 5.0, None, src)
 
 
-def test_state_round_trips_and_restored_services_continue_identically(tmp_path, rng):
+def test_state_round_trips_and_restored_services_continue_identically(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
     s = make_stream(rng, 8000, span_s=4 * 3600)
     half = len(s) // 2
     sampler, est = SamplerService(CFG), EstimatorService(CFG)
@@ -54,7 +57,7 @@ def test_state_round_trips_and_restored_services_continue_identically(tmp_path, 
     store.close()
 
 
-def test_second_daemon_on_same_directory_is_refused(tmp_path):
+def test_second_daemon_on_same_directory_is_refused(tmp_path: Path) -> None:
     first = Store(tmp_path)
     with pytest.raises(StoreError, match="in use by another monitor"):
         Store(tmp_path)
@@ -63,7 +66,7 @@ def test_second_daemon_on_same_directory_is_refused(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
-def test_unwritable_directory_is_a_clear_error(tmp_path):
+def test_unwritable_directory_is_a_clear_error(tmp_path: Path) -> None:
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o500)
@@ -74,7 +77,7 @@ def test_unwritable_directory_is_a_clear_error(tmp_path):
         ro.chmod(0o700)
 
 
-def test_pruned_rows_leave_the_store(tmp_path, rng):
+def test_pruned_rows_leave_the_store(tmp_path: Path, rng: np.random.Generator) -> None:
     cfg = Config(models=CFG.models)
     s = make_stream(rng, 3000, span_s=3600)
     sampler, est, store = SamplerService(cfg), EstimatorService(cfg), Store(tmp_path)

@@ -1,11 +1,13 @@
 import math
 
 import numpy as np
-from engine_streams import make_stream, random_cuts
+import numpy.typing as npt
+from engine_streams import Stream, make_stream, random_cuts
 
 from monitor.stats.drift import SCORE_BINS, score_histogram
 from monitor.windows import (
     FIXED_ONE,
+    GroupKey,
     TrafficAggregate,
     bucket_of,
     group_traffic,
@@ -14,7 +16,13 @@ from monitor.windows import (
 )
 
 
-def _group(s, rows, qstar, pi, requested):
+def _group(
+    s: Stream,
+    rows: slice,
+    qstar: npt.NDArray[np.float64],
+    pi: npt.NDArray[np.float64],
+    requested: npt.NDArray[np.bool_],
+) -> dict[GroupKey, TrafficAggregate]:
     n = len(s.score[rows])
     return group_traffic(
         np.full(n, "m"),
@@ -30,7 +38,7 @@ def _group(s, rows, qstar, pi, requested):
     )
 
 
-def test_group_traffic_matches_direct_sums(rng):
+def test_group_traffic_matches_direct_sums(rng: np.random.Generator) -> None:
     s = make_stream(rng, 3000, partitions=3, segments=("", "a", "b"))
     qstar, pi = rng.random(3000), rng.random(3000)
     requested = rng.random(3000) < pi
@@ -50,19 +58,19 @@ def test_group_traffic_matches_direct_sums(rng):
         assert agg.ts_min == s.ts[m].min() and agg.ts_max == s.ts[m].max()
 
 
-def test_aggregates_do_not_depend_on_batch_cuts(rng):
+def test_aggregates_do_not_depend_on_batch_cuts(rng: np.random.Generator) -> None:
     s = make_stream(rng, 2000, partitions=2, segments=("x", "y"))
     qstar, pi = rng.random(2000), rng.random(2000)
     requested = rng.random(2000) < pi
     whole = _group(s, slice(None), qstar, pi, requested)
-    merged: dict = {}
+    merged: dict[GroupKey, TrafficAggregate] = {}
     for cut in random_cuts(rng, 2000, 17):
         for key, agg in _group(s, cut, qstar, pi, requested).items():
             merged[key] = merged.get(key, TrafficAggregate.zero()) + agg
     assert merged == whole  # exact: fixed-point sums are associative
 
 
-def test_zero_is_neutral_and_hist_has_bins():
+def test_zero_is_neutral_and_hist_has_bins() -> None:
     z = TrafficAggregate.zero()
     assert z.hist.shape == (SCORE_BINS,)
     assert (z + z) == z and math.isnan(z.mean_qstar)
@@ -70,7 +78,7 @@ def test_zero_is_neutral_and_hist_has_bins():
     assert a + z == a and a.mean_qstar == 1.5
 
 
-def test_buckets_and_windows_are_epoch_anchored():
+def test_buckets_and_windows_are_epoch_anchored() -> None:
     assert bucket_of(np.array([0.0, 3599.999, 3600.0, 7201.0]), 3600).tolist() == [0, 0, 1, 2]
     assert list(window_buckets(100, 86_400, 3600)) == list(range(77, 101))
     assert list(preceding_buckets(100, 7200, 3600)) == [97, 98]

@@ -1,0 +1,135 @@
+"""The same contract for the in-memory fakes and the real Kafka source and sink (Tansu)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+
+import pytest
+
+from monitor.config import Config, KafkaConfig, TopicsConfig
+from monitor.kafka_io import FakeLog, FakeSink, FakeSource, KafkaSink, KafkaSource
+from monitor.records import RawRecord
+
+TP = tuple[str, int]
+TEST_CLIENT = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
+
+
+@dataclass
+class Bus:
+    """A way to make sources and sinks over one set of topics."""
+
+    topics: TopicsConfig
+    make_source: Callable[[Callable[[], Mapping[TP, int]], TopicsConfig], FakeSource | KafkaSource]
+    make_sink: Callable[[], FakeSink | KafkaSink]
+    closers: list[Callable[[], None]]
+
+    def source(
+        self, stored: Mapping[TP, int] | None = None, topics: TopicsConfig | None = None
+    ) -> FakeSource | KafkaSource:
+        src = self.make_source(lambda: dict(stored or {}), topics or self.topics)
+        self.closers.append(src.close)
+        return src
+
+    def sink(self) -> FakeSink | KafkaSink:
+        snk = self.make_sink()
+        self.closers.append(snk.close)
+        return snk
+
+    def produce(self, topic: str, values: list[bytes]) -> None:
+        snk = self.sink()
+        for i, v in enumerate(values):
+            snk.produce(topic, f"k{i}".encode(), v)
+        snk.flush(10.0)
+
+
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.integration)])
+def bus(request: pytest.FixtureRequest) -> Iterator[Bus]:
+    closers: list[Callable[[], None]] = []
+    if request.param == "fake":
+        log = FakeLog()
+        topics = TopicsConfig("s", "r", "l", "d")
+        for t in ("s", "r", "l", "d"):
+            log.create(t)
+        yield Bus(
+            topics,
+            lambda stored, t: FakeSource(
+                log, list(dict.fromkeys([t.scored, t.requests, t.labels])), stored
+            ),
+            lambda: FakeSink(log),
+            closers,
+        )
+    else:
+        broker = request.getfixturevalue("broker")
+        topics = request.getfixturevalue("make_topics")()
+        config = Config(
+            kafka=KafkaConfig(
+                bootstrap_servers=(broker.bootstrap,),
+                group_id=f"contract-{uuid.uuid4().hex[:8]}",
+                topics=topics,
+                client=TEST_CLIENT,
+            )
+        )
+
+        def make_source(stored: Callable[[], Mapping[TP, int]], t: TopicsConfig) -> KafkaSource:
+            # a fresh group each time: the store, not the group, decides where to start
+            kafka = replace(config.kafka, group_id=uuid.uuid4().hex[:8], topics=t)
+            cfg = replace(config, kafka=kafka)
+            return KafkaSource(cfg, stored)
+
+        yield Bus(topics, make_source, lambda: KafkaSink(config), closers)
+    for close in reversed(closers):
+        close()
+
+
+def _drain(
+    src: FakeSource | KafkaSource, n: int, topic: str, timeout_s: float = 20.0
+) -> list[RawRecord]:
+    out: list[RawRecord] = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < n and time.monotonic() < deadline:
+        out.extend(r for r in src.poll(100, 0.2) if r.topic == topic)
+    return out
+
+
+def test_polls_from_the_stored_offsets_in_order(bus: Bus) -> None:
+    values = [f"v{i}".encode() for i in range(30)]
+    bus.produce(bus.topics.scored, values)
+    src = bus.source({(bus.topics.scored, 0): 10})
+    got = _drain(src, 20, bus.topics.scored)
+    assert [r.offset for r in got] == list(range(10, 30))
+    assert [r.value for r in got] == values[10:]
+    assert [r.key for r in got] == [f"k{i}".encode() for i in range(10, 30)]
+    assert _drain(src, 1, bus.topics.scored, timeout_s=0.5) == []
+
+
+def test_without_stored_offsets_it_replays_from_the_beginning(bus: Bus) -> None:
+    bus.produce(bus.topics.labels, [b"a", b"b", b"c"])
+    first = bus.source()
+    assert [r.value for r in _drain(first, 3, bus.topics.labels)] == [b"a", b"b", b"c"]
+    first.commit({(bus.topics.labels, 0): 3})
+    again = bus.source()  # committed to Kafka, but the store has nothing: rebuild by replay
+    assert [r.offset for r in _drain(again, 3, bus.topics.labels)] == [0, 1, 2]
+
+
+def test_seek_rewinds_and_lag_counts_what_is_left(bus: Bus) -> None:
+    bus.produce(bus.topics.requests, [f"r{i}".encode() for i in range(12)])
+    src = bus.source()
+    assert len(_drain(src, 12, bus.topics.requests)) == 12
+    assert src.lag().get((bus.topics.requests, 0)) == 0
+    src.seek({(bus.topics.requests, 0): 7})
+    assert [r.offset for r in _drain(src, 5, bus.topics.requests)] == [7, 8, 9, 10, 11]
+    assert src.assigned()
+    assert src.partitions_for(bus.topics.scored) == 1
+
+
+def test_sink_delivers_on_flush(bus: Bus) -> None:
+    snk = bus.sink()
+    snk.produce(bus.topics.deadletter, b"key", b'{"reason": "x"}')
+    snk.flush(10.0)
+    d = bus.topics.deadletter
+    reader = bus.source(topics=TopicsConfig(scored=d, requests=d, labels=d, deadletter=d))
+    got = _drain(reader, 1, d)
+    assert [(r.key, r.value) for r in got] == [(b"key", b'{"reason": "x"}')]
