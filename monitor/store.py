@@ -1,10 +1,11 @@
 """Durable state in one SQLite file per data directory.
 
 WAL journal (``synchronous=NORMAL``, see ``Store.__init__``); an exclusive ``flock`` on
-``monitor.lock`` keeps a second daemon out of the same directory. Each poll writes ONE transaction holding every state change
-and the next offset of each topic-partition it consumed, so state and offsets can never
-disagree: after a crash the consumer seeks to the stored offsets and replays, and the
-deterministic decisions and idempotent upserts reproduce the lost work exactly.
+``monitor.lock`` keeps a second daemon out of the same directory. Each poll writes ONE
+transaction holding every state change and the next offset of each topic-partition it
+consumed, so state and offsets can never disagree: after a crash the consumer seeks to the
+stored offsets and replays, and the deterministic decisions and idempotent upserts reproduce
+the lost work exactly.
 """
 
 from __future__ import annotations
