@@ -65,3 +65,29 @@ def test_selection_weights_match_their_definitions() -> None:
     assert np.all(precision[pool.pred == 0] == 0.0)
     mixed = efficiency.selection_weights("active_F l=0.2", pool, 1.0)
     assert np.allclose(mixed[pool.pred == 0], 0.2) and mixed.mean() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("design", ["poisson", "with-replacement"])
+def test_fast_sample_equals_the_library_constructors(design: str) -> None:
+    from monitor.stats.sample import LabeledSample
+    from monitor.stats.selection import inclusion_for_budget
+
+    pool = efficiency.build_cases(2000, 1, seed=3, digits=False)[1].pools[0]
+    q = efficiency.selection_weights("active_F l=0.1", pool, 0.5)
+    pi = inclusion_for_budget(q, 100)[0]
+    u = np.random.default_rng(0).random(2000)
+    fast = efficiency._sample(design, pool, q, budget=100, pi=pi, u=u)
+    if design == "poisson":
+        take = np.flatnonzero(u < pi)
+        ref = LabeledSample.poisson(pool.score[take], pool.pred[take], pool.label[take], pi[take])
+    else:
+        p = q / q.sum()
+        cdf = np.cumsum(p)
+        cdf[-1] = 1.0
+        idx = np.searchsorted(cdf, u[:100], side="right")
+        s, f, y = pool.score[idx], pool.pred[idx], pool.label[idx]
+        ref = LabeledSample.with_replacement(s, f, y, p[idx])
+    for name in ("score", "pred", "label", "v", "fpc"):
+        got, want = getattr(fast, name), getattr(ref, name)
+        assert got.dtype == want.dtype, name
+        np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=name)
