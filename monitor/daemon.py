@@ -47,6 +47,8 @@ SNAPSHOT_LABELS_S = 0.2  # ...or this often when labels arrived
 FLUSH_TIMEOUT_S = 30.0
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 10.0
+PROBE_EVERY_S = 2.0  # how often the broker is asked for end offsets (liveness, lag)
+PROBE_TIMEOUT_S = 2.0
 
 
 class Source(Protocol):
@@ -58,6 +60,7 @@ class Source(Protocol):
     def lag(self) -> dict[TP, int]: ...  # noqa: D102
     def assigned(self) -> bool: ...  # noqa: D102
     def partitions_for(self, topic: str) -> int: ...  # noqa: D102
+    def probe(self, timeout_s: float) -> None: ...  # noqa: D102
     def close(self) -> None: ...  # noqa: D102
 
 
@@ -295,12 +298,18 @@ class Daemon:
         source: Source | None = None
         sink: Sink | None = None
         backoff = BACKOFF_MIN_S
+        last_probe = -1e18
         while not self.stop.is_set():
             try:
                 if source is None or sink is None:
                     source, sink = self.connect(engine.store.offsets)
                     engine.set_partitions(source.partitions_for(engine.config.kafka.topics.scored))
                 engine.step(source, sink)
+                now = time.monotonic()
+                if self._state != "up" or now - last_probe >= PROBE_EVERY_S:
+                    # an idle consumer does not notice a lost broker: ask it something
+                    source.probe(PROBE_TIMEOUT_S)
+                    last_probe = now
                 self._set_state("up")
                 engine.metrics.set_ready(source.assigned())
                 backoff = BACKOFF_MIN_S

@@ -58,6 +58,10 @@ class RecordSource(Protocol):
         """Number of partitions of ``topic`` (1 when unknown)."""
         ...
 
+    def probe(self, timeout_s: float) -> None:
+        """Ask the broker for end offsets; ``BrokerUnavailable`` when it does not answer."""
+        ...
+
     def close(self) -> None:
         """Leave the group and release the connection."""
         ...
@@ -101,6 +105,7 @@ class KafkaSource:
         self.config = config
         self._stored = stored_offsets
         self._next: dict[TP, int] = {}
+        self._ends: dict[TP, int] = {}  # end offsets from the last probe
         kc = config.kafka
         options: dict[str, Any] = {
             "bootstrap_servers": list(kc.bootstrap_servers),
@@ -177,6 +182,8 @@ class KafkaSource:
         out: dict[TP, int] = {}
         for tp in self._consumer.assignment():
             hw = self._consumer.highwater(tp)
+            if hw is None:
+                hw = self._ends.get((tp.topic, tp.partition))
             nxt = self._next.get((tp.topic, tp.partition))
             if hw is not None and nxt is not None:
                 out[(tp.topic, tp.partition)] = max(0, int(hw) - nxt)
@@ -197,12 +204,17 @@ class KafkaSource:
             raise _unavailable(msg, exc) from exc
         return len(parts) if parts else 1
 
-    def connected(self) -> bool:
-        """Whether the bootstrap connection is up."""
+    def probe(self, timeout_s: float) -> None:
+        """Fetch the end offsets of the assigned partitions (also refreshes the lag)."""
+        parts = list(self._consumer.assignment())
+        if not parts:
+            return
         try:
-            return bool(self._consumer.bootstrap_connected())
-        except KafkaError:
-            return False
+            ends = self._consumer.end_offsets(parts, timeout_ms=int(timeout_s * 1000))
+        except KafkaError as exc:
+            msg = "broker did not answer"
+            raise _unavailable(msg, exc) from exc
+        self._ends = {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
 
     def close(self) -> None:
         """Leave the group (no auto-commit: offsets were committed explicitly)."""
@@ -328,6 +340,7 @@ class FakeSource:
             for p in range(len(log_.topics[t])):
                 self.pos[(t, p)] = stored.get((t, p), 0)
         self.fail_polls = 0
+        self.down = False
 
     def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
         """Like a fetch: records from the partitions in turn, at most ``max_records`` in all."""
@@ -362,6 +375,12 @@ class FakeSource:
     def partitions_for(self, topic: str) -> int:
         """Partitions of a fake topic."""
         return len(self.log.topics.get(topic, [[]]))
+
+    def probe(self, timeout_s: float) -> None:
+        """Fails while ``down`` is set."""
+        if self.down:
+            msg = "fake broker down"
+            raise BrokerUnavailable(msg)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from monitor.cli import main
 from monitor.config import Config, ModelConfig
 from monitor.daemon import Daemon, Engine
 from monitor.errors import BrokerUnavailable, StoreError
@@ -279,3 +281,62 @@ def test_unchanged_when_replayed_with_other_partitioning(
     assert np.isfinite(h3.engine.estimator.snapshot().windows[0].records)
     h1.close()
     h3.close()
+
+
+def test_idle_daemon_notices_a_lost_broker_and_recovers(
+    tmp_path: Path, workload: Workload, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = FakeLog()
+    _fill(log, workload)
+    cfg = _config(tmp_path / "idle")
+    store = Store(cfg.data_dir)
+    registry = CollectorRegistry()
+    engine = Engine(cfg, store, Exporter(cfg, registry))
+    stop = threading.Event()
+    sources: list[FakeSource] = []
+
+    def connect(stored: Callable[[], Mapping[tuple[str, int], int]]) -> tuple[FakeSource, FakeSink]:
+        sources.append(FakeSource(log, [TOPICS.scored, TOPICS.requests, TOPICS.labels], stored))
+        return sources[-1], FakeSink(log)
+
+    ready: list[float | None] = []
+
+    def script() -> None:
+        time.sleep(1.0)
+        ready.append(registry.get_sample_value("monitor_ready"))
+        sources[0].down = True
+        time.sleep(2.5)
+        ready.append(registry.get_sample_value("monitor_ready"))
+        sources[0].down = False
+        time.sleep(3.0)
+        ready.append(registry.get_sample_value("monitor_ready"))
+        stop.set()
+
+    driver = threading.Thread(target=script)
+    driver.start()
+    with caplog.at_level(logging.INFO, logger="monitor.daemon"):
+        Daemon(engine, connect, stop).run()
+    driver.join()
+    events = [getattr(r, "event", "") for r in caplog.records]
+    assert ready == [1.0, 0.0, 1.0]
+    assert events.count("broker_down") == 1 and events.count("broker_up") == 2
+    store.close()
+
+
+def test_check_config_and_run_errors_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = tmp_path / "ok.yaml"
+    good.write_text(f"storage: {{data_dir: {tmp_path / 'data'}}}\n")
+    assert main(["check-config", "--config", str(good)]) == 0
+    assert "OK" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sampling: {salt: x, budgt: 3}\n")
+    assert main(["check-config", "--config", str(bad)]) == 2
+    assert "sampling.budgt" in capsys.readouterr().err
+    held = Store(tmp_path / "data")  # another daemon holds the data directory
+    try:
+        assert main(["run", "--config", str(good)]) == 2
+        assert "in use by another monitor" in capsys.readouterr().err
+    finally:
+        held.close()
