@@ -416,6 +416,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``monitor auditors``."""
     p = sub.add_parser(
         "auditors",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         help="simulated audit team: answer label requests from a ground-truth file",
         description="Consume label requests, answer them from a ground-truth file after a "
         "delay; a seeded share is never answered, another answered wrongly.",

@@ -533,7 +533,14 @@ def _run(args: argparse.Namespace, run: DemoRun, started: float) -> None:
 
     # the stream: 48 h of event time ending at the current hour
     end = math.floor(time.time() / HOUR_S) * HOUR_S
-    spec = WorkloadSpec(n=args.records, hours=48.0, start_ts=end - 48 * HOUR_S, seed=args.seed)
+    segments = tuple(s.strip() for s in args.segments.split(",") if s.strip())
+    spec = WorkloadSpec(
+        n=args.records,
+        hours=48.0,
+        start_ts=end - 48 * HOUR_S,
+        segments=segments,
+        seed=args.seed,
+    )
     workload = generate(spec)
     truth_path = run.work_dir / "truth.csv"
     write_truth(truth_path, workload.truth_rows())
@@ -680,6 +687,12 @@ def _report(
     print("'believed' is the label-free F the model's own scores imply (intrinsic F).")
     print()
     print(render_table(rows))
+    for r in rows:
+        if not math.isnan(r.records) and int(r.records) != r.truth.records:
+            print(
+                f"warning: {r.checkpoint} {r.window}: the daemon counted {int(r.records):,} "
+                f"records, the stream had {r.truth.records:,} in those hours"
+            )
     print()
     print(
         f"labels used: {labels:,} for {records:,} records ({labels / records:.2%}); "
@@ -710,18 +723,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``monitor demo``."""
     p = sub.add_parser(
         "demo",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         help="run everything locally: broker, daemon, audit team, a drifting stream",
         description="Start a local Kafka-protocol broker, the daemon and a simulated audit "
         "team on 127.0.0.1, stream 48 h of scored traffic (compressed) with a degradation "
         "half-way, and compare the estimated F1 with the truth. Stops everything at the end.",
     )
-    p.add_argument("--records", type=int, default=96_000, help="records streamed (default 96000)")
+    p.add_argument("--records", type=int, default=96_000, help="records streamed")
     p.add_argument(
         "--duration-s",
         type=float,
         default=60.0,
-        help="wall time over which the 48 h stream is played (default 60; the demo adds "
-        "start-up and two waits for the last answers)",
+        help="wall time over which the 48 h stream is played (the demo adds start-up and "
+        "two waits for the last answers)",
     )
     p.add_argument(
         "--metrics-port",
@@ -737,6 +751,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--drop-rate", type=float, default=0.05, help="share of requests unanswered")
     p.add_argument("--error-rate", type=float, default=0.0, help="share of wrong answers")
     p.add_argument("--seed", type=int, default=1, help="seed of the workload and auditors")
+    p.add_argument(
+        "--segments",
+        default="",
+        help="comma-separated segment names spread over the records (e.g. web,app); the "
+        "table shows all segments together, /metrics each one too",
+    )
     p.add_argument("--progress-every-s", type=float, default=4.0)
     p.add_argument("--drain-timeout-s", type=float, default=45.0)
     p.set_defaults(func=run_demo)

@@ -81,6 +81,7 @@ def test_short_demo_prints_estimates_beside_truth(broker: EmbeddedBroker) -> Non
     assert proc.returncode == 0, out + proc.stderr
     assert elapsed < 90, f"demo took {elapsed:.0f} s"
     assert "event hour" in out and "F1 24h" in out, "progress lines while it runs"
+    assert "warning:" not in out, "the daemon's windows hold exactly the stream's records"
     rows = ROW.findall(out)
     assert len(rows) == 6, out  # two checkpoints x windows 1h, 24h, 7d
     for _hour, _phase, window, est, lo, hi, true_f, covered in rows:
