@@ -123,6 +123,7 @@ class Engine:
         self.n_partitions = 1
         self._last_snapshot = -1e18
         self._dirty = True
+        self._capped: set[str] = set()  # models whose segment limit was reported
         self._load()
 
     def _load(self) -> None:
@@ -177,6 +178,16 @@ class Engine:
             rejects.extend(bad)
             res = self.sampler.process(batch)
             produced, records, requested = res.requests, res.records, res.requested
+            for model in sorted(set(res.folded) - self._capped):
+                self._capped.add(model)
+                log.warning(
+                    "segment limit reached: new segments are reported as __other__",
+                    extra={
+                        "event": "segments_capped",
+                        "model": model,
+                        "limit": cfg.max_segments_per_model,
+                    },
+                )
             self.estimator.apply_traffic(res.traffic)
             rejects.extend(self.estimator.upsert_requests(produced))
         if by_topic[topics.requests]:
@@ -309,6 +320,7 @@ class Daemon:
                 if self._state != "up" or now - last_probe >= PROBE_EVERY_S:
                     # an idle consumer does not notice a lost broker: ask it something
                     source.probe(PROBE_TIMEOUT_S)
+                    engine.set_partitions(source.partitions_for(engine.config.kafka.topics.scored))
                     last_probe = now
                 self._set_state("up")
                 engine.metrics.set_ready(source.assigned())
