@@ -34,14 +34,9 @@ not flap. Fewer than ``min_labels`` labels never change the state.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
-import threading
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -121,8 +116,13 @@ class AlertConfig:
     looks_per_window: int = 8  # re-test a window when 1/8 of it is new (0: every interval)
     windows: tuple[str, ...] = ()  # reported windows to alert on (empty: all)
 
-    def problems(self, path: str = "alerts") -> list[str]:
-        """Every invalid value as ``path.key: reason, got value`` (empty when valid)."""
+    def problems(self, path: str = "alerts", windows: Collection[str] | None = None) -> list[str]:
+        """Every invalid value as ``path.key: reason, got value`` (empty when valid).
+
+        Args:
+            path: Key path of this block in the YAML file, for the messages.
+            windows: Names of the reported windows, to check ``windows`` against (optional).
+        """
         out: list[str] = []
 
         def bad(key: str, reason: str, value: object) -> None:
@@ -158,6 +158,9 @@ class AlertConfig:
                 f"must be >= check_interval_s ({self.check_interval_s})",
                 self.horizon_s,
             )
+        unknown = [w for w in self.windows if windows is not None and w not in windows]
+        if unknown:
+            bad("windows", f"unknown window (reported: {', '.join(windows or ())})", unknown)
         return out
 
     def tests(self, n_windows: int) -> int:
@@ -513,142 +516,6 @@ def _untrusted(w: WindowEstimate, cfg: AlertConfig, error: float) -> _Decision:
         f"interval bound {_fmt(bound)} at error {error:.2g}"
     )
     return _Decision(fires, clears, bound, w.intrinsic_f, text)
-
-
-# --- Alertmanager --------------------------------------------------------------------------
-
-
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
-
-
-class AlertmanagerPusher:
-    """Forwards firing and resolved alerts to Alertmanager's v2 API without blocking.
-
-    ``push`` only hands the latest alert list to a background thread; older undelivered lists
-    are replaced. Firing alerts are re-sent every ``resend_s`` (Alertmanager resolves an alert
-    whose ``endsAt`` passes); an alert that stops firing is sent once with ``endsAt`` = now.
-    A POST is retried ``retries`` times with doubling back-off; when all fail, ``on_error(1)``
-    is called (wire it to ``Exporter.count_alertmanager_errors``) and the next push tries again.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        on_error: Callable[[int], None] | None = None,
-        timeout_s: float = 5.0,
-        retries: int = 3,
-        backoff_s: float = 0.5,
-        resend_s: float = 60.0,
-        generator_url: str = "",
-    ) -> None:
-        self.endpoint = url.rstrip("/") + "/api/v2/alerts"
-        self._on_error = on_error
-        self._timeout_s, self._retries, self._backoff_s = timeout_s, retries, backoff_s
-        self._resend_s, self._generator_url = resend_s, generator_url
-        self._cond = threading.Condition()
-        self._pending: list[dict[str, Any]] | None = None
-        self._closed = False
-        self._firing: dict[Key, float] = {}  # key -> wall time first seen firing
-        self._last_sent = -math.inf
-        self._last_keys: frozenset[Key] = frozenset()
-        self.delivered = 0  # successful POSTs (for tests and logs)
-        self._thread = threading.Thread(target=self._run, name="alertmanager-push", daemon=True)
-        self._thread.start()
-
-    def push(self, statuses: Sequence[AlertStatus], now: float | None = None) -> None:
-        """Queue the alerts that fire or just resolved; returns immediately."""
-        now = time.time() if now is None else now
-        firing = {s.key: s for s in statuses if s.active}
-        resolved = [k for k in self._firing if k not in firing]
-        keys = frozenset(firing)
-        if not resolved and keys == self._last_keys and now - self._last_sent < self._resend_s:
-            return
-        alerts = [
-            self._payload(s, self._firing.setdefault(k, now), now + 3 * self._resend_s)
-            for k, s in firing.items()
-        ]
-        for k in resolved:
-            start = self._firing.pop(k)
-            alerts.append(self._payload(AlertStatus(*k, active=False), start, now))
-        self._last_sent, self._last_keys = now, keys
-        if not alerts:
-            return
-        with self._cond:
-            self._pending = alerts
-            self._cond.notify()
-
-    def _payload(self, s: AlertStatus, starts: float, ends: float) -> dict[str, Any]:
-        annotations = {
-            "summary": f"{s.alert} for model {s.model} on window {s.window}",
-            "description": s.description,
-        }
-        if not math.isnan(s.bound):
-            annotations["bound"] = _fmt(s.bound)
-        if not math.isnan(s.threshold):
-            annotations["threshold"] = _fmt(s.threshold)
-        out: dict[str, Any] = {
-            "labels": {
-                "alertname": s.alert,
-                "severity": s.severity,
-                "model": s.model,
-                "segment": s.segment,
-                "window": s.window,
-                "source": "activeaudit-monitor",
-            },
-            "annotations": annotations,
-            "startsAt": _iso(starts),
-            "endsAt": _iso(ends),
-        }
-        if self._generator_url:
-            out["generatorURL"] = self._generator_url
-        return out
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while self._pending is None and not self._closed:
-                    self._cond.wait()
-                if self._pending is None:
-                    return
-                alerts, self._pending = self._pending, None
-            self._send(alerts)
-
-    def _send(self, alerts: list[dict[str, Any]]) -> None:
-        body = json.dumps(alerts).encode()
-        delay = self._backoff_s
-        for attempt in range(self._retries + 1):
-            request = urllib.request.Request(
-                self.endpoint, data=body, method="POST",
-                headers={"Content-Type": "application/json"},
-            )  # fmt: skip
-            try:
-                with urllib.request.urlopen(request, timeout=self._timeout_s) as resp:
-                    resp.read()
-                self.delivered += 1
-                return
-            except (urllib.error.URLError, OSError, ValueError) as exc:
-                reason = str(exc)
-            if attempt < self._retries:
-                with self._cond:
-                    if self._closed:
-                        break
-                    self._cond.wait(delay)
-                delay *= 2
-        log.warning(
-            "alertmanager push failed",
-            extra={"event": "alertmanager_push_failed", "url": self.endpoint, "error": reason},
-        )
-        if self._on_error is not None:
-            self._on_error(1)
-
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Deliver what is pending (within ``timeout_s``) and stop the thread."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        self._thread.join(timeout_s)
 
 
 def status_dict(status: AlertStatus) -> dict[str, Any]:

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from monitor.alerts import AlertmanagerPusher, AlertStatus
+from monitor.alertmanager import AlertmanagerPusher
+from monitor.alerts import AlertStatus
 
 pytestmark = pytest.mark.integration
 

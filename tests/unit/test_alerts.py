@@ -10,10 +10,10 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
+from monitor.alertmanager import AlertmanagerPusher
 from monitor.alerts import (
     AlertConfig,
     AlertEvaluator,
-    AlertmanagerPusher,
     AlertStatus,
     alert_config_from_mapping,
 )
@@ -288,6 +288,9 @@ def test_alert_config_from_yaml_mapping() -> None:
     assert "models.fraud.alerts.floor: must be in [0, 1], got 1.5" in joined
     assert "models.fraud.alerts.measure: must be one of f, precision, recall" in joined
     assert "models.fraud.alerts.spending" in joined
+    assert AlertConfig(windows=("24h", "30d")).problems("a", ["1h", "24h", "7d"]) == [
+        "a.windows: unknown window (reported: 1h, 24h, 7d), got ['30d']"
+    ]
     assert alert_config_from_mapping(None) == (AlertConfig(), [])
     assert alert_config_from_mapping([1])[1] == ["alerts: must be a mapping, got list"]
 
