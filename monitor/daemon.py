@@ -22,7 +22,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -59,6 +59,7 @@ class Source(Protocol):
     def seek(self, offsets: Mapping[TP, int]) -> None: ...  # noqa: D102
     def lag(self) -> dict[TP, int]: ...  # noqa: D102
     def assigned(self) -> bool: ...  # noqa: D102
+    def caught_up(self, topics: Collection[str]) -> bool: ...  # noqa: D102
     def partitions_for(self, topic: str) -> int: ...  # noqa: D102
     def probe(self, timeout_s: float) -> None: ...  # noqa: D102
     def close(self) -> None: ...  # noqa: D102
@@ -201,7 +202,7 @@ class Engine:
         lag = source.lag()
         # a parked label is unknown only once every request it could match has been seen:
         # the scored topic (our own requests) and the requests topic (other samplers') are read
-        caught_up = all(v == 0 for (t, _), v in lag.items() if t != topics.labels)
+        caught_up = source.caught_up((topics.scored, topics.requests))
         rejects.extend(self.estimator.expire_parked(requests_caught_up=caught_up))
         sampler_changes = self.sampler.take_changes()
         estimator_changes = self.estimator.take_changes()

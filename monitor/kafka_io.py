@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -52,6 +52,10 @@ class RecordSource(Protocol):
 
     def assigned(self) -> bool:
         """Whether the source has partitions to read."""
+        ...
+
+    def caught_up(self, topics: Collection[str]) -> bool:
+        """Whether every assigned partition of ``topics`` is known to have lag 0."""
         ...
 
     def partitions_for(self, topic: str) -> int:
@@ -194,6 +198,17 @@ class KafkaSource:
     def assigned(self) -> bool:
         """Whether the group gave this consumer any partition."""
         return bool(self._consumer.assignment())
+
+    def caught_up(self, topics: Collection[str]) -> bool:
+        """Every assigned partition of ``topics`` has a known lag of 0.
+
+        Not caught up while unassigned (e.g. during a rebalance) or while a lag is unknown.
+        """
+        parts = [(tp.topic, tp.partition) for tp in self._consumer.assignment()]
+        if not parts:
+            return False
+        lag = self.lag()
+        return all(lag.get(tp) == 0 for tp in parts if tp[0] in topics)
 
     def partitions_for(self, topic: str) -> int:
         """Number of partitions of ``topic`` (1 when unknown)."""
@@ -371,6 +386,10 @@ class FakeSource:
     def assigned(self) -> bool:
         """Always assigned."""
         return True
+
+    def caught_up(self, topics: Collection[str]) -> bool:
+        """Every partition of ``topics`` fully read."""
+        return all(v == 0 for (t, _), v in self.lag().items() if t in topics)
 
     def partitions_for(self, topic: str) -> int:
         """Partitions of a fake topic."""

@@ -117,9 +117,13 @@ def test_without_stored_offsets_it_replays_from_the_beginning(bus: Bus) -> None:
 def test_seek_rewinds_and_lag_counts_what_is_left(bus: Bus) -> None:
     bus.produce(bus.topics.requests, [f"r{i}".encode() for i in range(12)])
     src = bus.source()
+    assert not src.caught_up([bus.topics.requests])  # nothing read (or not even assigned) yet
     assert len(_drain(src, 12, bus.topics.requests)) == 12
     assert src.lag().get((bus.topics.requests, 0)) == 0
+    assert src.caught_up([bus.topics.requests])
     src.seek({(bus.topics.requests, 0): 7})
+    assert src.lag().get((bus.topics.requests, 0)) == 5
+    assert not src.caught_up([bus.topics.requests])
     assert [r.offset for r in _drain(src, 5, bus.topics.requests)] == [7, 8, 9, 10, 11]
     assert src.assigned()
     assert src.partitions_for(bus.topics.scored) == 1
