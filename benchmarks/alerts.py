@@ -15,7 +15,8 @@ Many simulated streams of one model, checked hourly over a simulated month:
   score s (same prevalence, same scores, so the model still *believes* its old F1), with m solved
   so that the expected F1 drops by exactly ``--drop`` (10 points).
 - Alerts: floor = F1_0 - drop / 2 (the drift ends drop / 2 below it), baseline = F1_0 with se
-  0.01, likelihood floor 0.5, calibration check on, 30 labels minimum, false-alarm rate 0.05.
+  0.01 (or, with ``--reference lag``, the same window ``--lag-days`` earlier), likelihood
+  floor 0.5, calibration check on, 30 labels minimum, false-alarm rate 0.05.
   Three ways of spending it over looks: ``horizon`` (rate / 720 per look, the default),
   ``anytime`` (rate 6 / (pi^2 k^2)) and ``naive`` (rate per look: no correction, for contrast).
 
@@ -158,10 +159,13 @@ RULES: dict[str, dict[str, object]] = {
 
 def alert_config(pool: Pool, args: argparse.Namespace, rule: str) -> AlertConfig:
     """The benchmark's alert settings (see the module docstring)."""
+    if args.reference == "lag":  # the same window one week earlier
+        reference: dict[str, object] = {"reference_lag_s": args.lag_days * 86_400}
+    else:
+        reference = {"baseline": pool.f0, "baseline_se": 0.01}
     settings: dict[str, object] = {
         "floor": pool.f0 - args.drop / 2,
-        "baseline": pool.f0,
-        "baseline_se": 0.01,
+        **reference,
         "likelihood_floor": 0.5,
         "min_labels": 30,
         "false_alarm_rate": 0.05,
@@ -195,7 +199,10 @@ def run_streams(
         rule: AlertEvaluator(config, {MODEL: alert_config(pool, args, rule)}) for rule in args.rules
     }
     start = drift_hour or 0
-    first_hour = max(0, start - max(WINDOW_HOURS[w] for w in args.windows))
+    longest = max(WINDOW_HOURS[w] for w in args.windows)
+    # estimates from this hour on: a lagged reference needs the windows a lag before the drift
+    estimate_from = max(0, start - (args.lag_days * 24 if args.reference == "lag" else 0))
+    first_hour = max(0, estimate_from - longest)
     streams = [Stream(drift_hour, first_hour) for _ in range(args.streams)]
     live = set(range(len(streams)))
     keys = [(r, a, w) for r in args.rules for a in ALERTS for w in args.windows]
@@ -204,7 +211,7 @@ def run_streams(
         windows = []
         for i in sorted(live):
             streams[i].step(pool, hour, args.records_per_hour, rng)
-            if hour >= start:
+            if hour >= estimate_from:
                 windows += [window_estimate(pool, str(i), w, streams[i]) for w in args.windows]
         if not windows:
             continue
@@ -314,7 +321,10 @@ def print_table(rows: list[Row], args: argparse.Namespace, f0s: dict[float, floa
     print(
         f"\n{args.streams} healthy + {args.streams} drifted streams per budget, {args.days} days "
         f"of hourly checks, {args.records_per_hour} records/h, {args.positive_rate:.0%} positives; "
-        f"F1 drop of {args.drop:.2f} at day {args.drift_day} ({days_after} days to detect)."
+        f"F1 drop of {args.drop:.2f} at day {args.drift_day} ({days_after} days to detect); "
+        f"f_dropped reference: "
+        + (f"same window {args.lag_days} d earlier" if args.reference == "lag" else "baseline")
+        + "."
     )
     for budget, f0 in f0s.items():
         print(f"budget {budget:g} labels/h: F1 before {f0:.3f}, after {f0 - args.drop:.3f}")
@@ -343,6 +353,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--budgets", default="10,40", help="labels per hour, comma separated")
     p.add_argument("--windows", default="24h,7d")
     p.add_argument("--rules", default="horizon,naive", help="horizon, anytime, naive")
+    p.add_argument(
+        "--reference",
+        choices=("baseline", "lag"),
+        default="baseline",
+        help="f_dropped against a configured baseline (F1 before, se 0.01) or an earlier window",
+    )
+    p.add_argument("--lag-days", type=int, default=7, help="age of the earlier window (lag)")
     p.add_argument("--positive-rate", type=float, default=0.1)
     p.add_argument("--records-per-hour", type=int, default=2000)
     p.add_argument("--pool-size", type=int, default=50_000)
@@ -361,6 +378,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"unknown window or rule: {', '.join(unknown)}")
     if not 0 < args.drift_day < args.days:
         p.error("--drift-day must be inside --days")
+    if args.reference == "lag" and args.lag_days * 24 < max(WINDOW_HOURS[w] for w in args.windows):
+        p.error("--lag-days must be at least the longest window (else windows overlap)")
     return args
 
 
