@@ -17,8 +17,10 @@ Many simulated streams of one model, checked hourly over a simulated month:
 - Alerts: floor = F1_0 - drop / 2 (the drift ends drop / 2 below it), baseline = F1_0 with se
   0.01 (or, with ``--reference lag``, the same window ``--lag-days`` earlier), likelihood
   floor 0.5, calibration check on, 30 labels minimum, false-alarm rate 0.05.
-  Three ways of spending it over looks: ``horizon`` (rate / 720 per look, the default),
-  ``anytime`` (rate 6 / (pi^2 k^2)) and ``naive`` (rate per look: no correction, for contrast).
+  The rate is shared by the 3 alerts x the alerted windows of a stream, then spent over looks
+  (a window is re-tested when 1/8 of it is new: 240 looks a month at 24 h, 34 at 7 d) by
+  ``horizon`` (rate / (A W H) per look, the default) or ``anytime`` (rate / (A W) 6 / (pi^2 k^2));
+  ``naive`` tests every hour at rate / (A W): no correction for looks, for contrast.
 
 Reported per budget, window and rule: the share of healthy streams that ever alert in the month
 (goal: <= 5%), and on drifted streams the share detected before the end, the median delay in
