@@ -274,7 +274,10 @@ class Engine:
         snap = self.estimator.snapshot()
         self.metrics.publish(snap)
         for hook in self.on_snapshot:
-            hook(snap)
+            try:
+                hook(snap)
+            except Exception:  # a faulty consumer of snapshots must not stop the data path
+                log.exception("snapshot hook failed", extra={"event": "snapshot_hook_failed"})
         # many segments make a snapshot costly: keep it under ~10% of the time
         self._last_snapshot = t + 9.0 * (time.monotonic() - t)
         self._dirty = False

@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -232,8 +233,26 @@ def _labels(w: Workload, requests: list[bytes]) -> list[bytes]:
     return out
 
 
+def _scrape(run: Run, metric: str, want: float, timeout_s: float = 10.0) -> str:
+    """The /metrics text once ``metric{model="default"}`` reached ``want``."""
+    url = f"http://127.0.0.1:{run.config.metrics.port}/metrics"
+    deadline = time.monotonic() + timeout_s
+    text = ""
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            text = bytes(resp.read()).decode()
+        if f'{metric}{{model="default"}} {want}' in text:
+            return text
+        time.sleep(0.2)
+    raise AssertionError(text[-3000:])
+
+
 def test_replay_with_auditor_bad_input_budget_and_sigterm(
-    broker: EmbeddedBroker, deploy: Callable[..., Run], workload: Workload, tmp_path: Path
+    broker: EmbeddedBroker,
+    deploy: Callable[..., Run],
+    workload: Workload,
+    tmp_path: Path,
+    promtool: Path,
 ) -> None:
     run = deploy(name="main")
     topics = run.config.kafka.topics
@@ -259,6 +278,16 @@ def test_replay_with_auditor_bad_input_budget_and_sigterm(
         ["malformed_json", "bad_type", "duplicate_label", "conflicting_label", "unknown_request"]
     ), reasons
     assert {d["topic"] for d in dead} == {topics.scored, topics.labels}
+
+    # the daemon's own /metrics: valid exposition, counters and estimates as expected
+    text = _scrape(run, "monitor_labels_received_total", float(len(labels)))
+    check = subprocess.run(
+        [str(promtool), "check", "metrics"], input=text.encode(), capture_output=True, check=False
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert f'monitor_records_total{{model="default"}} {float(len(workload))}' in text
+    assert 'monitor_invalid_records_total{reason="unknown_request"} 1.0' in text
+    assert re.search(r'monitor_f_measure\{[^}]*window="24h"[^}]*\} 0\.\d+', text), text[:2000]
 
     code, took = run.stop(signal.SIGTERM)
     assert code == 0 and took < 10.0, run.log_tail()
