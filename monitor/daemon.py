@@ -28,7 +28,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from monitor.config import Config, load_config
-from monitor.errors import BrokerUnavailable, RejectReason
+from monitor.errors import BrokerUnavailable, ConfigError, RejectReason, StoreError
 from monitor.estimator import EstimatorService
 from monitor.logs import setup_logging
 from monitor.records import RawRecord, Reject, deadletter_value, decode_labels, decode_scored
@@ -428,6 +428,8 @@ def _run(args: argparse.Namespace) -> int:
             },
         )
         Daemon(engine, kafka_connect(config), stop).run()
+    except (ConfigError, StoreError):
+        raise  # one clear line from the command line (exit 2), e.g. a full data directory
     except Exception:
         log.critical("crashed", exc_info=True, extra={"event": "crashed"})
         return 1
