@@ -65,7 +65,7 @@ class EmbeddedBroker:
         """Start the broker and wait until it accepts connections."""
         url = f"tcp://127.0.0.1:{self.port}"
         out = self.log_path.open("ab") if self.log_path else subprocess.DEVNULL
-        self._proc = subprocess.Popen(  # noqa: S603
+        self._proc = subprocess.Popen(
             [
                 str(broker_binary()),
                 "broker",

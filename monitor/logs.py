@@ -44,4 +44,6 @@ def setup_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    logging.getLogger("kafka").setLevel(logging.WARNING)
+    # the daemon reports broker state changes itself, once per change; kafka-python would log
+    # every failed reconnect attempt of an outage
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
