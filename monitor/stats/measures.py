@@ -41,21 +41,27 @@ def confusion_estimate(sample: LabeledSample) -> Confusion:
     )
 
 
-def measure_all(sample: LabeledSample, alpha: float, level: float) -> Measures:
+def measure_all(
+    sample: LabeledSample, alpha: float, level: float, *, bias_correction: bool = True
+) -> Measures:
     """F_alpha, precision, recall, confusion counts, likelihood and ESS of one sample.
+
+    Each of F_alpha, precision (alpha = 1) and recall (alpha = 0) is the jackknife bias-corrected
+    ratio of :func:`monitor.stats.falpha.estimate_falpha` (seed 000, Eq. 4 and Corollary 1).
 
     Args:
         sample: The labeled sample of a window.
         alpha: F_alpha trade-off in [0, 1].
         level: Confidence level of every interval.
+        bias_correction: Subtract the jackknife bias of each ratio (default).
 
     Returns:
         The :class:`Measures`; undefined estimates are missing (NaN), never 0.
     """
     return Measures(
-        f=estimate_falpha(sample, alpha, level),
-        precision=estimate_falpha(sample, 1.0, level),
-        recall=estimate_falpha(sample, 0.0, level),
+        f=estimate_falpha(sample, alpha, level, bias_correction=bias_correction),
+        precision=estimate_falpha(sample, 1.0, level, bias_correction=bias_correction),
+        recall=estimate_falpha(sample, 0.0, level, bias_correction=bias_correction),
         confusion=confusion_estimate(sample),
         likelihood=model_likelihood(sample.score, sample.label, sample.v),
         ess=effective_sample_size(sample.v),

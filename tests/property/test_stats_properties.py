@@ -151,9 +151,16 @@ def test_general_equals_stratified_point_estimate(
     pred = np.concatenate([np.ones(n1, int), np.zeros(n0, int)])
     pi = np.concatenate([np.full(n1, n1 / big_n1), np.full(n0, n0 / big_n0)])
     sample = LabeledSample.poisson(rng.random(n1 + n0), pred, label, pi)
-    general = estimate_falpha(sample, alpha, 0.95)
-    strat = stratified_falpha(sample, big_n1, big_n0, alpha, 0.95)
+    general = estimate_falpha(sample, alpha, 0.95, bias_correction=False)
+    strat = stratified_falpha(sample, big_n1, big_n0, alpha, 0.95, bias_correction=False)
     assert general.defined == strat.defined
     if general.defined:
         assert math.isclose(general.value, strat.value, rel_tol=1e-9, abs_tol=1e-12)
         _check_bounds(strat.value, strat.lower, strat.upper)
+    # bias-corrected (default): defined alike, in range, inside their own intervals
+    general_j = estimate_falpha(sample, alpha, 0.95)
+    strat_j = stratified_falpha(sample, big_n1, big_n0, alpha, 0.95)
+    assert general_j.defined == strat_j.defined == general.defined
+    if general_j.defined:
+        _check_bounds(general_j.value, general_j.lower, general_j.upper)
+        _check_bounds(strat_j.value, strat_j.lower, strat_j.upper)

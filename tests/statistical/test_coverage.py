@@ -15,14 +15,29 @@ Poisson samples are drawn exactly and cheaply by thinning: items are grouped by 
 power-of-two bands; per band a Binomial(size, max pi) number of candidates is drawn without
 replacement and each is kept with probability pi / max pi.
 
-Known limitations, measured and asserted with documented looser bounds (see REPORT below):
-* 1% positives at 100 labels: few weighted labels (about 15-25 positives), the coverage is
-  printed and only required to be within [0.90, 0.99];
-* the ratio estimator's O(1/n) bias (seed 000, Lemma 1) exceeds a tenth of the standard error
-  for recall-like measures (alpha < 1) at <= 5% positives: the false negatives live among many
-  low-score items with large weights, so the estimated denominator is right-skewed. There the
-  bias is asserted below half the standard error, and the bias of the second-order corrected
-  ratio ``G - interval.ratio_bias(...)`` is printed for comparison (column bc-bias/se).
+The shipped estimate is the jackknife bias-corrected ratio with the interval around it
+(``monitor.stats.interval``). Each case also evaluates the plain ratio (seed 000 Eq. 4,
+``bias_correction=False``) on the same samples; the table prints both ("before" columns).
+
+Asserted, as issue 2 requires:
+* coverage of the 95% interval in [0.93, 0.97] with 400 labels in every case and with 100
+  labels in every case with >= 5% positives;
+* |bias| < 0.1 mean se in every case (bias = mean estimate - true pool value). The plain ratio
+  fails this (its O(1/n) bias, seed 000 Lemma 1: +0.44 se for recall at 1% positives with 100
+  labels, +0.20 se with 400, +0.16 se at 5% with 100) because the false negatives are a few
+  low-score items of large weight and the estimated denominator is right-skewed; the jackknife
+  correction brings every case under 0.06 se (measured with 4,000-10,000 repetitions per case
+  while choosing it). The Monte Carlo error of a mean is about 0.022-0.03 se here.
+
+Documented looser bound (issue 2: "report the 1% cases at 100 labels as measured"): 1% positives
+with 100 labels holds only about 16-22 positive labels; its coverage is printed and asserted
+within [0.90, 0.99] (measured 0.941-0.977 here, 0.944-0.970 with 4,000 repetitions: recall
+over-covers slightly because the delta se of a ratio with ~5 heavy false negatives is noisy).
+
+Measured with this seed (36 s on 2 cores; "before" = plain ratio on the same samples):
+coverage 0.941-0.966 in the required cases (before 0.933-0.967), |bias| <= 0.060 se in every
+case (before up to +0.469 se); the over-confident case covers 0.885 (before 0.889), its sd
+0.072 against the plain ratio's 0.067: with heavy-tailed weights the correction costs variance.
 """
 
 from __future__ import annotations
@@ -36,14 +51,7 @@ import numpy.typing as npt
 import pytest
 
 from monitor.simulate import calibrated_pool
-from monitor.stats.falpha import (
-    estimate_falpha,
-    falpha_exact,
-    falpha_gain,
-    falpha_weight,
-    intrinsic_falpha,
-)
-from monitor.stats.interval import ratio_bias
+from monitor.stats.falpha import estimate_falpha, falpha_exact, intrinsic_falpha
 from monitor.stats.sample import LabeledSample
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
 
@@ -63,6 +71,20 @@ FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
+class Draws:
+    """Per-repetition results of one case (defined estimates only)."""
+
+    truth: float
+    values: FloatArray
+    ses: FloatArray
+    covered: FloatArray
+    widths: FloatArray
+    plain_values: FloatArray
+    plain_covered: FloatArray
+    undefined: int
+
+
+@dataclass(frozen=True)
 class CaseResult:
     rate: float
     alpha: float
@@ -70,7 +92,8 @@ class CaseResult:
     truth: float
     coverage: float
     bias: float
-    bias_corrected: float
+    coverage_plain: float
+    bias_plain: float
     mean_se: float
     sd: float
     mean_width: float
@@ -109,18 +132,14 @@ def run_case(
     budget: int,
     rng: np.random.Generator,
     reps: int = REPS,
-) -> tuple[float, list[float], list[float], list[float], list[float], list[float], int]:
+) -> Draws:
     truth = falpha_exact(pred, label, alpha)
     g = intrinsic_falpha(score, pred, alpha)
     pi, _ = inclusion_for_budget(
         defensive_mix(q_star_falpha(score, pred, alpha, g), LAMBDA), budget
     )
     draw = poisson_sampler(pi, rng)
-    values: list[float] = []
-    corrected: list[float] = []
-    ses: list[float] = []
-    covered: list[float] = []
-    widths: list[float] = []
+    rows: list[tuple[float, float, float, float, float, float]] = []
     undefined = 0
     for _ in range(reps):
         take = draw()
@@ -129,18 +148,19 @@ def run_case(
         if not est.defined:
             undefined += 1
             continue
-        bias = ratio_bias(
-            falpha_gain(sample.pred, sample.label),
-            falpha_weight(sample.pred, sample.label, alpha),
-            sample.v,
-            sample.fpc,
+        plain = estimate_falpha(sample, alpha, LEVEL, bias_correction=False)
+        rows.append(
+            (
+                est.value,
+                est.se,
+                float(est.lower <= truth <= est.upper),
+                est.upper - est.lower,
+                plain.value,
+                float(plain.lower <= truth <= plain.upper),
+            )
         )
-        corrected.append(est.value - bias)
-        values.append(est.value)
-        ses.append(est.se)
-        covered.append(float(est.lower <= truth <= est.upper))
-        widths.append(est.upper - est.lower)
-    return truth, values, corrected, ses, covered, widths, undefined
+    cols = np.array(rows, dtype=np.float64).reshape(-1, 6).T
+    return Draws(truth, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], undefined)
 
 
 @pytest.fixture(scope="module")
@@ -153,34 +173,37 @@ def results() -> dict[tuple[float, float, int], CaseResult]:
         for j, alpha in enumerate(ALPHAS):
             for k, budget in enumerate(BUDGETS):
                 rng = np.random.default_rng([SEED, i, j, k])
-                truth, values, corrected, ses, covered, widths, undefined = run_case(
-                    score, pred, label, alpha=alpha, budget=budget, rng=rng
-                )
+                d = run_case(score, pred, label, alpha=alpha, budget=budget, rng=rng)
                 out[(rate, alpha, budget)] = CaseResult(
                     rate,
                     alpha,
                     budget,
-                    truth,
-                    float(np.mean(covered)),
-                    float(np.mean(values)) - truth,
-                    float(np.mean(corrected)) - truth,
-                    float(np.mean(ses)),
-                    float(np.std(values)),
-                    float(np.mean(widths)),
+                    d.truth,
+                    float(np.mean(d.covered)),
+                    float(np.mean(d.values)) - d.truth,
+                    float(np.mean(d.plain_covered)),
+                    float(np.mean(d.plain_values)) - d.truth,
+                    float(np.mean(d.ses)),
+                    float(np.std(d.values)),
+                    float(np.mean(d.widths)),
                     float(budget),
-                    undefined,
+                    d.undefined,
                 )
     elapsed = time.perf_counter() - started
     print(
         f"\ncoverage of the {LEVEL:.0%} interval, {REPS} Poisson samples per case, "
         f"pool {POOL_SIZE:,}, lambda {LAMBDA}, {elapsed:.1f} s"
     )
-    print(" rate  alpha budget  truth  cover   bias/se  bc-bias/se  mean_se     sd   width  undef")
+    print(
+        " rate  alpha budget  truth  cover  bias/se | before: cover  bias/se"
+        " | mean_se     sd   width  undef"
+    )
     for r in out.values():
         print(
             f"{r.rate:5.0%}  {r.alpha:5.1f} {r.budget:6d}  {r.truth:.3f}  {r.coverage:.3f}"
-            f"  {r.bias / r.mean_se:+8.3f}  {r.bias_corrected / r.mean_se:+10.3f}"
-            f"  {r.mean_se:7.4f}  {r.sd:.4f}  {r.mean_width:.3f}  {r.undefined:5d}"
+            f"  {r.bias / r.mean_se:+7.3f} |         {r.coverage_plain:.3f}"
+            f"  {r.bias_plain / r.mean_se:+7.3f} |  {r.mean_se:7.4f}  {r.sd:.4f}"
+            f"  {r.mean_width:.3f}  {r.undefined:5d}"
         )
     return out
 
@@ -190,10 +213,6 @@ CASES = [(r, a, b) for r in RATES for a in ALPHAS for b in BUDGETS]
 
 def _strict_coverage(rate: float, budget: int) -> bool:
     return budget >= 400 or rate >= 0.05
-
-
-def _strict_bias(rate: float, alpha: float) -> bool:
-    return alpha == 1.0 or rate >= 0.2
 
 
 @pytest.mark.parametrize(("rate", "alpha", "budget"), CASES)
@@ -212,12 +231,22 @@ def test_coverage(
 def test_bias(
     results: dict[tuple[float, float, int], CaseResult], rate: float, alpha: float, budget: int
 ) -> None:
+    """Issue 2: bias below a tenth of the standard error, in every case."""
     r = results[(rate, alpha, budget)]
-    # Monte Carlo error of the mean is sd / sqrt(REPS), about 0.02 standard errors
-    if _strict_bias(rate, alpha):
-        assert abs(r.bias) < 0.1 * r.mean_se, r
-    else:  # recall-like measures at <= 5% positives: the ratio's O(1/n) bias, documented
-        assert abs(r.bias) < 0.5 * r.mean_se, r
+    # Monte Carlo error of the mean is sd / sqrt(REPS), about 0.022-0.03 standard errors
+    assert abs(r.bias) < 0.1 * r.mean_se, r
+
+
+def test_correction_removes_the_ratio_bias_where_it_matters(
+    results: dict[tuple[float, float, int], CaseResult],
+) -> None:
+    """The plain ratio's bias is real (> 0.3 se for recall at 1%); the correction removes it."""
+    worst = results[(0.01, 0.0, 100)]
+    assert worst.bias_plain > 0.3 * worst.mean_se
+    at_400 = results[(0.01, 0.0, 400)]
+    assert at_400.bias_plain > 0.1 * at_400.mean_se
+    for r in results.values():
+        assert abs(r.bias) <= abs(r.bias_plain) + 0.05 * r.mean_se, r
 
 
 def test_standard_error_matches_spread(results: dict[tuple[float, float, int], CaseResult]) -> None:
@@ -256,13 +285,12 @@ def test_overconfident_model_is_the_known_hard_case() -> None:
     rng = np.random.default_rng([SEED, 98])
     score, label = calibrated_pool(POOL_SIZE, 0.05, rng, overconfidence=3.0)
     pred = (score >= 0.5).astype(np.int8)
-    truth, values, _, ses, covered, _, undefined = run_case(
-        score, pred, label, alpha=0.5, budget=400, rng=rng, reps=1000
-    )
-    coverage = float(np.mean(covered))
+    d = run_case(score, pred, label, alpha=0.5, budget=400, rng=rng, reps=1000)
+    coverage = float(np.mean(d.covered))
     print(
         f"\nover-confident scores (logits x3), 5% positives, F1, 400 labels: coverage "
-        f"{coverage:.3f}, bias {np.mean(values) - truth:+.4f}, mean se {np.mean(ses):.4f}, "
-        f"sd {np.std(values):.4f}, undefined {undefined}"
+        f"{coverage:.3f} (plain ratio {np.mean(d.plain_covered):.3f}), bias "
+        f"{np.mean(d.values) - d.truth:+.4f} (plain {np.mean(d.plain_values) - d.truth:+.4f}), "
+        f"mean se {np.mean(d.ses):.4f}, sd {np.std(d.values):.4f}, undefined {d.undefined}"
     )
     assert coverage > 0.6

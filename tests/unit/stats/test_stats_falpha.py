@@ -38,9 +38,16 @@ def test_estimate_equals_sklearn_fbeta_with_unit_weights(
     score, pred, label = _labelled(rng)
     n = len(score)
     sample = LabeledSample.create(score, pred, label, np.ones(n), np.full(n, fpc))
+    sk = fbeta_score(label, pred, beta=beta)
+    plain = estimate_falpha(sample, alpha_from_beta(beta), 0.95, bias_correction=False)
+    assert plain.value == pytest.approx(sk, abs=1e-12)
+    assert falpha_exact(pred, label, alpha_from_beta(beta)) == pytest.approx(plain.value, abs=1e-12)
     est = estimate_falpha(sample, alpha_from_beta(beta), 0.95)
-    assert est.value == pytest.approx(fbeta_score(label, pred, beta=beta), abs=1e-12)
-    assert falpha_exact(pred, label, alpha_from_beta(beta)) == pytest.approx(est.value, abs=1e-12)
+    if fpc == 0.0:  # every item labeled with certainty: the bias correction vanishes exactly
+        assert est == plain
+    else:  # a sample (fpc > 0): the O(1/n) jackknife correction, far inside the interval
+        assert abs(est.value - sk) < 0.05 * est.se
+        assert est.value != sk
 
 
 @pytest.mark.parametrize("fpc", [0.0, 1.0])
@@ -78,12 +85,26 @@ def test_weighted_estimate_is_eq4(rng: np.random.Generator) -> None:
     score, pred, label = _labelled(rng, 50)
     pi = rng.uniform(0.05, 1.0, 50)
     alpha = 0.3
-    est = estimate_falpha(LabeledSample.poisson(score, pred, label, pi), alpha, 0.95)
+    sample = LabeledSample.poisson(score, pred, label, pi)
+    plain = estimate_falpha(sample, alpha, 0.95, bias_correction=False)
     v = 1.0 / pi
     tp = np.sum(v * pred * label)
     fp = np.sum(v * pred * (1 - label))
     fn = np.sum(v * (1 - pred) * label)
-    assert est.value == pytest.approx(tp / (alpha * (tp + fp) + (1 - alpha) * (tp + fn)))
+    g = tp / (alpha * (tp + fp) + (1 - alpha) * (tp + fn))
+    assert plain.value == pytest.approx(g)
+    # default: Eq. 4 minus the jackknife bias, recomputed here by leaving each item out
+    w = alpha * pred + (1 - alpha) * label
+    gain = (pred == label).astype(float)
+    b = v * w
+    loo = np.array(
+        [np.sum(np.delete(b * gain, i)) / np.sum(np.delete(b, i)) for i in range(len(b))]
+    )
+    bias = np.sum((1 - pi) * b**2 * (loo - gain)) / np.sum(b) ** 2
+    est = estimate_falpha(sample, alpha, 0.95)
+    assert est.value == pytest.approx(g - bias)
+    assert est.se == plain.se
+    assert est.lower <= est.value <= est.upper
 
 
 def test_undefined_is_nan_never_zero() -> None:

@@ -82,8 +82,17 @@ def test_measure_all(rng: np.random.Generator) -> None:
     assert m.confusion.fn == pytest.approx(np.sum(v * (1 - pred) * label))
     assert m.confusion.tn == pytest.approx(np.sum(v * (1 - pred) * (1 - label)))
     c = m.confusion
-    assert m.precision.value == pytest.approx(c.tp / (c.tp + c.fp))
-    assert m.recall.value == pytest.approx(c.tp / (c.tp + c.fn))
+    plain = measure_all(sample, 0.3, 0.9, bias_correction=False)
+    assert plain.precision.value == pytest.approx(c.tp / (c.tp + c.fp))
+    assert plain.recall.value == pytest.approx(c.tp / (c.tp + c.fn))
+    assert plain.f == estimate_falpha(sample, 0.3, 0.9, bias_correction=False)
+    for corrected, ratio in (
+        (m.f, plain.f),
+        (m.precision, plain.precision),
+        (m.recall, plain.recall),
+    ):
+        assert corrected.se == ratio.se
+        assert abs(corrected.value - ratio.value) < 0.2 * ratio.se  # an O(1/n) correction
     assert m.n_labels == 400
     assert m.ess == pytest.approx(v.sum() ** 2 / np.sum(v**2))
     assert 0.0 < m.likelihood < 1.0

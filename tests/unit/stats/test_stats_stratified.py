@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -31,9 +32,21 @@ def _stratified_sample(
 @pytest.mark.parametrize("alpha", [0.0, 0.5, 0.8, 1.0])
 def test_general_estimator_agrees_with_stratified(rng: np.random.Generator, alpha: float) -> None:
     sample, big_n1, big_n0, _, _ = _stratified_sample(rng, 200, 300)
-    general = estimate_falpha(sample, alpha, 0.95)
-    strat = stratified_falpha(sample, big_n1, big_n0, alpha, 0.95)
+    general = estimate_falpha(sample, alpha, 0.95, bias_correction=False)
+    strat = stratified_falpha(sample, big_n1, big_n0, alpha, 0.95, bias_correction=False)
     assert general.value == pytest.approx(strat.value, rel=1e-12)
+    # Bias-corrected (default): the Poisson jackknife and the stratified jackknife are the same
+    # O(1/n) correction (0.05-0.19 se here, none for precision) up to the design's convention.
+    general_j = estimate_falpha(sample, alpha, 0.95)
+    strat_j = stratified_falpha(sample, big_n1, big_n0, alpha, 0.95)
+    assert abs(general_j.value - strat_j.value) < 0.02 * general.se
+    assert general_j.se == general.se and strat_j.se == strat.se
+    if alpha == 1.0:
+        assert general_j.value == pytest.approx(general.value, rel=1e-12)
+        assert strat_j.value == strat.value
+    else:
+        assert general.value - general_j.value > 0.03 * general.se
+        assert strat.value - strat_j.value > 0.03 * strat.se
     # Both are delta-method standard errors of the same estimate; the general one treats the
     # stratum sizes as estimated (Poisson design), so it can only be somewhat larger.
     assert general.se == pytest.approx(strat.se, rel=0.35)
@@ -43,7 +56,7 @@ def test_general_estimator_agrees_with_stratified(rng: np.random.Generator, alph
 
 def test_f1_is_webber_eq_19(rng: np.random.Generator) -> None:
     sample, big_n1, big_n0, _, _ = _stratified_sample(rng, 150, 250)
-    est = stratified_falpha(sample, big_n1, big_n0, 0.5, 0.95)
+    est = stratified_falpha(sample, big_n1, big_n0, 0.5, 0.95, bias_correction=False)
     y1 = sample.label[sample.pred == 1]
     y0 = sample.label[sample.pred == 0]
     r1 = big_n1 * y1.mean()
@@ -55,6 +68,25 @@ def test_f1_is_webber_eq_19(rng: np.random.Generator) -> None:
     var = 4 / denominator**4 * ((r0 + big_n1) ** 2 * var1 + r1**2 * var0)
     assert est.se == pytest.approx(math.sqrt(var))
     assert 0.0 <= est.lower < est.value < est.upper <= 1.0
+    # stratified delete-one jackknife with fpc: item i out of stratum h,
+    # p_h -> (r_h - y_i) / (n_h - 1)
+    f1 = y1.size / big_n1
+    f0 = y0.size / big_n0
+
+    def f_of(r1_: float, r0_: float) -> float:
+        return 2 * r1_ / (r1_ + r0_ + big_n1)
+
+    def stratum_term(y: np.ndarray, fpc: float, refit: Callable[[np.ndarray], float]) -> float:
+        loo = [refit(np.delete(y, i)) for i in range(y.size)]
+        return fpc * (y.size - 1) * (float(np.mean(loo)) - est.value)
+
+    bias = stratum_term(y1, 1 - f1, lambda y: f_of(big_n1 * y.mean(), r0)) + stratum_term(
+        y0, 1 - f0, lambda y: f_of(r1, big_n0 * y.mean())
+    )
+    corrected = stratified_falpha(sample, big_n1, big_n0, 0.5, 0.95)
+    assert corrected.value == pytest.approx(est.value - bias)
+    assert corrected.se == est.se
+    assert 0.0 <= corrected.lower <= corrected.value <= corrected.upper <= 1.0
 
 
 def test_census_of_both_strata_is_exact(rng: np.random.Generator) -> None:
@@ -75,3 +107,13 @@ def test_missing_stratum_is_nan() -> None:
     assert precision.value == 0.5
     with pytest.raises(ValueError, match="alpha"):
         stratified_falpha(sample, 20, 100, -0.1, 0.95)
+
+
+def test_tiny_alpha_without_positives_does_not_underflow() -> None:
+    """alpha N1 of 1e-177 with r1 = r0 = 0: F = 0 with a finite se, not a division by zero."""
+    sample = LabeledSample.poisson([0.9, 0.8, 0.1, 0.2], [1, 1, 0, 0], [0, 0, 0, 0], [0.2] * 4)
+    for correct in (False, True):
+        est = stratified_falpha(sample, 10, 10, 1e-178, 0.95, bias_correction=correct)
+        assert est.value == 0.0
+        assert math.isfinite(est.se)
+        assert 0.0 == est.lower <= est.upper <= 1.0
