@@ -12,13 +12,19 @@ in-memory state is reloaded from the store and the consumer seeks back to the st
 the deterministic decisions then reproduce the same requests (idempotent by key and bytes).
 A broker outage is retried with capped exponential backoff, logged once per state change;
 ``/readyz`` is 503 meanwhile. SIGTERM/SIGINT: finish the step, close, exit 0.
+
+Test hook: ``MONITOR_FAILPOINT="stage:n"`` (read once at start-up) SIGKILLs the process the
+n-th time a step reaches ``stage`` (see ``Failpoint``); crash tests use it to kill the daemon
+between any two effects. Unset (the default), it costs one ``is None`` test per stage.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import hmac
 import logging
+import os
 import signal
 import threading
 import time
@@ -32,7 +38,7 @@ from monitor.errors import BrokerUnavailable, ConfigError, RejectReason, StoreEr
 from monitor.estimator import EstimatorService
 from monitor.logs import setup_logging
 from monitor.records import RawRecord, Reject, deadletter_value, decode_labels, decode_scored
-from monitor.sampler import AuditRequest, SamplerService
+from monitor.sampler import AuditRequest, SamplerService, request_id_for, request_token
 from monitor.snapshot import Snapshot
 from monitor.store import Store
 
@@ -81,27 +87,92 @@ class Metrics(Protocol):
     def count_requests(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
     def count_labels(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
     def count_rejects(self, per_reason: Mapping[RejectReason, int]) -> None: ...  # noqa: D102
+    def count_segments_folded(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
     def observe_batch(self, seconds: float) -> None: ...  # noqa: D102
     def set_lag(self, topic: str, partition: int, lag: int) -> None: ...  # noqa: D102
     def set_ready(self, ready: bool) -> None: ...  # noqa: D102
 
 
+class Failpoint:
+    """Test hook: run ``action`` (default: SIGKILL this process) at the n-th hit of a stage.
+
+    Stages of a step, in order: ``decode`` (records polled, nothing done), ``produce``
+    (requests and dead letters queued, not flushed), ``flush`` (acknowledged by the broker,
+    state not written), ``store`` (inside the store transaction, before COMMIT) and ``commit``
+    (after the Kafka offset commit). Only steps that consumed or changed something count.
+    """
+
+    ENV = "MONITOR_FAILPOINT"
+    STAGES = ("decode", "produce", "flush", "store", "commit")
+
+    def __init__(self, stage: str, n: int, action: Callable[[], None] | None = None) -> None:
+        if stage not in self.STAGES or n < 1:
+            msg = f"{self.ENV}: expected STAGE:N with STAGE in {', '.join(self.STAGES)} and N >= 1"
+            raise ConfigError(msg)
+        self.stage = stage
+        self.n = n
+        self.count = 0
+        self.action = action or (lambda: os.kill(os.getpid(), signal.SIGKILL))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Failpoint | None:
+        """The failpoint named by ``MONITOR_FAILPOINT`` ("stage:n"), None when unset."""
+        spec = environ.get(cls.ENV, "")
+        if not spec:
+            return None
+        stage, _, n = spec.partition(":")
+        try:
+            count = int(n or "1")
+        except ValueError:
+            count = 0
+        return cls(stage, count)
+
+    def hit(self, stage: str) -> None:
+        """Count one passage through ``stage``; act on the n-th."""
+        if stage == self.stage:
+            self.count += 1
+            if self.count == self.n:
+                self.action()
+
+
 Connect = Callable[[Callable[[], Mapping[TP, int]]], tuple[Source, Sink]]
 
 
-def _decode_requests(records: Sequence[RawRecord]) -> tuple[list[AuditRequest], list[Reject]]:
+def _decode_requests(
+    records: Sequence[RawRecord], config: Config
+) -> tuple[list[AuditRequest], list[Reject]]:
+    """Requests read back from the requests topic; only those this deployment could issue.
+
+    A request must name a configured model and carry the id ``blake2b(salt|model|id)``, and,
+    with ``labels.token_secret`` set, the HMAC token of that id: a writer to the requests
+    topic cannot make the estimator await (or accept labels for) requests it made up.
+    """
     ok: list[AuditRequest] = []
     bad: list[Reject] = []
+    secret = config.label_token_secret
     for r in records:
         try:
-            ok.append(AuditRequest.from_json(r.value or b""))
-        except ValueError as exc:
+            req = AuditRequest.from_json(r.value or b"")
+        except (ValueError, OverflowError, RecursionError) as exc:
             reason = (
                 RejectReason.MALFORMED_JSON
                 if type(exc).__name__ in ("JSONDecodeError", "UnicodeDecodeError")
                 else RejectReason.BAD_TYPE
             )
             bad.append(Reject(reason, f"not an audit request: {exc}"[:200], r))
+            continue
+        if req.model not in config.models or req.request_id != request_id_for(
+            config.salt, req.model, req.id
+        ):
+            detail = "request not issued by this deployment (model, id or salt differ)"
+            bad.append(Reject(RejectReason.UNKNOWN_REQUEST, detail, r))
+        elif secret and not hmac.compare_digest(
+            (req.token or "").encode("utf-8", "surrogatepass"),
+            request_token(secret, req.request_id).encode("ascii"),
+        ):
+            bad.append(Reject(RejectReason.BAD_TOKEN, "request token does not match", r))
+        else:
+            ok.append(req)
     return ok, bad
 
 
@@ -115,9 +186,14 @@ class Engine:
         metrics: Metrics,
         clock: Callable[[], float] = time.time,
         on_snapshot: Sequence[Callable[[Snapshot], None]] = (),
+        *,
+        failpoint: Failpoint | None = None,
     ) -> None:
         self.config = config
         self.store = store
+        self.failpoint = failpoint
+        if failpoint is not None:
+            store.before_commit = lambda: failpoint.hit("store")
         self.metrics = metrics
         self.clock = clock
         self.on_snapshot = list(on_snapshot)
@@ -163,6 +239,9 @@ class Engine:
         raw = source.poll(cfg.kafka.max_poll_records, cfg.kafka.poll_timeout_ms / 1000.0)
         started = time.monotonic()
         now = self.clock()
+        fp = self.failpoint
+        if fp is not None and raw:
+            fp.hit("decode")
         by_topic: dict[str, list[RawRecord]] = collections.defaultdict(list)
         offsets: dict[TP, int] = {}
         for r in raw:
@@ -179,6 +258,8 @@ class Engine:
             rejects.extend(bad)
             res = self.sampler.process(batch)
             produced, records, requested = res.requests, res.records, res.requested
+            if res.folded:
+                self.metrics.count_segments_folded(res.folded)
             for model in sorted(set(res.folded) - self._capped):
                 self._capped.add(model)
                 log.warning(
@@ -192,7 +273,7 @@ class Engine:
             self.estimator.apply_traffic(res.traffic)
             rejects.extend(self.estimator.upsert_requests(produced))
         if by_topic[topics.requests]:
-            known, bad = _decode_requests(by_topic[topics.requests])
+            known, bad = _decode_requests(by_topic[topics.requests], cfg)
             rejects.extend(bad)
             rejects.extend(self.estimator.upsert_requests(known))
         if by_topic[topics.labels]:
@@ -218,7 +299,11 @@ class Engine:
                 sink.produce(topics.requests, req.key, req.to_json())
             for rej in rejects:
                 sink.produce(topics.deadletter, rej.record.key, deadletter_value(rej))
+            if fp is not None:
+                fp.hit("produce")
             sink.flush(FLUSH_TIMEOUT_S)
+            if fp is not None:
+                fp.hit("flush")
             self.store.commit(sampler_changes, estimator_changes, offsets)
             self._dirty = True
             try:
@@ -228,6 +313,8 @@ class Engine:
                 log.warning(
                     "offset commit failed", extra={"event": "commit_failed", "error": str(exc)}
                 )
+            if fp is not None:
+                fp.hit("commit")
         labels_ok = self.estimator.take_label_counts()
         self._count(records, requested, labels_ok, rejects)
         for (t, p), v in lag.items():
@@ -404,6 +491,7 @@ def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config, _overrides(args))
     from monitor.exporter import Exporter  # noqa: PLC0415 - prometheus only in the shell
 
+    failpoint = Failpoint.from_env(os.environ)  # test hook, see the module docstring
     store = Store(config.data_dir)
     stop = threading.Event()
 
@@ -417,7 +505,18 @@ def _run(args: argparse.Namespace) -> int:
         exporter.start_http()
         if args.create_topics:
             _create_topics(config, stop)
-        engine = Engine(config, store, exporter, on_snapshot=[_alert_hook(config, store, exporter)])
+        engine = Engine(
+            config,
+            store,
+            exporter,
+            on_snapshot=[_alert_hook(config, store, exporter)],
+            failpoint=failpoint,
+        )
+        if failpoint is not None:
+            log.warning(
+                "test failpoint armed: this process will kill itself",
+                extra={"event": "failpoint_armed", "stage": failpoint.stage, "n": failpoint.n},
+            )
         log.info(
             "started",
             extra={

@@ -5,7 +5,9 @@ the same process). A label is matched to its request by request id (or by record
 gives ``blake2b(f"{salt}|{model}|{id}")``): the first valid label stands; the same value again
 is ``duplicate_label``, another value ``conflicting_label``; a label for a request whose deadline
 the model's watermark has passed is ``expired_request``; a label whose request is not known yet
-waits (parked, bounded) and becomes ``unknown_request`` after ``label_park_grace_s``.
+waits (parked, bounded) and becomes ``unknown_request`` after ``label_park_grace_s``. A label
+naming a record id or model other than its request's is ``unknown_request`` too, and with
+``labels.token_secret`` set a label must echo the request's HMAC token (``bad_token``).
 
 Per (model, segment, window) the estimate is the Horvitz-Thompson ratio of seed 000 Eq. 4 with
 ``v = 1/pi`` (``monitor.stats.measures.measure_all``) over the labelled requests of the window's
@@ -268,9 +270,17 @@ class EstimatorService:
         req = state.request
         secret = self.config.label_token_secret
         if secret:
-            expected = request_token(secret, req.request_id)
-            if lab.token is None or not hmac.compare_digest(lab.token, expected):
+            expected = request_token(secret, req.request_id).encode("ascii")
+            given = (lab.token or "").encode("utf-8", "surrogatepass")
+            # constant time; bytes, as compare_digest refuses non-ASCII str
+            if lab.token is None or not hmac.compare_digest(given, expected):
                 return Reject(RejectReason.BAD_TOKEN, "token does not match", lab.source)
+        if (lab.record_id is not None and lab.record_id != req.id) or (
+            lab.model is not None and lab.model != req.model
+        ):
+            # e.g. a label of another model's request replayed with this request id
+            detail = f"request {req.request_id} is for another record or model"
+            return Reject(RejectReason.UNKNOWN_REQUEST, detail, lab.source)
         if state.label is not None:
             if state.label == lab.label:
                 detail = f"request {req.request_id} already labelled"

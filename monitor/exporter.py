@@ -251,6 +251,14 @@ class Exporter:
         )
         for reason in RejectReason:
             self._rejects.labels(reason=reason.value)
+        self._folded = Counter(
+            "monitor_segments_folded",
+            "Scored records whose new segment was over the per-model limit (reported as __other__)",
+            ["model"],
+            registry=r,
+        )
+        for model in models:
+            self._folded.labels(model=model)
         self._am_errors = Counter(
             "monitor_alertmanager_errors",
             "Alert pushes to Alertmanager that failed after their retries",
@@ -311,6 +319,10 @@ class Exporter:
     def count_rejects(self, per_reason: Mapping[RejectReason, int]) -> None:
         """Add dead-lettered records per reason."""
         _add(self._rejects, "reason", {str(k): v for k, v in per_reason.items()})
+
+    def count_segments_folded(self, per_model: Mapping[str, int]) -> None:
+        """Add scored records folded into ``__other__`` by the segment limit, per model."""
+        _add(self._folded, "model", per_model)
 
     def count_alertmanager_errors(self, n: int = 1) -> None:
         """Add failed Alertmanager pushes (callback for ``AlertmanagerPusher(on_error=...)``)."""

@@ -17,7 +17,7 @@ import json
 import math
 import os
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -144,6 +144,8 @@ class Store:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = Path(data_dir)
         self._lock: IO[bytes] | None = None
+        # test hook (``monitor.daemon.Failpoint``): called inside the transaction, before COMMIT
+        self.before_commit: Callable[[], None] | None = None
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self._lock = (self.data_dir / LOCK_NAME).open("ab")
@@ -254,6 +256,8 @@ class Store:
         try:
             db.execute("BEGIN IMMEDIATE")
             self._write(db, sampler, estimator, offsets)
+            if self.before_commit is not None:
+                self.before_commit()
             db.execute("COMMIT")
             self._offsets = {**self._offsets, **offsets}
         except sqlite3.Error as exc:
