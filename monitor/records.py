@@ -92,7 +92,10 @@ MAX_VALUE_BYTES = 64 * 1024  # larger record values are rejected too_large
 MAX_ID_CHARS = 256
 MAX_SEGMENT_CHARS = 128
 MIN_TS = 946_684_800.0  # 2000-01-01T00:00:00Z
-MAX_FUTURE_S = 86_400.0  # event times more than a day ahead of the clock are rejected
+# Event times more than this ahead of the clock are rejected (bad_timestamp). Kept tight on
+# purpose: the watermark is the max event time, so one record stamped hours ahead would move
+# every window forward and expire open requests early. 5 minutes covers producer clock skew.
+MAX_FUTURE_S = 300.0
 DEADLETTER_VALUE_BYTES = 64 * 1024
 
 _RFC3339 = re.compile(
@@ -398,7 +401,7 @@ def _check_ts(
                 ts > now + MAX_FUTURE_S,
                 RejectReason.BAD_TIMESTAMP,
                 lambda i: (
-                    f"{source(i)} is more than 1 day after now "
+                    f"{source(i)} is more than {MAX_FUTURE_S / 60:g} minutes after now "
                     f"({now:.0f}){' (milliseconds?)' if ts[i] > 1e11 else ''}"
                 ),
             )
@@ -414,7 +417,7 @@ def decode_scored(
     ``id`` string of 1-256 characters (required); ``score`` number in [0, 1] (required,
     finite; booleans are not numbers); ``pred`` 0/1 or false/true (default
     ``score >= threshold`` of the model); ``ts`` seconds since the epoch or an RFC 3339 time
-    with offset (default the Kafka timestamp; from 2000-01-01 to ``now`` + 1 day); ``model``
+    with offset (default the Kafka timestamp; from 2000-01-01 to ``now`` + 5 min); ``model``
     string naming a configured model (default ``config.default_model``); ``segment`` string
     of at most 128 characters (default ""); ``payload`` any JSON, passed to auditors. Values
     over 64 KiB are rejected ``too_large``. Strings must not hold NUL or unpaired surrogates.
@@ -520,7 +523,7 @@ def decode_labels(
     Schema (JSON object; null means absent): ``request_id`` string, or ``id`` string plus an
     optional ``model`` string (one of the two is required; both may be given); ``label`` 0 or 1
     (false/true accepted); optional ``labeler`` and ``token`` strings; optional ``ts`` (seconds
-    or RFC 3339 with offset, after 2000-01-01 and, when ``now`` is given, at most 1 day ahead).
+    or RFC 3339 with offset, after 2000-01-01 and, when ``now`` is given, at most 5 min ahead).
     Strings are 1-256 characters without NUL or unpaired surrogates. Whether the request exists
     is decided later by the estimator, not here. Never raises for any record content.
     """
