@@ -333,7 +333,20 @@ def pipeline_panels() -> list[Json]:
         targets(('time() - monitor_watermark_timestamp_seconds{model="$model"}', "{{model}}")),
         unit="s",
     )
-    return [throughput, window_records, lag, batch, dead_letters, watermark]
+    folded = timeseries(
+        "Records folded into __other__",
+        "Scored records per second whose segment was over the per-model segment limit "
+        "(sampling.max_segments_per_model) and are reported under the segment __other__.",
+        targets(
+            (
+                'sum by (model) (rate(monitor_segments_folded_total{model="$model"}'
+                "[$__rate_interval]))",
+                "{{model}}",
+            )
+        ),
+        unit="ops",
+    )
+    return [throughput, window_records, lag, batch, dead_letters, watermark, folded]
 
 
 def alert_panels() -> list[Json]:
