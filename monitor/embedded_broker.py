@@ -51,15 +51,22 @@ def broker_binary() -> Path:
 class EmbeddedBroker:
     """A Tansu broker process on 127.0.0.1 with in-memory storage; use as a context manager."""
 
-    def __init__(self, port: int | None = None, log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        log_path: Path | None = None,
+        advertised_port: int | None = None,
+    ) -> None:
         self.port = port or free_port()
+        # the port clients are told to use (e.g. a proxy in front of the broker in tests)
+        self.advertised_port = advertised_port or self.port
         self.log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
-        """The ``host:port`` clients connect to."""
-        return f"127.0.0.1:{self.port}"
+        """The ``host:port`` clients connect to (the advertised one)."""
+        return f"127.0.0.1:{self.advertised_port}"
 
     def start(self, timeout_s: float = 20.0) -> EmbeddedBroker:
         """Start the broker and wait until it accepts connections."""
@@ -72,7 +79,7 @@ class EmbeddedBroker:
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                url,
+                f"tcp://127.0.0.1:{self.advertised_port}",
                 "--storage-engine",
                 "memory://tansu/",
             ],
