@@ -11,7 +11,9 @@ the transaction, and the transaction before the Kafka commit. If the broker fail
 in-memory state is reloaded from the store and the consumer seeks back to the stored offsets;
 the deterministic decisions then reproduce the same requests (idempotent by key and bytes).
 A broker outage is retried with capped exponential backoff, logged once per state change;
-``/readyz`` is 503 meanwhile. SIGTERM/SIGINT: finish the step, close, exit 0.
+``/readyz`` is 503 meanwhile, also while a step is blocked on the broker (a watchdog thread
+notices an iteration that does not finish within the poll and probe timeouts + 3 s).
+SIGTERM/SIGINT: finish the step, close, exit 0.
 
 Test hook: ``MONITOR_FAILPOINT="stage:n"`` (read once at start-up) SIGKILLs the process the
 n-th time a step reaches ``stage`` (see ``Failpoint``); crash tests use it to kill the daemon
@@ -55,6 +57,8 @@ BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 10.0
 PROBE_EVERY_S = 2.0  # how often the broker is asked for end offsets (liveness, lag)
 PROBE_TIMEOUT_S = 2.0
+STALL_S = 3.0  # an iteration longer than poll + probe timeouts + this is a stall (not ready)
+WATCH_EVERY_S = 1.0
 
 
 class Source(Protocol):
@@ -381,6 +385,17 @@ class Daemon:
         self.connect = connect
         self.stop = stop or threading.Event()
         self._state = "starting"
+        self._beat = time.monotonic()  # end of the last successful iteration
+        # a step blocked on the broker (e.g. a flush waiting FLUSH_TIMEOUT_S) is not ready
+        self.stall_s = engine.config.kafka.poll_timeout_ms / 1000.0 + PROBE_TIMEOUT_S + STALL_S
+
+    def _watch(self) -> None:
+        """Watchdog thread: not ready (logged once) while no iteration completes in time."""
+        while not self.stop.wait(WATCH_EVERY_S):
+            stalled = time.monotonic() - self._beat
+            if self._state == "up" and stalled > self.stall_s:
+                self.engine.metrics.set_ready(False)
+                self._set_state("down", f"no step completed for {stalled:.0f} s")
 
     def _set_state(self, state: str, error: str = "") -> None:
         if state == self._state:
@@ -401,6 +416,9 @@ class Daemon:
         sink: Sink | None = None
         backoff = BACKOFF_MIN_S
         last_probe = -1e18
+        self._beat = time.monotonic()
+        watchdog = threading.Thread(target=self._watch, name="monitor-watchdog", daemon=True)
+        watchdog.start()
         while not self.stop.is_set():
             try:
                 if source is None or sink is None:
@@ -413,6 +431,7 @@ class Daemon:
                     source.probe(PROBE_TIMEOUT_S)
                     engine.set_partitions(source.partitions_for(engine.config.kafka.topics.scored))
                     last_probe = now
+                self._beat = time.monotonic()
                 self._set_state("up")
                 engine.metrics.set_ready(source.assigned())
                 backoff = BACKOFF_MIN_S

@@ -29,6 +29,9 @@ from monitor.records import RawRecord
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+# kafka-python backs off reconnecting up to 30 s; cap it like the daemon's own backoff (10 s)
+# so the daemon is ready again within seconds of a broker coming back (kafka.client may override)
+RECONNECT_BACKOFF_MAX_MS = 10_000
 
 
 class RecordSource(Protocol):
@@ -117,6 +120,7 @@ class KafkaSource:
             "enable_auto_commit": False,
             "auto_offset_reset": "earliest",
             "max_poll_records": kc.max_poll_records,
+            "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
         }
         options.update(kafka_client_options(kc, "consumer"))
         try:
@@ -245,6 +249,7 @@ class KafkaSink:
             "bootstrap_servers": list(config.kafka.bootstrap_servers),
             "acks": "all",
             "linger_ms": 5,
+            "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
         }
         options.update(kafka_client_options(config.kafka, "producer"))
         try:
