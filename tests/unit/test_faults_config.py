@@ -1,0 +1,117 @@
+"""Bad configuration and bad deployments: one clear message naming the problem, exit status 2.
+
+Through ``monitor.cli.main(["run", ...])``: an unreadable file, an unknown key, a negative
+budget, alpha outside [0, 1], a metrics port already taken, a data directory that cannot be
+created, is read-only, or sits on a full filesystem. Tests run as root, so permissions are
+not a way to make a directory read-only: the read-only and full cases mount a small tmpfs
+(skipped where mounting is not permitted). An unreachable broker is not a configuration
+error: see tests/integration/test_faults_deploy.py (waits, not ready, does not exit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from monitor.cli import main
+from monitor.embedded_broker import free_port
+
+GOOD = """
+kafka: {{bootstrap_servers: ["127.0.0.1:1"], poll_timeout_ms: 100}}
+metrics: {{port: {port}}}
+storage: {{data_dir: "{data}"}}
+models: {{default: {{alpha: 0.5, labels_per_hour: 10}}}}
+"""
+
+
+def _run_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | None, *extra: str
+) -> tuple[int, str]:
+    path = tmp_path / "monitor.yaml"
+    if text is not None:
+        path.write_text(text)
+    code = main(["run", "--config", str(path), *extra])
+    err = capsys.readouterr().err
+    assert err.count("monitor run: error:") == (1 if code == 2 else 0), err  # one message
+    return code, err
+
+
+@pytest.mark.parametrize(
+    ("text", "wanted"),
+    [
+        ("kafka: {bootstrap: x}\n", "kafka.bootstrap"),
+        ("models: {default: {labels_per_hour: -5}}\n", "models.default.labels_per_hour"),
+        ("models: {default: {labels_per_day: -1}}\n", "models.default.labels_per_day"),
+        ("models: {default: {alpha: 1.5}}\n", "models.default.alpha"),
+        ("models: {default: {alpha: -0.1}}\n", "models.default.alpha"),
+        ("metrics: {port: 70000}\n", "metrics.port"),
+        ("kafka: [\n", "line"),
+    ],
+)
+def test_bad_configuration_exits_2_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, wanted: str
+) -> None:
+    code, line = _run_cli(tmp_path, capsys, text)
+    assert code == 2 and wanted in line, line
+
+
+def test_unreadable_or_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "monitor.yaml").mkdir()  # a directory where the file should be
+    code, line = _run_cli(tmp_path, capsys, None)
+    assert code == 2 and "monitor.yaml" in line, line
+    code = main(["run", "--config", str(tmp_path / "absent.yaml")])
+    err = capsys.readouterr().err
+    assert code == 2 and "absent.yaml" in err, err
+
+
+def test_metrics_port_taken(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        text = GOOD.format(port=free_port(), data=tmp_path / "data")
+        code, line = _run_cli(tmp_path, capsys, text, "--metrics-port", str(port))
+    assert code == 2 and f"127.0.0.1:{port}" in line and "metrics.port" in line, line
+
+
+def test_data_dir_that_cannot_be_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, line = _run_cli(tmp_path, capsys, GOOD.format(port=free_port(), data=blocker / "data"))
+    assert code == 2 and "not writable" in line and str(blocker) in line, line
+
+
+@contextlib.contextmanager
+def _tmpfs(where: Path, size: str, *options: str) -> Iterator[Path]:
+    where.mkdir()
+    opts = ",".join([f"size={size}", *options])
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)], check=False)
+    if done.returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here (needs root in a privileged container)")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_read_only_data_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with _tmpfs(tmp_path / "ro", "1m", "ro") as ro:
+        code, line = _run_cli(tmp_path, capsys, GOOD.format(port=free_port(), data=ro / "data"))
+    assert code == 2 and "not writable" in line and "Read-only file system" in line, line
+
+
+def test_full_filesystem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with _tmpfs(tmp_path / "full", "64k") as full:
+        with contextlib.suppress(OSError), (full / "filler").open("wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        code, line = _run_cli(tmp_path, capsys, GOOD.format(port=free_port(), data=full / "data"))
+    assert code == 2 and "full" in line and str(full) in line, line
