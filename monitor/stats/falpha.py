@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.stats.estimate import Estimate
-from monitor.stats.interval import ratio_estimate
+from monitor.stats.interval import PSEUDO_EVENTS, ratio_estimate
 from monitor.stats.sample import LabeledSample
 
 FloatArray = npt.NDArray[np.float64]
@@ -140,13 +140,22 @@ def intrinsic_zero_one_risk(score: npt.ArrayLike, pred: npt.ArrayLike) -> float:
 
 
 def estimate_falpha(
-    sample: LabeledSample, alpha: float, level: float, *, bias_correction: bool = True
+    sample: LabeledSample,
+    alpha: float,
+    level: float,
+    *,
+    bias_correction: bool = True,
+    pseudo_events: float = PSEUDO_EVENTS,
 ) -> Estimate:
     """Active estimate of F_alpha: G = sum(v l w) / sum(v w) (seed 000, Eq. 4 / Algorithm 1).
 
     Minus its jackknife bias ``sum(fpc v^2 w^2 (G_(-i) - l)) / (sum v w)^2`` (G_(-i): the ratio
     without item i), with the delta-method interval around it; see :mod:`monitor.stats.interval`
-    for the formulas and the measured coverage and bias. Equals ``falpha_exact`` (scikit-learn's
+    for the formulas and the measured coverage and bias. The predicted negatives are the frame of
+    unseen false negatives (weight 1 - alpha, gain 0): while fewer than ``pseudo_events`` false
+    negatives were sampled with pi < 1, the variance is topped up to that many (module docstring
+    of :mod:`monitor.stats.interval`, "Unseen events"), so the interval does not collapse when
+    every predicted positive was audited with certainty. Equals ``falpha_exact`` (scikit-learn's
     F_beta) when every item is labeled with pi = 1. Missing (NaN) when no labeled item has a
     weight, e.g. precision before any predicted positive was audited.
 
@@ -155,6 +164,8 @@ def estimate_falpha(
         alpha: F_alpha trade-off in [0, 1].
         level: Confidence level in (0, 1).
         bias_correction: Subtract the jackknife bias (default); False gives Eq. 4 exactly.
+        pseudo_events: Floor on the false negatives credited in the variance (default
+            :data:`monitor.stats.interval.PSEUDO_EVENTS`); 0 gives the plain delta method.
 
     Returns:
         The estimate.
@@ -166,6 +177,10 @@ def estimate_falpha(
         sample.fpc,
         level,
         bias_correction=bias_correction,
+        frame=sample.pred == 0,
+        event_weight=1.0 - alpha,
+        event_gain=0.0,
+        pseudo_events=pseudo_events,
     )
 
 

@@ -25,6 +25,20 @@ linear in r1) and for a census. The general estimator's correction is the same j
 Poisson design; the two agree exactly without correction (``bias_correction=False``) and to a
 small fraction of the se with it (tests/unit/stats/test_stats_stratified.py).
 
+Unseen false negatives. When fewer than c positives were seen among the n0 sampled predicted
+negatives and that stratum was sampled (1 - n0/N0 > 0), the plug-in Var(R0) is 0 (none seen) or
+far too small for a count interval, although the number of false negatives is uncertain; as in
+the general estimator (:mod:`monitor.stats.interval`, "Unseen events", c = 2) the stratum is then
+credited with c false negatives in the variance only (the estimate keeps r0):
+
+    Var(R0) = N0^2 p0 (1 - p0) / n0 * (1 - n0/N0),   p0 = c / n0,
+
+which is c v0^2 (1 - pi0) with v0 = N0/n0 up to the binomial factor (1 - p0), the general
+estimator's floor on equal weights. The effective n of the Wilson fallback (recall = 1 when no
+false negative was seen) is then at most the general estimator's Kish n_eff with the pseudo
+events, D^2 / sum_h (1 - n_h/N_h)(N_h/n_h)^2 (sum_{i in h} w_i^2 + [h = 0](c - k0)(1 - alpha)^2).
+Not applied to precision (alpha = 1), which does not depend on R0.
+
 The interval is built from this se exactly as for the general estimator, around the corrected
 value (logit scale, Wilson fallback; :func:`monitor.stats.interval.interval_from_se`).
 """
@@ -38,7 +52,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.stats.estimate import Estimate
-from monitor.stats.interval import interval_from_se
+from monitor.stats.interval import PSEUDO_EVENTS, interval_from_se
 from monitor.stats.sample import LabeledSample
 
 
@@ -81,6 +95,7 @@ def stratified_falpha(
     level: float,
     *,
     bias_correction: bool = True,
+    pseudo_events: float = PSEUDO_EVENTS,
 ) -> Estimate:
     """F_alpha from a sample stratified by the prediction, with known stratum sizes (seed 003).
 
@@ -95,6 +110,8 @@ def stratified_falpha(
         level: Confidence level.
         bias_correction: Subtract the stratified jackknife bias (default; see the module
             docstring); False gives seed 003's plug-in estimate exactly.
+        pseudo_events: c, the false negatives the predicted-negative stratum is credited with in
+            Var(R0) when none was seen there (0 restores seed 003's variance exactly).
 
     Returns:
         The estimate; missing (NaN) when a stratum the measure needs was not sampled, or the
@@ -107,6 +124,12 @@ def stratified_falpha(
     y = sample.label.astype(np.float64)
     r1, var1, n1, fpc1 = _stratum(y[f], n_pos_pred)
     r0, var0, n0, fpc0 = _stratum(y[~f], n_neg_pred)
+    k0 = float(y[~f].sum())
+    floored = k0 < pseudo_events and n0 > 0 and fpc0 > 0.0 and alpha < 1.0
+    if floored:
+        # fewer than c false negatives seen in a sampled stratum: floor of c events (module doc)
+        p0 = min(pseudo_events / n0, 1.0)
+        var0 = n_neg_pred * n_neg_pred * p0 * (1.0 - p0) / n0 * fpc0
     n0_used = n0 if alpha < 1.0 else 0
     n_used = n1 + n0_used
     needs_neg = alpha < 1.0 and n_neg_pred > 0
@@ -124,6 +147,16 @@ def stratified_falpha(
     # correction, as Var(p) = p(1-p)/n (1 - n/N); a census of every stratum used is exact.
     mean_fpc = (n1 * fpc1 + n0_used * fpc0) / n_used
     n_eff = math.inf if mean_fpc <= 0.0 else n_used / mean_fpc
+    if floored:
+        # the pseudo events shrink it as in the general estimator: Kish's (sum v w)^2 / design
+        # with design = sum_h fpc_h v_h^2 (sum_{i in h} w_i^2 (+ (c - k0)(1 - alpha)^2 in h = 0))
+        w = alpha * f + (1.0 - alpha) * y
+        v1 = n_pos_pred / n1 if n1 else 0.0
+        v0 = n_neg_pred / n0
+        design = fpc1 * v1 * v1 * float(np.dot(w[f], w[f])) + fpc0 * v0 * v0 * (
+            float(np.dot(w[~f], w[~f])) + (pseudo_events - k0) * (1.0 - alpha) ** 2
+        )
+        n_eff = min(n_eff, denominator * denominator / design)
     corrected = value
     if bias_correction and alpha < 1.0:  # precision (alpha = 1) is linear in r1: unbiased
         k1 = float(y[f].sum())

@@ -8,14 +8,19 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
+from monitor.stats.falpha import estimate_falpha
 from monitor.stats.interval import (
+    PSEUDO_EVENTS,
     interval_from_se,
     ratio_bias,
     ratio_estimate,
     ratio_jackknife_bias,
     t_quantile,
+    unseen_event_design,
     wilson_interval,
 )
+from monitor.stats.measures import measure_all
+from monitor.stats.sample import LabeledSample
 
 
 def _random_design(rng: np.random.Generator, n: int = 80) -> tuple[np.ndarray, ...]:
@@ -208,3 +213,87 @@ def test_corrected_value_stays_in_its_interval_and_in_range(rng: np.random.Gener
         est = ratio_estimate(gain, weight, 1 / pi, 1 - pi, 0.95)
         if est.defined:
             assert 0.0 <= est.lower <= est.value <= est.upper <= 1.0
+
+
+def _streaming_window() -> LabeledSample:
+    """The streaming demo's window: every predicted positive audited (pi = 1), no FN seen.
+
+    4 true and 1 false positive with pi = 1, and 25 predicted negatives with y = 0 sampled with
+    0.02 <= pi <= 0.3. Seen: F1 = 8/9 = 0.889 and recall 1; had one false negative been missed
+    among the unsampled predicted negatives (true F1 = 8/10 = 0.8), no label could show it.
+    """
+    pi_neg = np.linspace(0.02, 0.3, 25)
+    pi = np.concatenate([np.ones(5), pi_neg])
+    pred = np.concatenate([np.ones(5), np.zeros(25)])
+    label = np.concatenate([[1, 1, 1, 1, 0], np.zeros(25)])
+    score = np.concatenate([np.full(5, 0.8), np.full(25, 0.05)])
+    return LabeledSample.poisson(score, pred, label, pi)
+
+
+def test_no_false_negative_seen_does_not_collapse_the_interval() -> None:
+    """Regression: F1 was reported as 0.889 [0.889, 0.889] against a true 0.8."""
+    sample = _streaming_window()
+    old = estimate_falpha(sample, 0.5, 0.95, pseudo_events=0.0)
+    assert (old.value, old.se, old.lower, old.upper) == pytest.approx((8 / 9, 0.0, 8 / 9, 8 / 9))
+    f1 = estimate_falpha(sample, 0.5, 0.95)
+    assert f1.value == pytest.approx(8 / 9)  # the estimate itself is unchanged
+    assert f1.lower < 0.8 < f1.upper
+    # se^2 = c mean(fpc v^2 | sampled predicted negatives) ((1 - alpha) G)^2 / (sum v w)^2
+    neg = sample.pred == 0
+    design = PSEUDO_EVENTS * float(np.mean(sample.fpc[neg] * sample.v[neg] ** 2))
+    assert f1.se == pytest.approx(math.sqrt(design) * 0.5 * (8 / 9) / 4.5)
+    recall = estimate_falpha(sample, 0.0, 0.95)
+    assert recall.value == 1.0 and recall.upper == 1.0
+    assert recall.lower < 0.8  # true recall 4/5
+    # precision depends on the predicted positives only: a census of them is exact
+    precision = estimate_falpha(sample, 1.0, 0.95)
+    assert (precision.value, precision.lower, precision.upper) == (0.8, 0.8, 0.8)
+    m = measure_all(sample, 0.5, 0.95)
+    assert (m.f, m.recall, m.precision) == (f1, recall, precision)
+
+
+def test_census_of_everything_stays_a_point() -> None:
+    """Every fpc = 0: the measure is determined, no pseudo event is added."""
+    s = _streaming_window()
+    census = LabeledSample(s.score, s.pred, s.label, np.ones(len(s)), np.zeros(len(s)))
+    for alpha in (0.0, 0.5, 1.0):
+        est = estimate_falpha(census, alpha, 0.95)
+        assert est.lower == est.value == est.upper
+
+
+def test_an_observed_false_negative_replaces_the_pseudo_event() -> None:
+    s = _streaming_window()
+    label = s.label.copy()
+    label[-1] = 1  # one false negative seen with pi = 0.3
+    seen = LabeledSample(s.score, s.pred, label, s.v, s.fpc)
+    # with a floor of one event the observed one is enough: the plain delta method
+    assert estimate_falpha(seen, 0.5, 0.95, pseudo_events=1.0) == estimate_falpha(
+        seen, 0.5, 0.95, pseudo_events=0.0
+    )
+    plain = estimate_falpha(seen, 0.5, 0.95, pseudo_events=0.0)
+    assert plain.se > 0.0
+    # the default floor (two events) tops up the missing one with the mean design weight
+    floor = estimate_falpha(seen, 0.5, 0.95)
+    neg = s.pred == 0
+    extra = (PSEUDO_EVENTS - 1.0) * float(np.mean(s.fpc[neg] * s.v[neg] ** 2))
+    total = float(np.sum(s.v * (0.5 * s.pred + 0.5 * label)))
+    g = float(np.sum(s.v * (0.5 * s.pred + 0.5 * label) * (s.pred == label)) / total)
+    expected = math.sqrt(plain.se**2 + extra * (0.5 * g) ** 2 / total**2)
+    assert floor.se == pytest.approx(expected)
+    assert floor.value == plain.value
+
+
+def test_unseen_event_design() -> None:
+    weight = np.array([1.0, 0.0, 0.0, 0.0])
+    v = np.array([1.0, 10.0, 5.0, 2.0])
+    fpc = np.array([0.0, 0.9, 0.8, 0.0])
+    frame = np.array([False, True, True, True])
+    # mean over the sampled frame items with fpc > 0 (the certain one carries no error)
+    assert unseen_event_design(weight, v, fpc, frame, 0.5) == pytest.approx(
+        0.5 * (0.9 * 100 + 0.8 * 25) / 2
+    )
+    assert unseen_event_design(weight, v, fpc, frame, 0.0) == 0.0
+    assert unseen_event_design(weight, v, np.zeros(4), frame, 0.5) == 0.0  # census
+    seen = np.array([1.0, 0.0, 1.0, 0.0])  # one event observed with sampling error
+    assert unseen_event_design(seen, v, fpc, frame, 0.5) == 0.0
+    assert unseen_event_design(seen, v, fpc, frame, 2.0) == pytest.approx(1.0 * 55.0)

@@ -117,3 +117,28 @@ def test_tiny_alpha_without_positives_does_not_underflow() -> None:
         assert est.value == 0.0
         assert math.isfinite(est.se)
         assert 0.0 == est.lower <= est.upper <= 1.0
+
+
+def test_no_false_negative_seen_does_not_collapse_the_interval() -> None:
+    """Census of the predicted positives, no positive among 25 of 500 predicted negatives."""
+    pred = np.concatenate([np.ones(5), np.zeros(25)])
+    label = np.concatenate([[1, 1, 1, 1, 0], np.zeros(25)])
+    pi = np.concatenate([np.ones(5), np.full(25, 25 / 500)])
+    sample = LabeledSample.poisson(np.full(30, 0.5), pred, label, pi)
+    old = stratified_falpha(sample, 5, 500, 0.5, 0.95, pseudo_events=0.0)
+    assert old.se == 0.0  # seed 003's Var(R0) with r0 = 0 (the Wilson fallback kept it open)
+    for alpha in (0.0, 0.5):
+        est = stratified_falpha(sample, 5, 500, alpha, 0.95)
+        assert est.se > 0.0 and est.lower < est.value
+    # Var(R0) with p0 = c / n0 (seed 003 Eq. 21): c = 2 pseudo false negatives
+    f1 = stratified_falpha(sample, 5, 500, 0.5, 0.95)
+    p0 = 2.0 / 25
+    var0 = 500**2 * p0 * (1 - p0) / 25 * (1 - 25 / 500)
+    d0 = 0.5 * 4 / 4.5**2
+    assert f1.se == pytest.approx(d0 * math.sqrt(var0))
+    # precision does not depend on the predicted negatives: a census of the positives is exact
+    precision = stratified_falpha(sample, 5, 500, 1.0, 0.95)
+    assert precision.lower == precision.upper == precision.value == 0.8
+    # the general estimator does not collapse either, with the same floor
+    general = estimate_falpha(sample, 0.5, 0.95)
+    assert general.lower < general.value == pytest.approx(8 / 9)
