@@ -386,9 +386,11 @@ def run_small_case(rate: float, alpha: float, budget: int, rng: np.random.Genera
         covered_seen.append(seen.lower <= truth <= seen.upper)
         widths.append(est.upper - est.lower)
         widths_seen.append(seen.upper - seen.lower)
-        # sampled predicted negatives with fpc > 0 always exist here (lambda > 0): never determined
-        points += int(est.upper == est.lower and open_neg.any())
-        points_seen += int(seen.upper == seen.lower and open_neg.any())
+        # lambda > 0 samples predicted negatives with pi < 1 in every window (checked): F and
+        # recall are never determined by the audited items, a point interval is always wrong
+        assert open_neg.any()
+        points += int(est.upper == est.lower)
+        points_seen += int(seen.upper == seen.lower)
     return SmallResult(
         rate,
         alpha,
