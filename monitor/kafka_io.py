@@ -32,6 +32,10 @@ TP = tuple[str, int]
 # kafka-python backs off reconnecting up to 30 s; cap it like the daemon's own backoff (10 s)
 # so the daemon is ready again within seconds of a broker coming back (kafka.client may override)
 RECONNECT_BACKOFF_MAX_MS = 10_000
+# a client that cannot reach any broker gives up after this (kafka-python: 30 s), so the
+# daemon's own loop retries with backoff and a SIGTERM is served within seconds
+BOOTSTRAP_TIMEOUT_MS = 5_000
+MAX_BLOCK_MS = 10_000  # a send waiting for metadata (kafka-python: 60 s)
 
 
 class RecordSource(Protocol):
@@ -121,6 +125,7 @@ class KafkaSource:
             "auto_offset_reset": "earliest",
             "max_poll_records": kc.max_poll_records,
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+            "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
         }
         options.update(kafka_client_options(kc, "consumer"))
         try:
@@ -250,6 +255,8 @@ class KafkaSink:
             "acks": "all",
             "linger_ms": 5,
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+            "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+            "max_block_ms": MAX_BLOCK_MS,
         }
         options.update(kafka_client_options(config.kafka, "producer"))
         try:
