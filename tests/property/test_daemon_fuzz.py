@@ -328,3 +328,22 @@ def test_one_fuzzed_batch_through_the_broker(
     assert len(dead) == n_bad and all(d["reason"] and d["detail"] for d in dead)
     assert run.snapshot_repr() == predicted
     assert not run.events("crashed")
+
+
+def test_a_future_outlier_does_not_move_the_watermark(clean: Clean, tmp_path: Path) -> None:
+    """One record stamped an hour ahead of the clock is rejected; one within the skew is not."""
+    now = time.time()
+    ahead = encode({"id": "fz-future", "score": 0.9, "ts": now + 3600.0})
+    log, engine, _ = _run(_fuzz_config(tmp_path / "a"), [*clean.scored, ahead], [], clean.labels)
+    windows = repr(engine.estimator.snapshot().windows)
+    watermark = engine.estimator.watermark("default")
+    engine.store.close()
+    dead = [json.loads(v) for _, v in log.records(TOPICS.deadletter)]
+    assert [d["reason"] for d in dead] == ["bad_timestamp"]
+    assert "more than 5 minutes after now" in dead[0]["detail"]
+    assert watermark == max(json.loads(v)["ts"] for v in clean.scored)
+    assert windows == clean.windows
+    near = encode({"id": "fz-near", "score": 0.9, "ts": now + 60.0})
+    _, engine, _ = _run(_fuzz_config(tmp_path / "b"), [*clean.scored, near], [], [])
+    assert engine.estimator.watermark("default") == now + 60.0  # within the skew: accepted
+    engine.store.close()
