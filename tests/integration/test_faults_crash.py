@@ -6,7 +6,7 @@ cut, as by a write interrupted mid-frame) before the restart. Labels are delayed
 the labels topic before the start (they park until their request), half arrive midway. The
 final requests (deduplicated by request id), labels and estimates must equal the engine's
 uninterrupted run over the same stream. More kill points run in process in
-tests/unit/test_faults_crash.py; here the point is the real process death, broker and disk.
+tests/unit/test_faults_crash_fakes.py; here the point is the real process death, broker and disk.
 """
 
 from __future__ import annotations
