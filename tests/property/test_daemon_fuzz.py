@@ -111,7 +111,8 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> Clean:
 # ------------------------------------------------------------------ invalid by construction
 NOW = time.time()  # at import: "future" must stay future while the suite runs
 FUTURE_MARGIN_S = max(MAX_FUTURE_S, 86_400.0)
-BASE = {"id": "fz-1", "score": 0.5}
+# a valid event time inside the clean stream: each record is broken by its one field alone
+BASE = {"id": "fz-1", "score": 0.5, "ts": WorkloadSpec().start_ts + 600.0}
 broken_fields: dict[str, st.SearchStrategy[Any]] = {
     "id": st.one_of(
         st.sampled_from(["", "a\x00", "\ud800", "b\udfff", "x" * 257, 5, 0.5, True, [], {}]),
