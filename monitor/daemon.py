@@ -25,12 +25,14 @@ from __future__ import annotations
 import argparse
 import collections
 import hmac
+import itertools
 import logging
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from operator import attrgetter
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -50,6 +52,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+_TOPIC_PARTITION = attrgetter("topic", "partition")
+_OFFSET = attrgetter("offset")
 SNAPSHOT_EVERY_S = 1.0  # snapshots at most this often...
 SNAPSHOT_LABELS_S = 0.2  # ...or this often when labels arrived
 FLUSH_TIMEOUT_S = 30.0
@@ -248,11 +252,11 @@ class Engine:
             fp.hit("decode")
         by_topic: dict[str, list[RawRecord]] = collections.defaultdict(list)
         offsets: dict[TP, int] = {}
-        for r in raw:
-            by_topic[r.topic].append(r)
-            offsets[(r.topic, r.partition)] = max(
-                offsets.get((r.topic, r.partition), 0), r.offset + 1
-            )
+        # a poll holds runs of records of one topic-partition: group by run, not by record
+        for (t, p), run in itertools.groupby(raw, _TOPIC_PARTITION):
+            recs = list(run)
+            by_topic[t].extend(recs)
+            offsets[(t, p)] = max(offsets.get((t, p), 0), max(map(_OFFSET, recs)) + 1)
         rejects: list[Reject] = []
         produced: list[AuditRequest] = []
         records: dict[str, int] = {}

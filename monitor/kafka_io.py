@@ -15,6 +15,8 @@ import contextlib
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter
 from typing import Any, Protocol
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
@@ -29,6 +31,17 @@ from monitor.records import RawRecord
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+
+# Consumer fetch sizes (``kafka.client`` may override them): larger fetches, fewer fetch round
+# trips per record. Measured by ``benchmarks/throughput.py`` (its ceiling rows).
+FETCH_OPTIONS: Mapping[str, Any] = {
+    "max_partition_fetch_bytes": 4 * 1024 * 1024,
+    "fetch_max_bytes": 64 * 1024 * 1024,
+}
+_OFFSET = attrgetter("offset")
+_TIMESTAMP = attrgetter("timestamp")
+_KEY = attrgetter("key")
+_VALUE = attrgetter("value")
 # kafka-python backs off reconnecting up to 30 s; cap it like the daemon's own backoff (10 s)
 # so the daemon is ready again within seconds of a broker coming back (kafka.client may override)
 RECONNECT_BACKOFF_MAX_MS = 10_000
@@ -123,6 +136,7 @@ class KafkaSource:
             "group_id": kc.group_id,
             "enable_auto_commit": False,
             "auto_offset_reset": "earliest",
+            **FETCH_OPTIONS,
             "max_poll_records": kc.max_poll_records,
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
             "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
@@ -160,12 +174,23 @@ class KafkaSource:
             raise _unavailable(msg, exc) from exc
         out: list[RawRecord] = []
         for tp, recs in polled.items():
-            for r in recs:
-                out.append(
-                    RawRecord(tp.topic, tp.partition, r.offset, int(r.timestamp), r.key, r.value)
+            if not recs:
+                continue
+            # one tuple per record, built by C-level iteration (no Python loop per record)
+            out.extend(
+                map(
+                    RawRecord._make,
+                    zip(
+                        repeat(tp.topic),
+                        repeat(tp.partition),
+                        map(_OFFSET, recs),
+                        map(int, map(_TIMESTAMP, recs)),
+                        map(_KEY, recs),
+                        map(_VALUE, recs),
+                    ),
                 )
-            if recs:
-                self._next[(tp.topic, tp.partition)] = recs[-1].offset + 1
+            )
+            self._next[(tp.topic, tp.partition)] = recs[-1].offset + 1
         return out
 
     def commit(self, offsets: Mapping[TP, int]) -> None:
@@ -277,6 +302,8 @@ class KafkaSink:
     def flush(self, timeout_s: float) -> None:
         """Wait for every acknowledgement."""
         pending, self._pending = self._pending, []
+        if not pending:
+            return  # nothing queued since the last flush: no round trip to the sender thread
         try:
             self._producer.flush(timeout=timeout_s)
         except KafkaError as exc:
