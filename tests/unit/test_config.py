@@ -371,3 +371,29 @@ def test_parse_duration(text: Any, seconds: float) -> None:
 @pytest.mark.parametrize("text", ["", "h", "1x", "-1h", "1h-", True, None, [1]])
 def test_parse_duration_rejects(text: Any) -> None:
     assert parse_duration(text) is None
+
+
+def test_alerts_block_is_parsed_per_model() -> None:
+    config = parse_config(
+        {
+            "models": {
+                "default": {"alerts": {"floor": 0.6, "measure": "recall", "windows": ["24h"]}}
+            }
+        },
+        "x.yaml",
+    )
+    alerts = config.models["default"].alerts
+    assert (alerts.floor, alerts.measure, alerts.windows) == (0.6, "recall", ("24h",))
+
+
+def test_alerts_block_problems_name_their_key_path() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            {"models": {"m": {"alerts": {"floor": 1.5, "flor": 0.5}}}},
+            "x.yaml",
+        )
+    text = str(info.value)
+    assert "models.m.alerts.floor: must be in [0, 1], got 1.5" in text
+    assert "models.m.alerts.flor: unknown key" in text
+    with pytest.raises(ConfigError, match=r"models\.m\.alerts\.windows: unknown window '2h'"):
+        parse_config({"models": {"m": {"alerts": {"windows": ["2h"]}}}}, "x.yaml")
