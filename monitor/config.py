@@ -6,6 +6,7 @@ import difflib
 import math
 import os
 import re
+import urllib.parse
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,19 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class AlertmanagerConfig:
+    """Where the daemon pushes its own alert decisions (Alertmanager v2 API); off without a URL.
+
+    ``url`` is Alertmanager's base URL (``http://alertmanager:9093``); the daemon posts to
+    ``{url}/api/v2/alerts`` from a background thread (``monitor.alertmanager``), each attempt
+    waiting at most ``timeout_s``.
+    """
+
+    url: str | None = None
+    timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """How one model is audited and estimated."""
 
@@ -78,6 +92,7 @@ class Config:
 
     kafka: KafkaConfig = KafkaConfig()
     metrics: MetricsConfig = MetricsConfig()
+    alertmanager: AlertmanagerConfig = AlertmanagerConfig()  # push of the daemon's own alerts
     data_dir: Path = Path("data")
     windows: WindowsConfig = WindowsConfig()
     models: Mapping[str, ModelConfig] = field(
@@ -113,6 +128,7 @@ _REDACTED = "<redacted>"
 _TOP_KEYS = (
     "kafka",
     "metrics",
+    "alertmanager",
     "storage",
     "windows",
     "estimation",
@@ -625,6 +641,7 @@ def _build(problems: _Problems, data: Mapping[str, Any]) -> Config:
             ),
             port=metrics.integer("port", base.metrics.port, 1, 65_535),
         ),
+        alertmanager=_alertmanager(problems, top.get("alertmanager")),
         data_dir=Path(storage.text("data_dir", str(base.data_dir))),
         windows=windows,
         models=models,
@@ -639,6 +656,35 @@ def _build(problems: _Problems, data: Mapping[str, Any]) -> Config:
         label_park_grace_s=labels.duration("park_grace_s", base.label_park_grace_s, positive=False),
         label_park_max=labels.integer("max_parked", base.label_park_max, 0),
     )
+
+
+def _alertmanager(problems: _Problems, value: Any) -> AlertmanagerConfig:
+    """The ``alertmanager`` section: an http(s) base URL without credentials, a timeout."""
+    sec = _Section(problems, value, "alertmanager", ("url", "timeout_s"))
+    base = AlertmanagerConfig()
+    url = base.url
+    if "url" in sec:
+        raw, where = sec.get("url"), sec.where("url")
+        parts = urllib.parse.urlsplit(raw) if isinstance(raw, str) else None
+        try:
+            port_ok = parts is not None and (parts.port is None or parts.port > 0)
+        except ValueError:
+            port_ok = False
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            problems.add(
+                where, f'expected an http(s) URL like "http://alertmanager:9093", {_got(raw)}'
+            )
+        elif parts.username is not None or parts.password is not None:
+            # never echo the value: it holds a credential
+            problems.add(where, "must not contain credentials (user:password@)")
+        elif not port_ok:
+            problems.add(where, f"port must be in [1, 65535], {_got(raw)}")
+        elif parts.query or parts.fragment:
+            problems.add(where, f"expected a base URL without query or fragment, {_got(raw)}")
+        else:
+            url = raw.rstrip("/")
+    timeout = sec.duration("timeout_s", base.timeout_s)
+    return AlertmanagerConfig(url=url, timeout_s=timeout)
 
 
 def _token_secret(problems: _Problems, labels: _Section) -> str | None:
