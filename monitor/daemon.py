@@ -47,6 +47,7 @@ from monitor.snapshot import Snapshot
 from monitor.store import Store
 
 if TYPE_CHECKING:
+    from monitor.alertmanager import AlertmanagerPusher
     from monitor.exporter import Exporter
 
 log = logging.getLogger(__name__)
@@ -524,6 +525,7 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     exporter = Exporter(config)
+    pusher = _alertmanager_pusher(config, exporter)
     try:
         exporter.start_http()
         if args.create_topics:
@@ -532,7 +534,7 @@ def _run(args: argparse.Namespace) -> int:
             config,
             store,
             exporter,
-            on_snapshot=[_alert_hook(config, store, exporter)],
+            on_snapshot=[_alert_hook(config, store, exporter, pusher)],
             failpoint=failpoint,
         )
         if failpoint is not None:
@@ -556,13 +558,34 @@ def _run(args: argparse.Namespace) -> int:
         log.critical("crashed", exc_info=True, extra={"event": "crashed"})
         return 1
     finally:
+        if pusher is not None:
+            pusher.close()  # delivers what is pending (bounded)
         exporter.stop()
         store.close()
     return 0
 
 
-def _alert_hook(config: Config, store: Store, exporter: Exporter) -> Callable[[Snapshot], None]:
-    """Evaluate alerts on each snapshot, export them, and keep their state in the store."""
+def _alertmanager_pusher(config: Config, exporter: Exporter) -> AlertmanagerPusher | None:
+    """The push of the daemon's own alerts to ``alertmanager.url``; None when not configured."""
+    if config.alertmanager.url is None:
+        return None
+    from monitor.alertmanager import AlertmanagerPusher  # noqa: PLC0415
+
+    return AlertmanagerPusher(
+        config.alertmanager.url,
+        on_error=exporter.count_alertmanager_errors,
+        timeout_s=config.alertmanager.timeout_s,
+    )
+
+
+def _alert_hook(
+    config: Config, store: Store, exporter: Exporter, pusher: AlertmanagerPusher | None = None
+) -> Callable[[Snapshot], None]:
+    """Evaluate alerts on each snapshot, export and store them, and push them if configured.
+
+    ``pusher.push`` only queues the statuses for its own thread: the data path never waits
+    for Alertmanager.
+    """
     from monitor.alerts import AlertEvaluator  # noqa: PLC0415
 
     evaluator = AlertEvaluator(config)
@@ -571,8 +594,11 @@ def _alert_hook(config: Config, store: Store, exporter: Exporter) -> Callable[[S
         evaluator.restore(saved)
 
     def hook(snapshot: Snapshot) -> None:
-        exporter.publish_alerts(evaluator.evaluate(snapshot))
+        statuses = evaluator.evaluate(snapshot)
+        exporter.publish_alerts(statuses)
         store.put_json("alerts", evaluator.state())
+        if pusher is not None:
+            pusher.push(statuses)
 
     return hook
 
