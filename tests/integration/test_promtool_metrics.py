@@ -76,6 +76,7 @@ def test_promtool_accepts_the_exposition(promtool: Path) -> None:
     exporter.count_labels({"fraud": 200, "spam": 9})
     exporter.count_rejects({RejectReason.MALFORMED_JSON: 3, RejectReason.UNKNOWN_REQUEST: 1})
     exporter.count_alertmanager_errors(2)
+    exporter.count_segments_folded({"spam": 7})
     for seconds in (0.004, 0.03, 0.2):
         exporter.observe_batch(seconds)
     exporter.set_lag("predictions", 0, 12)
@@ -100,6 +101,7 @@ def test_promtool_accepts_the_exposition(promtool: Path) -> None:
         "monitor_consumer_lag", "monitor_label_budget_per_hour", "monitor_ready",
         "monitor_build_info", "monitor_alert_active", "monitor_alert_bound",
         "monitor_alert_threshold", "monitor_alertmanager_errors_total",
+        "monitor_segments_folded_total",
     }  # fmt: skip
     assert expected <= families, sorted(expected - families)
 

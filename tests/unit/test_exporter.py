@@ -159,6 +159,8 @@ def test_process_counters_histogram_and_gauges(exporter: Exporter) -> None:
     exporter.count_labels({"fraud": 2, "spam": 0})
     exporter.count_rejects({RejectReason.MALFORMED_JSON: 2, RejectReason.DUPLICATE_LABEL: 1})
     exporter.count_alertmanager_errors()
+    assert get("monitor_segments_folded_total", {"model": "spam"}) == 0
+    exporter.count_segments_folded({"spam": 4})
     exporter.observe_batch(0.02)
     exporter.observe_batch(3.0)
     exporter.set_lag("predictions", 2, 1234)
@@ -171,6 +173,7 @@ def test_process_counters_histogram_and_gauges(exporter: Exporter) -> None:
     assert get("monitor_invalid_records_total", {"reason": "duplicate_label"}) == 1
     assert get("monitor_invalid_records_total", {"reason": "unknown_request"}) == 0
     assert get("monitor_alertmanager_errors_total") == 1
+    assert get("monitor_segments_folded_total", {"model": "spam"}) == 4
     assert get("monitor_batch_seconds_count") == 2
     assert get("monitor_batch_seconds_sum") == pytest.approx(3.02)
     assert get("monitor_batch_seconds_bucket", {"le": "0.025"}) == 1
