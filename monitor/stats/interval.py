@@ -112,7 +112,7 @@ import math
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special, stats
+from scipy import special
 
 from monitor.stats.estimate import Estimate
 
@@ -168,7 +168,7 @@ def t_quantile(level: float, n: int) -> float:
     if not 0.0 < level < 1.0:
         msg = f"level must be in (0, 1), got {level}"
         raise ValueError(msg)
-    return float(stats.t.ppf(0.5 + level / 2.0, max(n - 1, 1)))
+    return float(special.stdtrit(max(n - 1, 1), 0.5 + level / 2.0))
 
 
 def wilson_interval(p: float, n_eff: float, t: float) -> tuple[float, float]:
