@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from monitor.config import TopicsConfig
+from monitor.demo import create_topics
 from monitor.embedded_broker import EmbeddedBroker
 from monitor.errors import MonitorError
 
@@ -53,7 +54,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
 @pytest.fixture
 def make_topics(broker: EmbeddedBroker) -> Callable[..., TopicsConfig]:
     """Create a fresh, uniquely named set of the daemon's topics on the session broker."""
-    from kafka.admin import KafkaAdminClient, NewTopic
 
     def _make(partitions: int = 1) -> TopicsConfig:
         tag = uuid.uuid4().hex[:8]
@@ -63,14 +63,7 @@ def make_topics(broker: EmbeddedBroker) -> Callable[..., TopicsConfig]:
             labels=f"audit-labels-{tag}",
             deadletter=f"monitor-deadletter-{tag}",
         )
-        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-        try:
-            admin.create_topics(
-                [NewTopic(topics.scored, partitions, 1)]
-                + [NewTopic(t, 1, 1) for t in (topics.requests, topics.labels, topics.deadletter)]
-            )
-        finally:
-            admin.close()
+        create_topics(broker.bootstrap, topics, partitions)
         return topics
 
     return _make
