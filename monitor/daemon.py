@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import hmac
 import itertools
 import logging
@@ -380,6 +381,25 @@ class Engine:
         return snap
 
 
+GC_GEN0_THRESHOLD = 50_000  # allocations between young-generation collections (default 700)
+
+
+def tune_gc() -> None:
+    """Fewer garbage collections while batches are decoded (call once, after start-up).
+
+    A poll decodes thousands of records into dicts at once, so with the default threshold
+    (a collection every 700 container allocations) the collector runs many times per poll,
+    and every run walks the batch's live objects again; a full collection also walks every
+    object the imports created. Freezing what start-up created and collecting the young
+    generation every 50,000 allocations cuts the daemon's decode CPU by about a third
+    (``benchmarks/throughput.py``); the records are acyclic (freed by reference counting),
+    so memory does not grow by more than one young generation.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_GEN0_THRESHOLD, 10, 10)
+
+
 class Daemon:
     """Connection management around an ``Engine``: retry, backoff, readiness, shutdown."""
 
@@ -551,6 +571,7 @@ def _run(args: argparse.Namespace) -> int:
                 "metrics_port": exporter.port,
             },
         )
+        tune_gc()
         Daemon(engine, kafka_connect(config), stop).run()
     except (ConfigError, StoreError):
         raise  # one clear line from the command line (exit 2), e.g. a full data directory

@@ -363,8 +363,11 @@ def _check_flag(rej: _Rejections, values: list[Any], field: str) -> npt.NDArray[
     """0/1 (or false/true) column; -1 where absent."""
     n = len(values)
     out = np.full(n, -1, dtype=np.int8)
-    if set(map(type, values)) <= {type(None)}:
+    types = set(map(type, values))
+    if types <= {type(None)}:
         return out
+    if types <= {int, bool} and set(values) <= {0, 1}:  # the common case: one C-level pass
+        return np.array(values, dtype=np.int8)
     code = np.fromiter(
         (
             (int(v) if v in (0, 1) else -2) if type(v) in (int, bool) else (-1 if v is None else -3)
