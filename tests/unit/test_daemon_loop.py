@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from monitor.cli import main
-from monitor.config import Config, ModelConfig
+from monitor.config import Config, KafkaConfig, ModelConfig
 from monitor.daemon import Daemon, Engine
 from monitor.errors import BrokerUnavailable, StoreError
 from monitor.exporter import Exporter
@@ -27,7 +27,12 @@ TOPICS = Config().kafka.topics
 
 def _config(data_dir: Path) -> Config:
     model = ModelConfig(name="default", labels_per_hour=40.0, expected_records_per_hour=500.0)
-    return Config(models={"default": model}, data_dir=data_dir, label_park_grace_s=0.0)
+    return Config(
+        models={"default": model},
+        data_dir=data_dir,
+        label_park_grace_s=0.0,
+        kafka=KafkaConfig(max_poll_records=500),  # small batches: a workload takes many steps
+    )
 
 
 @pytest.fixture(scope="module")
