@@ -503,8 +503,8 @@ def _untrusted(w: WindowEstimate, cfg: AlertConfig, error: float) -> _Decision:
     lik_clear = not lik_known or w.likelihood >= float(floor or 0.0) + LIKELIHOOD_BAND
     outside, bound, inside = False, math.nan, True
     if cfg.check_calibration:
-        outside, bound = disagreement(w.f, w.intrinsic_f, error)
-        inside = not disagreement(w.f, w.intrinsic_f, cfg.false_alarm_rate)[0]
+        outside, bound = disagreement(w.f, w.intrinsic_f, error, w.intrinsic_se)
+        inside = not disagreement(w.f, w.intrinsic_f, cfg.false_alarm_rate, w.intrinsic_se)[0]
     if not lik_known and math.isnan(bound):
         return _NO_DECISION
     fires, clears = lik_bad or outside, lik_clear and inside

@@ -33,7 +33,7 @@ from monitor.sampler import AuditRequest, request_id_for, request_token, retenti
 from monitor.snapshot import Snapshot, WindowEstimate
 from monitor.stats.drift import psi
 from monitor.stats.estimate import Confusion, Estimate
-from monitor.stats.falpha import intrinsic_falpha_from_sums
+from monitor.stats.falpha import intrinsic_falpha_from_sums, intrinsic_falpha_se_from_sums
 from monitor.stats.measures import measure_all
 from monitor.stats.sample import LabeledSample
 from monitor.windows import (
@@ -351,6 +351,13 @@ class EstimatorService:
                 intrinsic = intrinsic_falpha_from_sums(
                     agg.pred_score_total, float(agg.n_pred), agg.score_total, cfg.alpha
                 )
+                intrinsic_se = intrinsic_falpha_se_from_sums(
+                    agg.pred_score_total,
+                    float(agg.n_pred),
+                    agg.score_total,
+                    float(agg.n),
+                    cfg.alpha,
+                )
                 drift = psi(ref_agg.hist, agg.hist) if ref_agg.n and agg.n else math.nan
                 rows.append(
                     WindowEstimate(
@@ -362,6 +369,7 @@ class EstimatorService:
                         precision=prec,
                         recall=rec,
                         intrinsic_f=intrinsic,
+                        intrinsic_se=intrinsic_se,
                         likelihood=lik,
                         ess=ess,
                         confusion=conf,

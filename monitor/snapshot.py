@@ -6,6 +6,7 @@ sees half-updated values.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -33,6 +34,9 @@ class WindowEstimate:
     pending: int  # requests neither answered nor past their deadline
     missing: int  # requests past their deadline without a label
     psi: float  # population stability index of the scores vs the preceding window (NaN if none)
+    # how far the window's real F may stray from intrinsic_f by chance if the scores are
+    # calibrated (an upper bound; NaN when unknown)
+    intrinsic_se: float = math.nan
 
 
 @dataclass(frozen=True)

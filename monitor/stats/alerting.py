@@ -141,10 +141,15 @@ def drop_bound(current: Estimate, ref_value: float, ref_se: float, error: float)
     return min(1.0, upper_bound(current, error) + t * se_r)
 
 
-def disagreement(est: Estimate, value: float, error: float) -> tuple[bool, float]:
-    """Whether a known ``value`` (e.g. the intrinsic F) lies outside the two-sided interval.
+def disagreement(
+    est: Estimate, value: float, error: float, value_se: float = 0.0
+) -> tuple[bool, float]:
+    """Whether a reference ``value`` (e.g. the intrinsic F) lies outside the two-sided interval.
 
-    The interval is the estimator's own at level ``1 - error`` (``error / 2`` in each tail).
+    The interval is the estimator's own at level ``1 - error`` (``error / 2`` in each tail),
+    with standard error ``sqrt(se^2 + value_se^2)``: ``value_se`` is the reference's own
+    uncertainty (for the intrinsic F, how far the real F may stray from it by chance when the
+    scores are calibrated), independent of the audit sample.
 
     Returns:
         ``(outside, bound)``: ``bound`` is the interval end on the side of ``value`` (the upper
@@ -152,7 +157,8 @@ def disagreement(est: Estimate, value: float, error: float) -> tuple[bool, float
     """
     if not est.defined or math.isnan(est.se) or math.isnan(value):
         return False, math.nan
-    lower, upper = _interval(est, est.se, 1.0 - error)
+    extra = value_se if math.isfinite(value_se) else 0.0
+    lower, upper = _interval(est, math.hypot(est.se, extra), 1.0 - error)
     if value > est.value:
         return value > upper, upper
     return value < lower, lower

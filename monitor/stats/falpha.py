@@ -111,6 +111,41 @@ def intrinsic_falpha_from_sums(
     return min(max(sum_pred_score / denominator, 0.0), 1.0)
 
 
+def intrinsic_falpha_se_from_sums(
+    sum_pred_score: float, sum_pred: float, sum_score: float, n: float, alpha: float
+) -> float:
+    """Upper bound on the sd of the realised F_alpha around the intrinsic G_theta.
+
+    If the scores are calibrated, each label is y ~ Bernoulli(s), and the F_alpha the traffic
+    really has (N / D with N = sum(f y), D = alpha sum(f) + (1 - alpha) sum(y)) scatters around
+    G_theta. The delta method gives ``dF = sum((f - G (1 - alpha)) (y - s)) / D``, so
+    ``Var = sum((f - G (1 - alpha))^2 s (1 - s)) / D^2``. The aggregates keep sum(s), not
+    sum(s^2), so ``sum s (1 - s)`` is bounded per prediction stratum by
+    ``min(sum s, sum (1 - s))`` (each term is at most min(s, 1 - s)): an upper bound, so a test
+    that uses it alarms less, never more.
+
+    Args:
+        sum_pred_score: sum of f s over the traffic.
+        sum_pred: sum of f (predicted positives).
+        sum_score: sum of s.
+        n: number of records.
+        alpha: The F_alpha trade-off in [0, 1].
+
+    Returns:
+        The bound on the standard deviation, NaN when G_theta is undefined.
+    """
+    g = intrinsic_falpha_from_sums(sum_pred_score, sum_pred, sum_score, alpha)
+    if math.isnan(g):
+        return math.nan
+    denominator = alpha * sum_pred + (1.0 - alpha) * sum_score
+    var_pos = min(sum_pred_score, sum_pred - sum_pred_score)  # f = 1 stratum
+    neg_score = sum_score - sum_pred_score
+    var_neg = min(neg_score, (n - sum_pred) - neg_score)  # f = 0 stratum
+    c = g * (1.0 - alpha)
+    var = (1.0 - c) ** 2 * max(var_pos, 0.0) + c**2 * max(var_neg, 0.0)
+    return math.sqrt(var) / denominator
+
+
 def intrinsic_falpha(score: npt.ArrayLike, pred: npt.ArrayLike, alpha: float) -> float:
     """Intrinsic F_alpha G_theta = sum(f s) / (alpha sum(f) + (1 - alpha) sum(s)).
 
