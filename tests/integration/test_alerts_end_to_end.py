@@ -28,16 +28,12 @@ daemon, with no failed push.
 
 Case 2 (no degradation, same seed): once every record and label is processed, no quality alert
 is active in the daemon, which did decide (upper bound above the floor on both windows);
-``f_below_floor`` was never active on the way (neither in the daemon's scrapes nor in the series
-Prometheus stored); after Prometheus has scraped the final state and evaluated its rules on it,
-no alert is firing and no quality alert is pending there, and Alertmanager holds no alert.
-
-``model_untrustworthy`` (warning) is not required to stay off on the way: with this seed its
-calibration check holds for about three event hours around hour 17 of the healthy stream (the
-audited F of the 6h window, 0.86 in truth, lies above the intrinsic F 0.835 beyond the strict
-interval), then clears. The realised F of a window varies around the intrinsic F by the
-labels' own chance (sd ~0.025 here), which the check does not allow for. The test prints what
-was active on the way.
+no quality alert was active on the way (neither in the daemon's scrapes nor, for
+``f_below_floor``, in the series Prometheus stored); after Prometheus has scraped the final state
+and evaluated its rules on it, no alert is firing and no quality alert is pending there, and
+Alertmanager holds no alert. (The calibration check of ``model_untrustworthy`` allows for the
+real F of a window straying from the intrinsic F by the labels' own chance; without that
+allowance this healthy stream raised it for about three event hours.)
 """
 
 from __future__ import annotations
@@ -670,8 +666,8 @@ def test_no_degradation_raises_no_alert_anywhere(
         m = run.drained()
         drained_at = time.time()
         assert active_alerts(m) == [], describe(m)
-        # the critical alert never held on the way (the others: see the module docstring)
-        assert not [a for a in seen if a[0] == "f_below_floor"], f"while streaming: {seen}"
+        # no quality alert ever held on the way
+        assert not seen, f"while streaming: {seen}"
         # the daemon decided (enough labels): the upper bound is above the floor
         for w in ALERT_WINDOWS:
             bound = m.get("monitor_alert_bound", alert="f_below_floor", model=MODEL, window=w)
