@@ -439,7 +439,7 @@ def template_variables() -> list[Json]:
         query_var(
             "model", "Model", "label_values(monitor_label_budget_per_hour, model)", multi=False
         ),
-        # Records without a segment have no segment label: the empty value selects them.
+        # segment="" is the model as a whole (exported as an empty label value).
         query_var(
             "segment",
             "Segment",
