@@ -657,7 +657,11 @@ def main(argv: list[str] | None = None) -> int:
         default="json:500,orjson:500,json,orjson",
         help="daemon runs: DECODER[:MAX_POLL_RECORDS],... (json or orjson; default config)",
     )
-    parser.add_argument("--rate-fraction", type=float, default=0.5)
+    parser.add_argument(
+        "--rate-fractions",
+        default="0.5,0.25",
+        help="paced rates for the latency phase, as fractions of the ceiling's rate",
+    )
     parser.add_argument("--latency-seconds", type=float, default=15.0)
     parser.add_argument("--memory", action="store_true", help="only the memory phase")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory phase")
@@ -727,28 +731,32 @@ def run_kafka_phases(args: argparse.Namespace) -> None:
             row, requests = run_daemon(bootstrap, shared.scored, n, variant, work)
             row.note = f"{requests} requests"
             rows.append(row)
-        rate = args.rate_fraction * ceiling.rate
-        paced, lat, produced_rate = run_latency(bootstrap, rate, args.latency_seconds, work)
-        paced.note = f"target {rate:.0f}/s, produced {produced_rate:.0f}/s"
-        rows.append(paced)
+        best = rows[-1]
+        latencies: list[str] = []
+        for fraction in (float(f) for f in args.rate_fractions.split(",")):
+            rate = fraction * ceiling.rate
+            paced, lat, produced_rate = run_latency(bootstrap, rate, args.latency_seconds, work)
+            paced.name = f"daemon at {fraction:.0%} of the ceiling rate"
+            paced.note = f"target {rate:.0f}/s, produced {produced_rate:.0f}/s"
+            rows.append(paced)
+            if lat:
+                arr = np.array(lat, dtype=np.float64)
+                latencies.append(
+                    f"record-to-request latency at {fraction:.0%} of the ceiling "
+                    f"({rate:.0f} records/s for {args.latency_seconds:.0f} s): {len(arr)} "
+                    f"requests, median {np.median(arr):.0f} ms, "
+                    f"p99 {np.percentile(arr, 99):.0f} ms, max {arr.max():.0f} ms"
+                )
+            else:
+                latencies.append(f"record-to-request latency at {fraction:.0%}: no request")
     print()
     print(f"Throughput, {n} scored records of ~120 bytes, one partition (ceiling = first row):")
     print_rows(rows, ceiling)
-    best = rows[-2]
     print(
         f"\n{best.name} / ceiling json.loads (defaults): {best.rate / ceiling.rate:.0%}"
         f" of the rate, {best.per_cpu / ceiling.per_cpu:.0%} of the records per CPU-second"
     )
-    if lat:
-        arr = np.array(lat, dtype=np.float64)
-        print(
-            f"record-to-request latency at {args.rate_fraction:.0%} of the ceiling "
-            f"({rate:.0f} records/s for {args.latency_seconds:.0f} s): {len(arr)} requests, "
-            f"median {np.median(arr):.0f} ms, p99 {np.percentile(arr, 99):.0f} ms, "
-            f"max {arr.max():.0f} ms"
-        )
-    else:
-        print("record-to-request latency: no request was produced")
+    print("\n".join(latencies))
 
 
 def print_memory(points: list[dict[str, float]]) -> None:
