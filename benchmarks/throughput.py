@@ -32,7 +32,7 @@ spread over 24 hours so controls are recomputed at each bucket):
    with the real store, metrics and alert hook over an in-memory synthetic source (records
    encoded on the fly, fresh ids, event time advancing 12.5k records per hour, so 5M records
    span 400 hours: more than the 14-day retention, which is then pruned) and a sink that
-   discards. RSS (``VmRSS``) and peak RSS (``ru_maxrss``) after start-up, 1M and 5M records.
+   discards. RSS (``VmRSS``) and peak RSS (``VmHWM``) after start-up, 1M and 5M records.
 
 The broker runs on the same 2 cores, so absolute rates move between runs; compare the ratios
 inside one run. Consumer timeouts are the test values (session 2 s, heartbeat 0.5 s) so the
@@ -46,7 +46,6 @@ import contextlib
 import json
 import logging
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -561,14 +560,18 @@ class NullSink:
 
 
 def rss_mb() -> tuple[float, float]:
-    """(current RSS, peak RSS) of this process in MB."""
-    current = 0.0
+    """(current RSS, peak RSS) of this process in MB: ``VmRSS`` and ``VmHWM``.
+
+    Not ``ru_maxrss``: Linux carries it across ``exec``, so a child would report the peak of
+    the (larger) parent it was forked from.
+    """
+    found: dict[str, float] = {}
     with open("/proc/self/status") as fh:
         for line in fh:
-            if line.startswith("VmRSS:"):
-                current = int(line.split()[1]) / 1024
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return current, peak
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                found[key] = int(rest.split()[0]) / 1024
+    return found["VmRSS"], found["VmHWM"]
 
 
 def memory_child(checkpoints: list[int], per_hour: float) -> list[dict[str, float]]:
