@@ -42,6 +42,7 @@ group joins in about a second; they do not change the steady rate.
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import json
 import logging
@@ -277,7 +278,10 @@ class _CountingSource:
     def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
         out: list[RawRecord] = self._inner.poll(max_records, timeout_s)
         if out:
-            self._run.on_records(sum(1 for r in out if r.topic == self._scored))
+            scored = [r.offset for r in out if r.topic == self._scored]
+            self._run.on_records(len(scored))
+            if scored:
+                self._run.polls.append((time.time(), max(scored)))
         return out
 
     def __getattr__(self, name: str) -> Any:
@@ -301,6 +305,7 @@ class _DaemonRun:
         self.config = config
         self.target = target
         self.seen = 0
+        self.polls: list[tuple[float, int]] = []  # (wall time, last scored offset) per poll
         self.start: tuple[float, float] | None = None
         self.end: tuple[float, float] | None = None
         self.stop = threading.Event()
@@ -440,8 +445,12 @@ def pace(bootstrap: str, topic: str, rate: float, seconds: float) -> int:
 
 def run_latency(
     bootstrap: str, rate: float, seconds: float, work: Path
-) -> tuple[Row, list[float], float]:
-    """Daemon at a paced ``rate``: request produce time minus record produce time (ms)."""
+) -> tuple[Row, list[float], list[float], float]:
+    """Daemon at a paced ``rate``: request produce time minus record produce time (ms).
+
+    Also (second list) request produce time minus the time the daemon polled the record:
+    the daemon's share, without the producer's and the broker's queueing.
+    """
     from kafka import KafkaConsumer, TopicPartition
 
     topics = create_topics(bootstrap, f"lat-{uuid.uuid4().hex[:6]}")
@@ -484,6 +493,8 @@ def run_latency(
     consumer.assign([tp])
     consumer.seek_to_beginning(tp)
     lat: list[float] = []
+    inside: list[float] = []
+    last_offsets = [off for _, off in run.polls]
     while True:
         polled = consumer.poll(timeout_ms=1000)
         if not polled:
@@ -492,8 +503,12 @@ def run_latency(
             for r in recs:
                 req = json.loads(r.value)
                 lat.append(r.timestamp - round(req["ts"] * 1000))
+                # record "lat-i" is at offset i of the fresh topic: when did the daemon poll it?
+                j = bisect.bisect_left(last_offsets, int(req["id"][4:]))
+                if j < len(run.polls):
+                    inside.append(r.timestamp - run.polls[j][0] * 1000)
     consumer.close()
-    return run.row("daemon at paced rate"), lat, total / produced_s
+    return run.row("daemon at paced rate"), lat, inside, total / produced_s
 
 
 # ----------------------------------------------------------------------------- memory
@@ -738,7 +753,9 @@ def run_kafka_phases(args: argparse.Namespace) -> None:
         latencies: list[str] = []
         for fraction in (float(f) for f in args.rate_fractions.split(",")):
             rate = fraction * ceiling.rate
-            paced, lat, produced_rate = run_latency(bootstrap, rate, args.latency_seconds, work)
+            paced, lat, inside, produced_rate = run_latency(
+                bootstrap, rate, args.latency_seconds, work
+            )
             paced.name = f"daemon at {fraction:.0%} of the ceiling rate"
             paced.note = f"target {rate:.0f}/s, produced {produced_rate:.0f}/s"
             rows.append(paced)
@@ -749,6 +766,12 @@ def run_kafka_phases(args: argparse.Namespace) -> None:
                     f"({rate:.0f} records/s for {args.latency_seconds:.0f} s): {len(arr)} "
                     f"requests, median {np.median(arr):.0f} ms, "
                     f"p99 {np.percentile(arr, 99):.0f} ms, max {arr.max():.0f} ms"
+                )
+                poll = np.array(inside or [np.nan], dtype=np.float64)
+                latencies.append(
+                    f"  of which poll-to-request (inside the daemon): median "
+                    f"{np.median(poll):.0f} ms, p99 {np.percentile(poll, 99):.0f} ms, "
+                    f"max {poll.max():.0f} ms"
                 )
             else:
                 latencies.append(f"record-to-request latency at {fraction:.0%}: no request")
