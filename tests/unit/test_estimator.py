@@ -1,7 +1,6 @@
 import math
 
 import numpy as np
-from engine_streams import Stream, make_stream
 
 from monitor.config import Config, ModelConfig
 from monitor.errors import RejectReason
@@ -10,6 +9,7 @@ from monitor.records import LabelResult, RawRecord
 from monitor.sampler import SamplerResult, SamplerService
 from monitor.stats.measures import measure_all
 from monitor.stats.sample import LabeledSample
+from tests.unit.engine_streams import Stream, make_stream
 
 CFG = Config(
     models={

@@ -5,12 +5,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
-from engine_streams import Stream, make_stream, random_cuts
 
 from monitor.config import Config, ModelConfig, WindowsConfig
 from monitor.sampler import OTHER_SEGMENT, AuditRequest, SamplerService, request_id_for
 from monitor.stats.selection import hash_uniform
 from monitor.windows import GroupKey, TrafficAggregate, bucket_of
+from tests.unit.engine_streams import Stream, make_stream, random_cuts
 
 
 def _config(**kw: Any) -> Config:

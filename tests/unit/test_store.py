@@ -3,7 +3,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from engine_streams import make_stream
 
 from monitor.config import Config, ModelConfig
 from monitor.errors import StoreError
@@ -11,6 +10,7 @@ from monitor.estimator import EstimatorService
 from monitor.records import LabelResult, RawRecord
 from monitor.sampler import SamplerService
 from monitor.store import Store
+from tests.unit.engine_streams import make_stream
 
 CFG = Config(
     models={

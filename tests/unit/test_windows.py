@@ -2,7 +2,6 @@ import math
 
 import numpy as np
 import numpy.typing as npt
-from engine_streams import Stream, make_stream, random_cuts
 
 from monitor.stats.drift import SCORE_BINS, score_histogram
 from monitor.windows import (
@@ -14,6 +13,7 @@ from monitor.windows import (
     preceding_buckets,
     window_buckets,
 )
+from tests.unit.engine_streams import Stream, make_stream, random_cuts
 
 
 def _group(
