@@ -26,6 +26,7 @@ class TopicsConfig:
     requests: str = "audit-requests"
     labels: str = "audit-labels"
     deadletter: str = "monitor-deadletter"
+    aggregates: str = "audit-aggregates"
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,11 @@ class KafkaConfig:
     # security settings (ssl_*, sasl_*, security_protocol...) for KafkaConsumer/KafkaProducer;
     # may hold secrets, so never shown in repr or logs
     client: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def sampler_group_id(self) -> str:
+        """The consumer group of ``--role sampler`` processes: ``<group_id>-sampler``."""
+        return f"{self.group_id}-sampler"
 
 
 @dataclass(frozen=True)
@@ -145,7 +151,7 @@ _KAFKA_KEYS = (
     "max_poll_records",
     "client",
 )
-_TOPIC_KEYS = ("scored", "requests", "labels", "deadletter")
+_TOPIC_KEYS = ("scored", "requests", "labels", "deadletter", "aggregates")
 _MODEL_KEYS = (
     "alpha",
     "beta",

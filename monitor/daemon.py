@@ -38,12 +38,20 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from monitor import aggregates
+from monitor.aggregates import BucketState, TrafficFeed
 from monitor.config import Config, load_config
 from monitor.errors import BrokerUnavailable, ConfigError, RejectReason, StoreError
 from monitor.estimator import EstimatorService
 from monitor.logs import setup_logging
 from monitor.records import RawRecord, Reject, deadletter_value, decode_labels, decode_scored
-from monitor.sampler import AuditRequest, SamplerService, request_id_for, request_token
+from monitor.sampler import (
+    AuditRequest,
+    PartKey,
+    SamplerService,
+    request_id_for,
+    request_token,
+)
 from monitor.snapshot import Snapshot
 from monitor.store import Store
 
@@ -56,6 +64,7 @@ log = logging.getLogger(__name__)
 TP = tuple[str, int]
 _TOPIC_PARTITION = attrgetter("topic", "partition")
 _OFFSET = attrgetter("offset")
+ROLES = ("all", "sampler", "estimator")
 SNAPSHOT_EVERY_S = 1.0  # snapshots at most this often...
 SNAPSHOT_LABELS_S = 0.2  # ...or this often when labels arrived
 FLUSH_TIMEOUT_S = 30.0
@@ -84,7 +93,9 @@ class Source(Protocol):
 class Sink(Protocol):
     """What the loop needs from a producer (``monitor.kafka_io``)."""
 
-    def produce(self, topic: str, key: bytes | None, value: bytes) -> None: ...  # noqa: D102
+    def produce(  # noqa: D102
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+    ) -> None: ...
     def flush(self, timeout_s: float) -> None: ...  # noqa: D102
     def close(self) -> None: ...  # noqa: D102
 
@@ -186,8 +197,33 @@ def _decode_requests(
     return ok, bad
 
 
+def _decode_states(
+    records: Sequence[RawRecord],
+) -> tuple[list[tuple[PartKey, BucketState | None]], list[Reject]]:
+    """Bucket states read from the aggregates topic (malformed ones are rejected)."""
+    ok: list[tuple[PartKey, BucketState | None]] = []
+    bad: list[Reject] = []
+    for r in records:
+        try:
+            ok.append(aggregates.decode(r.key, r.value))
+        except (ValueError, OverflowError, RecursionError) as exc:
+            reason = (
+                RejectReason.MALFORMED_JSON
+                if type(exc).__name__ in ("JSONDecodeError", "UnicodeDecodeError")
+                else RejectReason.BAD_TYPE
+            )
+            bad.append(Reject(reason, f"not an aggregates state: {exc}"[:200], r))
+    return ok, bad
+
+
 class Engine:
-    """The sampler, estimator and store of one daemon, driven one poll at a time."""
+    """The sampler, estimator and store of one daemon, driven one poll at a time.
+
+    ``role="all"`` (the default) reads the scored, requests and labels topics and runs both the
+    sampler and the estimator. ``role="estimator"`` reads the requests, labels and aggregates
+    topics instead: the traffic comes from samplers running elsewhere (``monitor.sampler_role``)
+    as bucket states, turned into exact deltas by a ``TrafficFeed`` stored with the rest.
+    """
 
     def __init__(
         self,
@@ -198,8 +234,13 @@ class Engine:
         on_snapshot: Sequence[Callable[[Snapshot], None]] = (),
         *,
         failpoint: Failpoint | None = None,
+        role: str = "all",
     ) -> None:
+        if role not in ("all", "estimator"):
+            msg = f"an Engine runs the all or estimator role, not {role!r}"
+            raise ValueError(msg)
         self.config = config
+        self.role = role
         self.store = store
         self.failpoint = failpoint
         if failpoint is not None:
@@ -230,7 +271,19 @@ class Engine:
             parked=st.parked,
             watermarks=st.watermarks,
         )
+        self.feed = TrafficFeed(st.feed) if self.role == "estimator" else None
         self._dirty = True
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics this role reads."""
+        t = self.config.kafka.topics
+        first = t.scored if self.feed is None else t.aggregates
+        return [first, t.requests, t.labels]
+
+    def offsets(self) -> dict[TP, int]:
+        """Where each partition resumes: the offsets stored with the state."""
+        return self.store.offsets()
 
     def set_partitions(self, n: int) -> None:
         """The scored topic's partition count (the budget is split evenly across them)."""
@@ -282,6 +335,10 @@ class Engine:
                 )
             self.estimator.apply_traffic(res.traffic)
             rejects.extend(self.estimator.upsert_requests(produced))
+        if self.feed is not None and by_topic[topics.aggregates]:
+            states, bad = _decode_states(by_topic[topics.aggregates])
+            rejects.extend(bad)
+            self.estimator.apply_traffic(self.feed.apply(states))
         if by_topic[topics.requests]:
             known, bad = _decode_requests(by_topic[topics.requests], cfg)
             rejects.extend(bad)
@@ -297,6 +354,11 @@ class Engine:
         rejects.extend(self.estimator.expire_parked(requests_caught_up=caught_up))
         sampler_changes = self.sampler.take_changes()
         estimator_changes = self.estimator.take_changes()
+        feed_changes = None
+        if self.feed is not None:
+            for model, horizon in estimator_changes.prune.items():
+                self.feed.prune(model, horizon)
+            feed_changes = self.feed.take_changes()
         changed = bool(
             raw
             or rejects
@@ -314,7 +376,7 @@ class Engine:
             sink.flush(FLUSH_TIMEOUT_S)
             if fp is not None:
                 fp.hit("flush")
-            self.store.commit(sampler_changes, estimator_changes, offsets)
+            self.store.commit(sampler_changes, estimator_changes, offsets, feed_changes)
             self._dirty = True
             try:
                 source.commit(offsets)
@@ -400,12 +462,23 @@ def tune_gc() -> None:
     gc.set_threshold(GC_GEN0_THRESHOLD, 10, 10)
 
 
-class Daemon:
-    """Connection management around an ``Engine``: retry, backoff, readiness, shutdown."""
+class Loop(Protocol):
+    """What ``Daemon`` drives: an ``Engine`` or a ``monitor.sampler_role.SamplerEngine``."""
 
-    def __init__(
-        self, engine: Engine, connect: Connect, stop: threading.Event | None = None
-    ) -> None:
+    config: Config
+    metrics: Metrics
+
+    def offsets(self) -> Mapping[TP, int]: ...  # noqa: D102
+    def set_partitions(self, n: int) -> None: ...  # noqa: D102
+    def step(self, source: Source, sink: Sink) -> int: ...  # noqa: D102
+    def rollback(self, source: Source) -> None: ...  # noqa: D102
+    def maybe_publish(self, force: bool = False) -> object: ...  # noqa: D102
+
+
+class Daemon:
+    """Connection management around an engine: retry, backoff, readiness, shutdown."""
+
+    def __init__(self, engine: Loop, connect: Connect, stop: threading.Event | None = None) -> None:
         self.engine = engine
         self.connect = connect
         self.stop = stop or threading.Event()
@@ -447,7 +520,7 @@ class Daemon:
         while not self.stop.is_set():
             try:
                 if source is None or sink is None:
-                    source, sink = self.connect(engine.store.offsets)
+                    source, sink = self.connect(engine.offsets)
                     engine.set_partitions(source.partitions_for(engine.config.kafka.topics.scored))
                 engine.step(source, sink)
                 now = time.monotonic()
@@ -476,15 +549,22 @@ class Daemon:
         log.info("stopped", extra={"event": "stopped"})
 
 
-def kafka_connect(config: Config) -> Connect:
-    """A ``Connect`` that opens the real consumer and producer."""
+def kafka_connect(
+    config: Config,
+    topics: Sequence[str] | None = None,
+    group_id: str | None = None,
+    on_assigned: Callable[[Mapping[TP, int | None]], None] | None = None,
+) -> Connect:
+    """A ``Connect`` that opens the real consumer and producer (see ``KafkaSource``)."""
 
     def connect(stored: Callable[[], Mapping[TP, int]]) -> tuple[Source, Sink]:
         from monitor.kafka_io import KafkaSink, KafkaSource  # noqa: PLC0415 - shell only
 
         sink = KafkaSink(config)
         try:
-            source = KafkaSource(config, stored)
+            source = KafkaSource(
+                config, stored, topics=topics, group_id=group_id, on_assigned=on_assigned
+            )
         except BrokerUnavailable:
             sink.close()
             raise
@@ -508,6 +588,14 @@ def register(sub: Any) -> None:
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     run.add_argument(
         "--create-topics", action="store_true", help="create missing topics at start-up"
+    )
+    run.add_argument(
+        "--role",
+        choices=ROLES,
+        default="all",
+        help="all: one process does everything (default); sampler: audit decisions for a share "
+        "of the scored partitions (run several, no data directory); estimator: labels, "
+        "estimates, metrics and alerts from the samplers' aggregates (run one)",
     )
     run.set_defaults(func=_run)
     check = sub.add_parser("check-config", help="validate a configuration file and exit")
@@ -533,17 +621,14 @@ def _check(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     config = load_config(args.config, _overrides(args))
+    if args.role == "sampler":
+        return _run_sampler(args, config)
     from monitor.exporter import Exporter  # noqa: PLC0415 - prometheus only in the shell
 
     failpoint = Failpoint.from_env(os.environ)  # test hook, see the module docstring
     store = Store(config.data_dir)
-    stop = threading.Event()
+    stop = _stop_on_signals()
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     exporter = Exporter(config)
     pusher = _alertmanager_pusher(config, exporter)
     try:
@@ -556,6 +641,7 @@ def _run(args: argparse.Namespace) -> int:
             exporter,
             on_snapshot=[_alert_hook(config, store, exporter, pusher)],
             failpoint=failpoint,
+            role=args.role,
         )
         if failpoint is not None:
             log.warning(
@@ -566,13 +652,14 @@ def _run(args: argparse.Namespace) -> int:
             "started",
             extra={
                 "event": "started",
+                "role": args.role,
                 "data_dir": str(config.data_dir),
                 "models": sorted(config.models),
                 "metrics_port": exporter.port,
             },
         )
         tune_gc()
-        Daemon(engine, kafka_connect(config), stop).run()
+        Daemon(engine, kafka_connect(config, engine.topics), stop).run()
     except (ConfigError, StoreError):
         raise  # one clear line from the command line (exit 2), e.g. a full data directory
     except Exception:
@@ -583,6 +670,62 @@ def _run(args: argparse.Namespace) -> int:
             pusher.close()  # delivers what is pending (bounded)
         exporter.stop()
         store.close()
+    return 0
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT: the loop finishes its step, closes and exits 0."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop
+
+
+def _run_sampler(args: argparse.Namespace, config: Config) -> int:
+    """``--role sampler``: no data directory, no estimates; state on the aggregates topic."""
+    from monitor.exporter import Exporter  # noqa: PLC0415 - prometheus only in the shell
+    from monitor.kafka_io import read_topic  # noqa: PLC0415
+    from monitor.sampler_role import SamplerEngine  # noqa: PLC0415
+
+    failpoint = Failpoint.from_env(os.environ)
+    stop = _stop_on_signals()
+    exporter = Exporter(config)
+    topics = config.kafka.topics
+    try:
+        exporter.start_http()
+        if args.create_topics:
+            _create_topics(config, stop)
+        engine = SamplerEngine(
+            config,
+            exporter,
+            lambda select: read_topic(config, topics.aggregates, select),
+            failpoint=failpoint,
+        )
+        log.info(
+            "started",
+            extra={
+                "event": "started",
+                "role": "sampler",
+                "group_id": config.kafka.sampler_group_id,
+                "metrics_port": exporter.port,
+            },
+        )
+        tune_gc()
+        connect = kafka_connect(
+            config, [topics.scored], config.kafka.sampler_group_id, engine.on_assigned
+        )
+        Daemon(engine, connect, stop).run()
+    except ConfigError:
+        raise
+    except Exception:
+        log.critical("crashed", exc_info=True, extra={"event": "crashed"})
+        return 1
+    finally:
+        exporter.stop()
     return 0
 
 

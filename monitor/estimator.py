@@ -23,6 +23,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from monitor.windows import (
 )
 
 SegKey = tuple[str, str, int]  # (model, segment, bucket)
+_REQUEST_ID = attrgetter("request.request_id")
 
 
 @dataclass
@@ -315,7 +317,11 @@ class EstimatorService:
         level = self.config.level
         traffic = _TrafficTable({k: v for k, v in self._traffic.items() if k[0] == model})
         segments = sorted(set(traffic.segment.tolist()) - {""})
-        reqs = [s for s in self._requests.values() if s.request.model == model]
+        # in request-id order: the sums (and so the estimates) do not depend on arrival order
+        reqs = sorted(
+            (s for s in self._requests.values() if s.request.model == model),
+            key=_REQUEST_ID,
+        )
         r_bucket = np.array([s.request.bucket for s in reqs], dtype=np.int64)
         r_seg = np.array([s.request.segment for s in reqs], dtype=np.str_)
         r_score = np.array([s.request.score for s in reqs], dtype=np.float64)

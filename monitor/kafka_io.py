@@ -94,8 +94,10 @@ class RecordSource(Protocol):
 class RecordSink(Protocol):
     """Where requests and dead letters go."""
 
-    def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
-        """Queue one record."""
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+    ) -> None:
+        """Queue one record (to ``partition``, or by key hash when None)."""
         ...
 
     def flush(self, timeout_s: float) -> None:
@@ -122,18 +124,36 @@ class _Seeker(ConsumerRebalanceListener):  # type: ignore[misc]
         self.source.seek_assigned(assigned)
 
 
-class KafkaSource:
-    """One consumer over the scored, requests and labels topics (see module docstring)."""
+Assigned = Callable[[Mapping[TP, int | None]], None]
 
-    def __init__(self, config: Config, stored_offsets: Callable[[], Mapping[TP, int]]) -> None:
+
+class KafkaSource:
+    """One consumer over the daemon's input topics (see module docstring).
+
+    ``topics`` and ``group_id`` default to the ``--role all`` ones (scored, requests, labels in
+    ``kafka.group_id``). ``on_assigned``, when given, is called on every assignment with the
+    group's committed offsets of the assigned partitions (None where none), before the seek to
+    ``stored_offsets`` (a sampler rebuilds its state there, see ``monitor.sampler_role``).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        stored_offsets: Callable[[], Mapping[TP, int]],
+        *,
+        topics: Sequence[str] | None = None,
+        group_id: str | None = None,
+        on_assigned: Assigned | None = None,
+    ) -> None:
         self.config = config
         self._stored = stored_offsets
+        self._on_assigned = on_assigned
         self._next: dict[TP, int] = {}
         self._ends: dict[TP, int] = {}  # end offsets from the last probe
         kc = config.kafka
         options: dict[str, Any] = {
             "bootstrap_servers": list(kc.bootstrap_servers),
-            "group_id": kc.group_id,
+            "group_id": group_id or kc.group_id,
             "enable_auto_commit": False,
             "auto_offset_reset": "earliest",
             **FETCH_OPTIONS,
@@ -144,9 +164,9 @@ class KafkaSource:
         options.update(kafka_client_options(kc, "consumer"))
         try:
             self._consumer = KafkaConsumer(**options)
-            topics = kc.topics
+            t = kc.topics
             self._consumer.subscribe(
-                [topics.scored, topics.requests, topics.labels], listener=_Seeker(self)
+                list(topics or (t.scored, t.requests, t.labels)), listener=_Seeker(self)
             )
         except KafkaError as exc:
             msg = "cannot connect the consumer"
@@ -154,6 +174,10 @@ class KafkaSource:
 
     def seek_assigned(self, assigned: Sequence[TopicPartition]) -> None:
         """Seek newly assigned partitions to the stored offsets (beginning when none)."""
+        if self._on_assigned is not None:
+            self._on_assigned(
+                {(tp.topic, tp.partition): self._consumer.committed(tp) for tp in assigned}
+            )
         stored = self._stored()
         for tp in assigned:
             off = stored.get((tp.topic, tp.partition))
@@ -291,10 +315,13 @@ class KafkaSink:
             raise _unavailable(msg, exc) from exc
         self._pending: list[Any] = []
 
-    def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
-        """Queue one record."""
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+    ) -> None:
+        """Queue one record (to ``partition``, or by key hash when None)."""
         try:
-            self._pending.append(self._producer.send(topic, key=key, value=value))
+            fut = self._producer.send(topic, key=key, value=value, partition=partition)
+            self._pending.append(fut)
         except KafkaError as exc:
             msg = "produce failed"
             raise _unavailable(msg, exc) from exc
@@ -339,11 +366,14 @@ def create_topics(config: Config, scored_partitions: int = 1) -> list[str]:
             (topics.requests, 1),
             (topics.labels, 1),
             (topics.deadletter, 1),
+            (topics.aggregates, scored_partitions),
         ):
             if name in existing:
                 continue
+            # a compacted aggregates topic keeps the latest state of every bucket
+            conf = {"cleanup.policy": "compact"} if name == topics.aggregates else None
             try:
-                admin.create_topics([NewTopic(name, parts, 1)])
+                admin.create_topics([NewTopic(name, parts, 1, topic_configs=conf)])
                 created.append(name)
             except TopicAlreadyExistsError:
                 pass
@@ -355,12 +385,63 @@ def create_topics(config: Config, scored_partitions: int = 1) -> list[str]:
     return created
 
 
+READ_IDLE_S = 0.3  # a read to the end stops after a poll this long brings nothing
+
+
+def read_topic(
+    config: Config, topic: str, select: Callable[[int], Collection[int]]
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Every record of the partitions ``select(n)`` of ``topic`` (n partitions), in log order.
+
+    A consumer outside any group reads from the beginning to the end offsets taken at the
+    start, then until a poll brings nothing for ``READ_IDLE_S`` (a broker may report the end of
+    its last batch approximately). Returns (partition, key, value) triples.
+    """
+    options: dict[str, Any] = {
+        "bootstrap_servers": list(config.kafka.bootstrap_servers),
+        "group_id": None,
+        "enable_auto_commit": False,
+        **FETCH_OPTIONS,
+        "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+        "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+    }
+    options.update(kafka_client_options(config.kafka, "consumer"))
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    try:
+        consumer = KafkaConsumer(**options)
+    except KafkaError as exc:
+        msg = f"cannot read {topic}"
+        raise _unavailable(msg, exc) from exc
+    try:
+        n = len(consumer.partitions_for_topic(topic) or ())
+        parts = [TopicPartition(topic, p) for p in sorted(select(n)) if 0 <= p < n]
+        if not parts:
+            return out
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        ends = consumer.end_offsets(parts)
+        while True:
+            polled = consumer.poll(timeout_ms=int(READ_IDLE_S * 1000), max_records=10_000)
+            for tp, recs in polled.items():
+                out.extend((tp.partition, r.key, r.value) for r in recs)
+            if not polled and all(consumer.position(tp) >= ends[tp] for tp in parts):
+                return out
+    except KafkaError as exc:
+        msg = f"cannot read {topic}"
+        raise _unavailable(msg, exc) from exc
+    finally:
+        with contextlib.suppress(KafkaError):
+            consumer.close(autocommit=False)
+
+
 # ------------------------------------------------------------------ in-memory fakes
 @dataclass
 class FakeLog:
     """Topics as lists of partitions of ``(key, value, timestamp_ms)`` records."""
 
-    topics: dict[str, list[list[tuple[bytes | None, bytes, int]]]] = field(default_factory=dict)
+    topics: dict[str, list[list[tuple[bytes | None, bytes | None, int]]]] = field(
+        default_factory=dict
+    )
     committed: dict[TP, int] = field(default_factory=dict)
 
     def create(self, topic: str, partitions: int = 1) -> None:
@@ -368,13 +449,18 @@ class FakeLog:
         self.topics.setdefault(topic, [[] for _ in range(partitions)])
 
     def append(
-        self, topic: str, value: bytes, key: bytes | None = None, partition: int = 0, ts_ms: int = 0
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int = 0,
+        ts_ms: int = 0,
     ) -> None:
         """Append one record."""
         self.create(topic)
         self.topics[topic][partition].append((key, value, ts_ms))
 
-    def records(self, topic: str) -> list[tuple[bytes | None, bytes]]:
+    def records(self, topic: str) -> list[tuple[bytes | None, bytes | None]]:
         """Every (key, value) of a topic, partition by partition."""
         return [(k, v) for part in self.topics.get(topic, []) for k, v, _ in part]
 
@@ -449,12 +535,14 @@ class FakeSink:
 
     def __init__(self, log_: FakeLog) -> None:
         self.log = log_
-        self._queue: list[tuple[str, bytes | None, bytes]] = []
+        self._queue: list[tuple[str, bytes | None, bytes | None, int]] = []
         self.fail_flushes = 0
 
-    def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
-        """Queue one record."""
-        self._queue.append((topic, key, value))
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+    ) -> None:
+        """Queue one record (partition 0 unless given)."""
+        self._queue.append((topic, key, value, partition or 0))
 
     def flush(self, timeout_s: float) -> None:
         """Deliver the queue, or fail (dropping nothing: the batch will be replayed)."""
@@ -463,8 +551,8 @@ class FakeSink:
             self._queue.clear()
             msg = "fake flush failed"
             raise BrokerUnavailable(msg)
-        for topic, key, value in self._queue:
-            self.log.append(topic, value, key)
+        for topic, key, value, partition in self._queue:
+            self.log.append(topic, value, key, partition)
         self._queue.clear()
 
     def close(self) -> None:

@@ -9,6 +9,9 @@ a replay makes the same decisions and produces byte-identical requests.
 Controls are frozen at the first record of a bucket on a partition from that partition's
 aggregate of earlier buckets; a batch is cut at those first records so the aggregate used is
 exactly the traffic that preceded the record on its partition, wherever batches were cut.
+A sampler that takes a partition over (``monitor.aggregates``) is given, per bucket, the offset
+below which the bucket's records are already counted: those records are decided again (the same
+requests) but not aggregated twice.
 Records older than the retention horizon (``2 k`` buckets behind the partition's newest bucket,
 ``k`` the longest reported window) are counted but never audited.
 """
@@ -157,9 +160,11 @@ class SamplerService:
         self,
         config: Config,
         n_partitions: int = 1,
+        *,
         traffic: Mapping[PartKey, TrafficAggregate] | None = None,
         controls: Mapping[PartKey, Control] | None = None,
         segments: Mapping[str, set[str]] | None = None,
+        counted: Mapping[PartKey, int] | None = None,
     ) -> None:
         self.config = config
         self.n_partitions = max(1, n_partitions)
@@ -172,6 +177,10 @@ class SamplerService:
         for m, p, b in self._controls:
             self._max_bucket[(m, p)] = max(b, self._max_bucket.get((m, p), b))
         self._segments: dict[str, set[str]] = {m: set(s) for m, s in (segments or {}).items()}
+        # per (model, partition): bucket -> offset below which its records are already counted
+        self._counted: dict[tuple[str, int], dict[int, int]] = {}
+        for (m, p, b), through in (counted or {}).items():
+            self._counted.setdefault((m, p), {})[b] = through
         self._changes = SamplerChanges()
 
     def model_config(self, model: str) -> ModelConfig:
@@ -260,6 +269,7 @@ class SamplerService:
         n = len(idx)
         cols = _Cols(
             ids=batch.ids[idx],
+            offset=batch.offset[idx],
             score=batch.score[idx],
             pred=batch.pred[idx],
             ts=ts,
@@ -354,6 +364,16 @@ class SamplerService:
         *,
         result: SamplerResult,
     ) -> None:
+        counted = self._counted.get((model, p))
+        if counted:  # replaying after a hand-over: count only what the aggregates lack
+            ub, inv = np.unique(cols.bucket[chunk], return_inverse=True)
+            through = np.array([counted.get(int(x), -1) for x in ub.tolist()], dtype=np.int64)
+            offs = cols.offset[chunk]
+            if int(offs.max()) >= max(counted.values()):
+                del self._counted[(model, p)]  # past every recorded state: nothing more to skip
+            chunk = chunk[offs >= through[inv.reshape(-1)]]
+            if len(chunk) == 0:
+                return
         n = len(chunk)
         groups = group_traffic(
             np.full(n, model),
@@ -382,6 +402,7 @@ class _Cols:
     """The columns of one model's records in a batch, plus the decision arrays being filled."""
 
     ids: npt.NDArray[np.str_]
+    offset: npt.NDArray[np.int64]
     score: npt.NDArray[np.float64]
     pred: npt.NDArray[np.int8]
     ts: npt.NDArray[np.float64]

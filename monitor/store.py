@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import numpy as np
-
+from monitor import aggregates
+from monitor.aggregates import BucketState, FeedChanges
 from monitor.errors import StoreError
 from monitor.estimator import EstimatorChanges, ParkedLabel, RequestState
 from monitor.records import LabelResult, RawRecord
@@ -60,6 +60,9 @@ CREATE TABLE IF NOT EXISTS parked (
     request_id TEXT NOT NULL, parked_at REAL NOT NULL, body TEXT NOT NULL,
     PRIMARY KEY (topic, partition, offset));
 CREATE TABLE IF NOT EXISTS watermarks (model TEXT PRIMARY KEY, ts REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS feed (
+    model TEXT NOT NULL, partition INTEGER NOT NULL, bucket INTEGER NOT NULL, state BLOB NOT NULL,
+    PRIMARY KEY (model, partition, bucket));
 CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
@@ -76,31 +79,7 @@ class LoadedState:
     requests: list[RequestState] = field(default_factory=list)
     parked: list[ParkedLabel] = field(default_factory=list)
     watermarks: dict[str, float] = field(default_factory=dict)
-
-
-def _agg_dump(a: TrafficAggregate) -> str:
-    return json.dumps(
-        [
-            *(a.n, a.n_pred, a.sum_score, a.sum_pred_score, a.sum_qstar, a.n_requested),
-            *(a.sum_pi, a.hist.tolist(), a.ts_min, a.ts_max),
-        ]
-    )
-
-
-def _agg_load(text: str) -> TrafficAggregate:
-    v = json.loads(text)
-    return TrafficAggregate(
-        n=v[0],
-        n_pred=v[1],
-        sum_score=v[2],
-        sum_pred_score=v[3],
-        sum_qstar=v[4],
-        n_requested=v[5],
-        sum_pi=v[6],
-        hist=np.asarray(v[7], dtype=np.int64),
-        ts_min=float(v[8]),
-        ts_max=float(v[9]),
-    )
+    feed: list[BucketState] = field(default_factory=list)
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -207,7 +186,7 @@ class Store:
         st = LoadedState(offsets=self.offsets())
         db = self._db
         for m, p, b, agg in db.execute("SELECT model, partition, bucket, agg FROM ptraffic"):
-            st.ptraffic[(m, int(p), int(b))] = _agg_load(agg)
+            st.ptraffic[(m, int(p), int(b))] = TrafficAggregate.from_list(json.loads(agg))
         for m, p, b, g, k, mq in db.execute("SELECT * FROM controls"):
             st.controls[(m, int(p), int(b))] = Control(
                 float(g), float(k), math.nan if mq is None else float(mq)
@@ -215,7 +194,7 @@ class Store:
         for m, s in db.execute("SELECT model, segment FROM segments"):
             st.segments.setdefault(m, set()).add(s)
         for m, s, b, agg in db.execute("SELECT model, segment, bucket, agg FROM straffic"):
-            st.straffic[(m, s, int(b))] = _agg_load(agg)
+            st.straffic[(m, s, int(b))] = TrafficAggregate.from_list(json.loads(agg))
         for body, label, labeler, label_ts in db.execute(
             "SELECT body, label, labeler, label_ts FROM requests ORDER BY rowid"
         ):
@@ -227,6 +206,10 @@ class Store:
             st.parked.append(_parked_load(rid, float(at), body))
         for m, ts in db.execute("SELECT model, ts FROM watermarks"):
             st.watermarks[m] = float(ts)
+        for m, p, b, state in db.execute("SELECT model, partition, bucket, state FROM feed"):
+            _, bucket_state = aggregates.decode(aggregates.encode_key((m, int(p), int(b))), state)
+            if bucket_state is not None:
+                st.feed.append(bucket_state)
         return st
 
     def get_json(self, key: str) -> Any:
@@ -250,12 +233,22 @@ class Store:
         sampler: SamplerChanges,
         estimator: EstimatorChanges,
         offsets: Mapping[tuple[str, int], int],
+        feed: FeedChanges | None = None,
     ) -> None:
         """Write every change and the next offsets in one transaction (all or nothing)."""
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
             self._write(db, sampler, estimator, offsets)
+            if feed is not None:
+                db.executemany(
+                    "INSERT OR REPLACE INTO feed VALUES (?, ?, ?, ?)",
+                    [(*k, aggregates.encode(s)) for k, s in feed.upserts.items()],
+                )
+                db.executemany(
+                    "DELETE FROM feed WHERE model=? AND partition=? AND bucket=?",
+                    sorted(feed.deletes),
+                )
             if self.before_commit is not None:
                 self.before_commit()
             db.execute("COMMIT")
@@ -275,7 +268,7 @@ class Store:
     ) -> None:
         db.executemany(
             "INSERT OR REPLACE INTO ptraffic VALUES (?, ?, ?, ?)",
-            [(m, p, b, _agg_dump(a)) for (m, p, b), a in sampler.traffic.items()],
+            [(m, p, b, json.dumps(a.to_list())) for (m, p, b), a in sampler.traffic.items()],
         )
         db.executemany(
             "INSERT OR REPLACE INTO controls VALUES (?, ?, ?, ?, ?, ?)",
@@ -291,7 +284,7 @@ class Store:
             db.execute("DELETE FROM controls WHERE model=? AND partition=? AND bucket<?", args)
         db.executemany(
             "INSERT OR REPLACE INTO straffic VALUES (?, ?, ?, ?)",
-            [(m, s, b, _agg_dump(a)) for (m, s, b), a in estimator.traffic.items()],
+            [(m, s, b, json.dumps(a.to_list())) for (m, s, b), a in estimator.traffic.items()],
         )
         rows: list[tuple[Any, ...]] = []
         for rid, s in estimator.requests.items():

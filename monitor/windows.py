@@ -14,8 +14,9 @@ decisions derived from it (seed 000, Cor. 2 via ``monitor.stats.budget``) replay
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -97,6 +98,59 @@ class TrafficAggregate:
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+    def since(self, earlier: TrafficAggregate) -> TrafficAggregate:
+        """The growth from ``earlier``, a previous state of the same group: ``earlier + d == self``.
+
+        Exact, as the sums are integers; ``ts_min``/``ts_max`` are this state's own (min and max
+        are idempotent, so adding them to ``earlier`` again gives this state's extremes).
+        """
+        return TrafficAggregate(
+            n=self.n - earlier.n,
+            n_pred=self.n_pred - earlier.n_pred,
+            sum_score=self.sum_score - earlier.sum_score,
+            sum_pred_score=self.sum_pred_score - earlier.sum_pred_score,
+            sum_qstar=self.sum_qstar - earlier.sum_qstar,
+            n_requested=self.n_requested - earlier.n_requested,
+            sum_pi=self.sum_pi - earlier.sum_pi,
+            hist=self.hist - earlier.hist,
+            ts_min=self.ts_min,
+            ts_max=self.ts_max,
+        )
+
+    def to_list(self) -> list[Any]:
+        """A JSON-ready list of the fields (``from_list`` reads it back)."""
+        return [
+            *(self.n, self.n_pred, self.sum_score, self.sum_pred_score, self.sum_qstar),
+            *(self.n_requested, self.sum_pi, self.hist.tolist(), self.ts_min, self.ts_max),
+        ]
+
+    @classmethod
+    def from_list(cls, v: Sequence[Any]) -> TrafficAggregate:
+        """The aggregate written by ``to_list``; ``ValueError`` when ``v`` is not one."""
+        if not isinstance(v, list | tuple) or len(v) != 10:
+            msg = "an aggregate is a list of ten fields"
+            raise ValueError(msg)
+        n, n_pred, s_score, s_pred_score, s_qstar, n_requested, s_pi = v[:7]
+        if not all(type(x) is int for x in v[:7]):
+            msg = "aggregate counts and sums must be integers"
+            raise ValueError(msg)
+        hist = np.asarray(v[7], dtype=np.int64)
+        if hist.shape != (SCORE_BINS,):
+            msg = f"an aggregate histogram has {SCORE_BINS} bins"
+            raise ValueError(msg)
+        return cls(
+            n=n,
+            n_pred=n_pred,
+            sum_score=s_score,
+            sum_pred_score=s_pred_score,
+            sum_qstar=s_qstar,
+            n_requested=n_requested,
+            sum_pi=s_pi,
+            hist=hist,
+            ts_min=float(v[8]),
+            ts_max=float(v[9]),
+        )
 
     @property
     def score_total(self) -> float:

@@ -150,7 +150,8 @@ def unseen_event_design(
     missing = max(pseudo_events - int(np.count_nonzero(open_ & (weight > 0.0))), 0.0)
     if missing <= 0.0:
         return 0.0
-    return missing * float(np.dot(fpc[open_], v[open_] ** 2)) / count
+    with np.errstate(over="ignore"):  # an overflow is an infinite variance: say so
+        return missing * float(np.dot(fpc[open_], v[open_] ** 2)) / count
 
 
 def t_quantile(level: float, n: int) -> float:
@@ -358,8 +359,10 @@ def ratio_estimate(
     resid = vw * (gain - value)
     unseen = 0.0
     if frame is not None and event_weight > 0.0:
-        unseen = unseen_event_design(weight, v / top, fpc, frame, pseudo_events) * event_weight**2
-    se = math.sqrt(float(np.dot(fpc, resid * resid)) + unseen * (event_gain - value) ** 2) / total
+        # event_weight folded into v before squaring: tiny weights (alpha ~ 0) must not overflow
+        unseen = unseen_event_design(weight, v * (event_weight / top), fpc, frame, pseudo_events)
+    gap = event_gain - value  # unseen events at the estimate's own gain add no variance
+    se = math.sqrt(float(np.dot(fpc, resid * resid)) + (unseen * gap * gap if gap else 0.0)) / total
     vw2 = vw * vw
     ess = total * total / float(vw2.sum())
     design = float(np.dot(fpc, vw2)) + unseen

@@ -55,7 +55,7 @@ def test_window_estimate_equals_direct_computation(rng: np.random.Generator) -> 
     assert est.handle_labels(labels) == []
     snap = est.snapshot()
     row = next(w for w in snap.windows if w.window == "24h" and w.segment == "")
-    reqs = res.requests
+    reqs = sorted(res.requests, key=lambda r: r.request_id)  # the estimator's summation order
     sample = LabeledSample.poisson(
         np.array([r.score for r in reqs]),
         np.array([r.pred for r in reqs]),

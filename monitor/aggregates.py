@@ -1,0 +1,285 @@
+"""The aggregates topic: the samplers' per-(model, partition, bucket) state, for the estimator.
+
+With ``monitor run --role sampler`` several samplers share the scored topic's partitions as one
+consumer group and keep no local state. After each step a sampler produces, for every
+(model, partition, bucket) the step touched, ONE record holding that bucket's cumulative state::
+
+    key   = ["model", partition, bucket]                        (JSON)
+    value = {"v": 1, "model": ..., "partition": p, "bucket": b, "through": T,
+             "control": [g, kappa, mean_q*] | null, "segments": {segment: aggregate}}
+
+``through`` is the partition's next offset after the step: the aggregates count every record of
+the bucket at offsets below ``T`` and none above. ``control`` is the bucket's frozen sampling
+control (seed 000, Cor. 2 via ``monitor.stats.budget``); an aggregate is
+``TrafficAggregate.to_list``. A record goes to aggregates partition ``partition % n``, so one
+scored partition's history is read from one place. The topic is compacted (a key keeps its
+latest state) and a bucket the sampler prunes gets a tombstone (null value).
+
+Two readers:
+
+- a sampler assigned scored partitions rebuilds their controls and aggregates from the latest
+  state of each key (``SamplerLog``) and resumes at the group's committed offset. Records below
+  a bucket's ``through`` are decided again (the same requests, byte for byte) but not counted
+  again, so a sampler killed between producing its state and committing its offsets loses
+  nothing and doubles nothing.
+- the estimator (``TrafficFeed``) keeps the last state per key and adds the difference from the
+  previous one. The sums are fixed-point integers, so differences are exact and its aggregates
+  equal those one ``--role all`` process computes from the same stream. A state whose
+  ``through`` is not beyond the one applied (a replay, a sampler that lost its partitions but
+  did not know yet) changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from monitor.config import Config
+from monitor.sampler import PartKey, SamplerChanges, SamplerService
+from monitor.stats.budget import Control
+from monitor.windows import GroupKey, TrafficAggregate
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class BucketState:
+    """The cumulative state of one (model, scored partition, bucket) after offset ``through``."""
+
+    model: str
+    partition: int
+    bucket: int
+    through: int
+    control: Control | None
+    segments: dict[str, TrafficAggregate]
+
+    @property
+    def key(self) -> PartKey:
+        """(model, partition, bucket)."""
+        return (self.model, self.partition, self.bucket)
+
+    def total(self) -> TrafficAggregate:
+        """The bucket's traffic over all segments."""
+        out = TrafficAggregate.zero()
+        for agg in self.segments.values():
+            out += agg
+        return out
+
+
+def encode_key(key: PartKey) -> bytes:
+    """The Kafka key of a (model, partition, bucket): compact JSON ``["model", p, b]``."""
+    return json.dumps(list(key), separators=(",", ":")).encode("utf-8")
+
+
+def encode(state: BucketState) -> bytes:
+    """The record value of a state (deterministic JSON, see the module docstring)."""
+    ctl = state.control
+    body = {
+        "v": FORMAT_VERSION,
+        "model": state.model,
+        "partition": state.partition,
+        "bucket": state.bucket,
+        "through": state.through,
+        "control": None
+        if ctl is None
+        else [ctl.g, ctl.kappa, None if math.isnan(ctl.mean_qstar) else ctl.mean_qstar],
+        "segments": {s: a.to_list() for s, a in sorted(state.segments.items())},
+    }
+    return json.dumps(body, separators=(",", ":"), sort_keys=True).encode("utf-8")
+
+
+def _int(v: object, what: str) -> int:
+    if type(v) is not int:
+        msg = f"{what} must be an integer"
+        raise ValueError(msg)
+    return v
+
+
+def decode(key: bytes | None, value: bytes | None) -> tuple[PartKey, BucketState | None]:
+    """The key and state of one record (None for a tombstone); ``ValueError`` if malformed."""
+    try:
+        k = json.loads(key or b"")
+    except (ValueError, RecursionError) as exc:
+        msg = f"aggregates key is not JSON: {exc}"
+        raise ValueError(msg) from exc
+    if not (isinstance(k, list) and len(k) == 3 and isinstance(k[0], str)):
+        msg = 'aggregates key must be ["model", partition, bucket]'
+        raise ValueError(msg)
+    pk: PartKey = (k[0], _int(k[1], "key partition"), _int(k[2], "key bucket"))
+    if value is None:
+        return pk, None
+    obj = json.loads(value)
+    if not isinstance(obj, dict) or obj.get("v") != FORMAT_VERSION:
+        msg = f"aggregates value must be a JSON object with v={FORMAT_VERSION}"
+        raise ValueError(msg)
+    try:
+        ctl = obj["control"]
+        segments = obj["segments"]
+        state = BucketState(
+            model=str(obj["model"]),
+            partition=_int(obj["partition"], "partition"),
+            bucket=_int(obj["bucket"], "bucket"),
+            through=_int(obj["through"], "through"),
+            control=None
+            if ctl is None
+            else Control(float(ctl[0]), float(ctl[1]), math.nan if ctl[2] is None else ctl[2]),
+            segments={str(s): TrafficAggregate.from_list(a) for s, a in segments.items()},
+        )
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        msg = f"not an aggregates state: {exc!r}"
+        raise ValueError(msg) from exc
+    if state.key != pk:
+        msg = "aggregates key and value name different buckets"
+        raise ValueError(msg)
+    return pk, state
+
+
+def latest(records: Iterable[tuple[bytes | None, bytes | None]]) -> dict[PartKey, BucketState]:
+    """The newest state of every key: the largest ``through`` (a tombstone deletes the key).
+
+    Records are taken in log order; a state behind the one kept (a sampler that had lost its
+    partition without knowing) is ignored. Malformed records are skipped: the estimator
+    dead-letters them.
+    """
+    out: dict[PartKey, BucketState] = {}
+    for key, value in records:
+        try:
+            pk, state = decode(key, value)
+        except ValueError:
+            continue
+        if state is None:
+            out.pop(pk, None)
+        elif pk not in out or state.through >= out[pk].through:
+            out[pk] = state
+    return out
+
+
+Message = tuple[int, bytes, bytes | None]  # (scored partition, key, value or None)
+
+
+@dataclass
+class SamplerLog:
+    """The sampler's side: the latest state of each of its buckets and the records to produce."""
+
+    states: dict[PartKey, BucketState] = field(default_factory=dict)
+
+    def service(self, config: Config, n_partitions: int) -> SamplerService:
+        """A ``SamplerService`` resuming from these states (controls, aggregates, segments).
+
+        It is told each bucket's ``through``, so records a replay brings again are decided
+        again but not counted twice.
+        """
+        segments: dict[str, set[str]] = {}
+        for st in self.states.values():
+            segments.setdefault(st.model, set()).update(st.segments)
+        return SamplerService(
+            config,
+            n_partitions,
+            traffic={k: st.total() for k, st in self.states.items()},
+            controls={k: st.control for k, st in self.states.items() if st.control is not None},
+            segments=segments,
+            counted={k: st.through for k, st in self.states.items()},
+        )
+
+    def record(
+        self,
+        deltas: Mapping[GroupKey, TrafficAggregate],
+        changes: SamplerChanges,
+        ends: Mapping[int, int],
+    ) -> list[Message]:
+        """Fold one step into the states; the records to produce (touched states, tombstones).
+
+        Args:
+            deltas: the step's traffic per (model, segment, bucket, partition).
+            changes: the sampler's changes of the step (kept buckets, controls, pruning).
+            ends: next offset per scored partition after the step.
+        """
+        touched: set[PartKey] = set()
+        for g, agg in deltas.items():
+            k = (g.model, g.partition, g.bucket)
+            if k not in changes.traffic:
+                continue  # beyond retention: counted by the step, never kept
+            st = self.states.get(k)
+            if st is None:
+                st = self.states[k] = BucketState(*k, through=0, control=None, segments={})
+            st.segments[g.segment] = st.segments.get(g.segment, TrafficAggregate.zero()) + agg
+            touched.add(k)
+        for k, ctl in changes.controls.items():
+            st = self.states.get(k)
+            if st is not None:
+                st.control = ctl
+                touched.add(k)
+        out: list[Message] = []
+        for k in sorted(touched):
+            st = self.states[k]
+            st.through = max(st.through, ends.get(k[1], st.through))
+            out.append((k[1], encode_key(k), encode(st)))
+        for (model, p), horizon in changes.prune.items():
+            for k in sorted(k for k in self.states if k[:2] == (model, p) and k[2] < horizon):
+                del self.states[k]
+                out.append((p, encode_key(k), None))
+        return out
+
+
+@dataclass
+class FeedChanges:
+    """Feed states changed since the last ``take_changes`` (what the store must persist)."""
+
+    upserts: dict[PartKey, BucketState] = field(default_factory=dict)
+    deletes: set[PartKey] = field(default_factory=set)
+
+
+class TrafficFeed:
+    """The estimator's side: the last applied state per key, and exact deltas from new ones."""
+
+    def __init__(self, states: Iterable[BucketState] = ()) -> None:
+        self._states = {s.key: s for s in states}
+        self._changes = FeedChanges()
+
+    def take_changes(self) -> FeedChanges:
+        """Return and reset the changes since the last call."""
+        out, self._changes = self._changes, FeedChanges()
+        return out
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def apply(
+        self, records: Sequence[tuple[PartKey, BucketState | None]]
+    ) -> dict[GroupKey, TrafficAggregate]:
+        """Take decoded records in log order; the traffic they add, per segment and partition.
+
+        A state adds ``state.segments[s] - applied.segments[s]`` for every segment, when its
+        ``through`` is beyond the applied one; otherwise (a replay or a stale writer) nothing.
+        A tombstone forgets the key without changing any aggregate.
+        """
+        out: dict[GroupKey, TrafficAggregate] = {}
+        for pk, state in records:
+            if state is None:
+                if self._states.pop(pk, None) is not None:
+                    self._changes.upserts.pop(pk, None)
+                    self._changes.deletes.add(pk)
+                continue
+            old = self._states.get(pk)
+            if old is not None and state.through <= old.through:
+                continue
+            for seg, agg in state.segments.items():
+                before = None if old is None else old.segments.get(seg)
+                delta = agg if before is None else agg.since(before)
+                if delta.n == 0:
+                    continue
+                g = GroupKey(state.model, seg, state.bucket, state.partition)
+                out[g] = out.get(g, TrafficAggregate.zero()) + delta
+            self._states[pk] = state
+            self._changes.upserts[pk] = state
+            self._changes.deletes.discard(pk)
+        return out
+
+    def prune(self, model: str, horizon: int) -> None:
+        """Forget ``model``'s buckets below ``horizon`` (the estimator dropped them)."""
+        for pk in [k for k in self._states if k[0] == model and k[2] < horizon]:
+            del self._states[pk]
+            self._changes.upserts.pop(pk, None)
+            self._changes.deletes.add(pk)
