@@ -564,7 +564,9 @@ class NullSink:
     def __init__(self) -> None:
         self.produced = 0
 
-    def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+    ) -> None:
         self.produced += 1
 
     def flush(self, timeout_s: float) -> None:

@@ -460,9 +460,9 @@ class FakeLog:
         self.create(topic)
         self.topics[topic][partition].append((key, value, ts_ms))
 
-    def records(self, topic: str) -> list[tuple[bytes | None, bytes | None]]:
-        """Every (key, value) of a topic, partition by partition."""
-        return [(k, v) for part in self.topics.get(topic, []) for k, v, _ in part]
+    def records(self, topic: str) -> list[tuple[bytes | None, bytes]]:
+        """Every (key, value) of a topic, partition by partition (tombstones left out)."""
+        return [(k, v) for part in self.topics.get(topic, []) for k, v, _ in part if v is not None]
 
 
 class FakeSource:
