@@ -1,0 +1,292 @@
+"""Samplers + one estimator over in-memory Kafka fakes equal one ``--role all`` process.
+
+The same guarantee runs against the real broker and real processes in
+``tests/integration/test_scale_out.py``; here hand-overs and crashes are placed exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from monitor import aggregates
+from monitor.config import Config, KafkaConfig, ModelConfig
+from monitor.daemon import Engine
+from monitor.exporter import Exporter
+from monitor.kafka_io import FakeLog, FakeSink, FakeSource
+from monitor.sampler_role import Entry, ReadAggregates, SamplerEngine
+from monitor.snapshot import Snapshot
+from monitor.store import Store
+from monitor.workload import Workload, WorkloadSpec, generate
+
+TOPICS = Config().kafka.topics
+PARTITIONS = 4
+TP = tuple[str, int]
+
+
+def _config(data_dir: Path, poll: int = 300) -> Config:
+    model = ModelConfig(name="default", labels_per_hour=60.0, expected_records_per_hour=800.0)
+    return Config(
+        models={"default": model},
+        data_dir=data_dir,
+        label_park_grace_s=0.0,
+        max_segments_per_model=8,
+        kafka=KafkaConfig(max_poll_records=poll),
+    )
+
+
+@pytest.fixture(scope="module")
+def workload() -> Workload:
+    return generate(WorkloadSpec(n=6000, hours=10.0, seed=11, segments=("eu", "us", "apac")))
+
+
+def _log(w: Workload, seed: int = 0) -> FakeLog:
+    """The workload over 4 partitions, each locally out of event-time order (late records)."""
+    log = FakeLog()
+    log.create(TOPICS.scored, PARTITIONS)
+    log.create(TOPICS.aggregates, 3)  # fewer than the scored topic: partition p -> p % 3
+    for topic in (TOPICS.requests, TOPICS.labels, TOPICS.deadletter):
+        log.create(topic)
+    order = np.arange(len(w))
+    rng = np.random.default_rng(seed)
+    for lo in range(0, len(w), 40):
+        rng.shuffle(order[lo : lo + 40])
+    for i, j in enumerate(order.tolist()):
+        rec = w.record(j)
+        log.append(TOPICS.scored, json.dumps(rec).encode(), partition=i % PARTITIONS)
+    return log
+
+
+def _answer(log: FakeLog, w: Workload, answered: set[str]) -> None:
+    """Label every request not answered yet, from the ground truth (once per request id)."""
+    truth = dict(w.truth_rows())
+    for _, value in log.records(TOPICS.requests):
+        req = json.loads(value)
+        if req["request_id"] in answered:
+            continue
+        answered.add(req["request_id"])
+        body = {"request_id": req["request_id"], "label": truth[req["id"]]}
+        log.append(TOPICS.labels, json.dumps(body).encode())
+
+
+class PartSource(FakeSource):
+    """A fake group member: only ``partitions`` of the scored topic, from committed offsets."""
+
+    def __init__(self, log: FakeLog, engine: SamplerEngine, partitions: Collection[int]) -> None:
+        super().__init__(log, [TOPICS.scored], lambda: {})
+        committed: dict[TP, int | None] = {
+            (TOPICS.scored, p): log.committed.get((TOPICS.scored, p)) for p in partitions
+        }
+        engine.on_assigned(committed)
+        self.pos = {tp: off or 0 for tp, off in committed.items()}
+
+
+def _reader(log: FakeLog) -> ReadAggregates:
+    def read(select: Callable[[int], Collection[int]]) -> list[Entry]:
+        parts = log.topics[TOPICS.aggregates]
+        return [(p, k, v) for p in sorted(select(len(parts))) for k, v, _ in parts[p]]
+
+    return read
+
+
+def _sampler(
+    log: FakeLog, cfg: Config, partitions: Collection[int]
+) -> tuple[SamplerEngine, PartSource]:
+    engine = SamplerEngine(cfg, Exporter(cfg, CollectorRegistry()), _reader(log))
+    engine.set_partitions(PARTITIONS)
+    return engine, PartSource(log, engine, partitions)
+
+
+def _drain(engine: SamplerEngine | Engine, source: FakeSource, sink: FakeSink) -> None:
+    for _ in range(10_000):
+        if engine.step(source, sink) == 0:
+            return
+    msg = "did not drain"
+    raise AssertionError(msg)
+
+
+def _requests(log: FakeLog) -> dict[str, bytes]:
+    """Request id -> bytes; the same id must always come with the same bytes."""
+    out: dict[str, bytes] = {}
+    for key, value in log.records(TOPICS.requests):
+        rid = (key or b"").decode()
+        assert out.setdefault(rid, value) == value
+    return out
+
+
+def _estimates(snap: Snapshot) -> list[tuple[object, ...]]:
+    return [
+        (
+            w.model,
+            w.segment,
+            w.window,
+            w.records,
+            w.requests,
+            w.labels,
+            w.f.value,
+            w.f.lower,
+            w.f.upper,
+            w.precision.value,
+            w.recall.value,
+            w.intrinsic_f,
+            w.psi,
+        )
+        for w in snap.windows
+    ]
+
+
+def _run_all(w: Workload, tmp: Path) -> tuple[dict[str, bytes], list[tuple[object, ...]]]:
+    log = _log(w)
+    cfg = _config(tmp / "all")
+    store = Store(cfg.data_dir)
+    engine = Engine(cfg, store, Exporter(cfg, CollectorRegistry()))
+    source = FakeSource(log, engine.topics, store.offsets)
+    sink = FakeSink(log)
+    engine.set_partitions(PARTITIONS)
+    _drain(engine, source, sink)
+    _answer(log, w, set())
+    _drain(engine, source, sink)
+    snap = engine.estimator.snapshot()
+    store.close()
+    return _requests(log), _estimates(snap)
+
+
+def _run_split(
+    w: Workload, tmp: Path, kill_after: int, resume_from: int, poll: int
+) -> tuple[dict[str, bytes], list[tuple[object, ...]], FakeLog]:
+    """Two samplers ({0, 1} and {2, 3}) and an estimator; after ``kill_after`` steps the first
+    sampler dies having flushed but committed only up to step ``resume_from``, and a new one
+    takes its partitions over."""
+    log = _log(w)
+    cfg = _config(tmp / "est", poll)
+    a, src_a = _sampler(log, cfg, [0, 1])
+    b, src_b = _sampler(log, cfg, [2, 3])
+    sink = FakeSink(log)
+    mine = [(TOPICS.scored, 0), (TOPICS.scored, 1)]
+    kept = {tp: log.committed.get(tp) for tp in mine}
+    for i in range(kill_after):
+        a.step(src_a, sink)
+        if i + 1 == resume_from:
+            kept = {tp: log.committed.get(tp) for tp in mine}
+    for tp, off in kept.items():  # the commits after step resume_from were lost
+        if off is None:
+            log.committed.pop(tp, None)
+        else:
+            log.committed[tp] = off
+    a2, src_a2 = _sampler(log, cfg, [0, 1])
+    _drain(b, src_b, sink)
+    _drain(a2, src_a2, sink)
+    store = Store(cfg.data_dir)
+    est = Engine(cfg, store, Exporter(cfg, CollectorRegistry()), role="estimator")
+    est_source = FakeSource(log, est.topics, store.offsets)
+    est.set_partitions(PARTITIONS)
+    _drain(est, est_source, sink)
+    _answer(log, w, set())
+    _drain(est, est_source, sink)
+    snap = est.estimator.snapshot()
+    store.close()
+    return _requests(log), _estimates(snap), log
+
+
+def test_bucket_state_round_trip(workload: Workload, tmp_path: Path) -> None:
+    log = _log(workload)
+    cfg = _config(tmp_path)
+    engine, source = _sampler(log, cfg, range(PARTITIONS))
+    _drain(engine, source, FakeSink(log))
+    records = log.records(TOPICS.aggregates)
+    assert records
+    for key, value in records:
+        pk, state = aggregates.decode(key, value)
+        assert state is not None and state.key == pk
+        assert aggregates.encode_key(pk) == key and aggregates.encode(state) == value
+    # every scored partition's states are on aggregates partition p % 3
+    for p, part in enumerate(log.topics[TOPICS.aggregates]):
+        assert {json.loads(k or b"")[1] % 3 for k, _, _ in part} <= {p}
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        (b"{", "JSON"),
+        (b'{"v": 2}', "v=1"),
+        (b'{"v": 1, "model": "m"}', "not an aggregates state"),
+    ],
+)
+def test_malformed_state_is_refused(bad: bytes, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        aggregates.decode(b'["m",0,1]', bad) if why != "JSON" else aggregates.decode(b"{", bad)
+
+
+def test_estimator_dead_letters_a_forged_state_and_keeps_its_estimate(
+    workload: Workload, tmp_path: Path
+) -> None:
+    log = _log(workload)
+    cfg = _config(tmp_path)
+    engine, source = _sampler(log, cfg, range(PARTITIONS))
+    _drain(engine, source, FakeSink(log))
+    store = Store(cfg.data_dir)
+    est = Engine(cfg, store, Exporter(cfg, CollectorRegistry()), role="estimator")
+    est_source = FakeSource(log, est.topics, store.offsets)
+    _drain(est, est_source, FakeSink(log))
+    before = _estimates(est.estimator.snapshot())
+    key, value = log.records(TOPICS.aggregates)[-1]
+    stale = json.loads(value)
+    log.append(TOPICS.aggregates, b"not json", key)
+    log.append(TOPICS.aggregates, json.dumps({**stale, "bucket": 1}).encode(), key)
+    log.append(TOPICS.aggregates, value, key)  # a replay: through not beyond the applied one
+    _drain(est, est_source, FakeSink(log))
+    assert _estimates(est.estimator.snapshot()) == before
+    reasons = [json.loads(v)["reason"] for _, v in log.records(TOPICS.deadletter)]
+    assert reasons == ["malformed_json", "bad_type"]
+    store.close()
+
+
+def test_two_samplers_and_an_estimator_equal_one_process(
+    workload: Workload, tmp_path: Path
+) -> None:
+    ref_requests, ref_estimates = _run_all(workload, tmp_path / "ref")
+    requests, estimates, log = _run_split(workload, tmp_path / "split", 7, 3, 300)
+    assert requests == ref_requests
+    assert estimates == ref_estimates
+    # the killed sampler's last 4 steps were decided twice: the requests topic holds repeats
+    assert len(log.records(TOPICS.requests)) > len(requests)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    kill_after=st.integers(0, 12),
+    lost_commits=st.integers(0, 4),
+    poll=st.sampled_from([97, 250, 700]),
+)
+def test_any_hand_over_gives_the_same_requests_and_estimates(
+    workload: Workload,
+    tmp_path_factory: pytest.TempPathFactory,
+    kill_after: int,
+    lost_commits: int,
+    poll: int,
+) -> None:
+    tmp = tmp_path_factory.mktemp("handover")
+    ref_requests, ref_estimates = _reference(workload, tmp_path_factory)
+    requests, estimates, _ = _run_split(
+        workload, tmp, kill_after, max(0, kill_after - lost_commits), poll
+    )
+    assert requests == ref_requests
+    assert estimates == ref_estimates
+
+
+_REF: dict[str, tuple[dict[str, bytes], list[tuple[object, ...]]]] = {}
+
+
+def _reference(
+    w: Workload, factory: pytest.TempPathFactory
+) -> tuple[dict[str, bytes], list[tuple[object, ...]]]:
+    if "ref" not in _REF:
+        _REF["ref"] = _run_all(w, factory.mktemp("ref"))
+    return _REF["ref"]
