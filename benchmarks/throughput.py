@@ -539,6 +539,9 @@ class SyntheticSource:
     def seek(self, offsets: Mapping[tuple[str, int], int]) -> None:
         pass
 
+    def committed(self) -> dict[tuple[str, int], int]:
+        return {}
+
     def lag(self) -> dict[tuple[str, int], int]:
         return {(self.topic, 0): 0}
 

@@ -82,6 +82,7 @@ class Source(Protocol):
     def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]: ...  # noqa: D102
     def commit(self, offsets: Mapping[TP, int]) -> None: ...  # noqa: D102
     def seek(self, offsets: Mapping[TP, int]) -> None: ...  # noqa: D102
+    def committed(self) -> dict[TP, int]: ...  # noqa: D102
     def lag(self) -> dict[TP, int]: ...  # noqa: D102
     def assigned(self) -> bool: ...  # noqa: D102
     def caught_up(self, topics: Collection[str]) -> bool: ...  # noqa: D102
@@ -553,7 +554,7 @@ def kafka_connect(
     config: Config,
     topics: Sequence[str] | None = None,
     group_id: str | None = None,
-    on_assigned: Callable[[Mapping[TP, int | None]], None] | None = None,
+    on_assigned: Callable[[Sequence[TP]], None] | None = None,
 ) -> Connect:
     """A ``Connect`` that opens the real consumer and producer (see ``KafkaSource``)."""
 

@@ -170,7 +170,7 @@ def demo_config(args: argparse.Namespace, topics: TopicsConfig, per_hour: float)
 
 
 def create_topics(bootstrap: str, topics: TopicsConfig, partitions: int) -> None:
-    """Create the four topics with explicit partition counts (Tansu would default to 3)."""
+    """Create the five topics with explicit partition counts (Tansu would default to 3)."""
     from kafka.admin import KafkaAdminClient, NewTopic  # noqa: PLC0415
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="monitor-demo")
@@ -178,6 +178,11 @@ def create_topics(bootstrap: str, topics: TopicsConfig, partitions: int) -> None
         admin.create_topics(
             [NewTopic(topics.scored, partitions, 1)]
             + [NewTopic(t, 1, 1) for t in (topics.requests, topics.labels, topics.deadletter)]
+            + [
+                NewTopic(
+                    topics.aggregates, partitions, 1, topic_configs={"cleanup.policy": "compact"}
+                )
+            ]
         )
     finally:
         admin.close()

@@ -124,16 +124,16 @@ class _Seeker(ConsumerRebalanceListener):  # type: ignore[misc]
         self.source.seek_assigned(assigned)
 
 
-Assigned = Callable[[Mapping[TP, int | None]], None]
+Assigned = Callable[[Sequence[TP]], None]
 
 
 class KafkaSource:
     """One consumer over the daemon's input topics (see module docstring).
 
     ``topics`` and ``group_id`` default to the ``--role all`` ones (scored, requests, labels in
-    ``kafka.group_id``). ``on_assigned``, when given, is called on every assignment with the
-    group's committed offsets of the assigned partitions (None where none), before the seek to
-    ``stored_offsets`` (a sampler rebuilds its state there, see ``monitor.sampler_role``).
+    ``kafka.group_id``). With ``on_assigned`` the source does not seek on an assignment: it
+    calls ``on_assigned`` with the partitions and they resume at the group's committed offsets
+    (a sampler rebuilds its state there, see ``monitor.sampler_role``).
     """
 
     def __init__(
@@ -175,9 +175,13 @@ class KafkaSource:
     def seek_assigned(self, assigned: Sequence[TopicPartition]) -> None:
         """Seek newly assigned partitions to the stored offsets (beginning when none)."""
         if self._on_assigned is not None:
-            self._on_assigned(
-                {(tp.topic, tp.partition): self._consumer.committed(tp) for tp in assigned}
+            for tp in assigned:
+                self._next.pop((tp.topic, tp.partition), None)
+            self._on_assigned([(tp.topic, tp.partition) for tp in assigned])
+            log.info(
+                "partitions assigned", extra={"event": "partitions_assigned", "n": len(assigned)}
             )
+            return
         stored = self._stored()
         for tp in assigned:
             off = stored.get((tp.topic, tp.partition))
@@ -227,6 +231,19 @@ class KafkaSource:
         except KafkaError as exc:
             msg = "offset commit failed"
             raise _unavailable(msg, exc) from exc
+
+    def committed(self) -> dict[TP, int]:
+        """The group's committed next offsets of the assigned partitions (where committed)."""
+        out: dict[TP, int] = {}
+        try:
+            for tp in self._consumer.assignment():
+                off = self._consumer.committed(tp)
+                if off is not None:
+                    out[(tp.topic, tp.partition)] = int(off)
+        except KafkaError as exc:
+            msg = "cannot fetch committed offsets"
+            raise _unavailable(msg, exc) from exc
+        return out
 
     def seek(self, offsets: Mapping[TP, int]) -> None:
         """Seek assigned partitions back to ``offsets`` (beginning for those absent)."""
@@ -498,6 +515,10 @@ class FakeSource:
     def commit(self, offsets: Mapping[TP, int]) -> None:
         """Store the committed offsets in the log."""
         self.log.committed.update(offsets)
+
+    def committed(self) -> dict[TP, int]:
+        """The offsets committed for this source's partitions."""
+        return {tp: o for tp, o in self.log.committed.items() if tp in self.pos}
 
     def seek(self, offsets: Mapping[TP, int]) -> None:
         """Rewind to stored offsets (0 where none)."""

@@ -22,7 +22,7 @@ import collections
 import itertools
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Sequence
 from operator import attrgetter
 
 from monitor.aggregates import SamplerLog, latest
@@ -36,10 +36,9 @@ log = logging.getLogger(__name__)
 _TOPIC_PARTITION = attrgetter("topic", "partition")
 _OFFSET = attrgetter("offset")
 
+Entry = tuple[int, bytes | None, bytes | None]  # (partition, key, value)
 # reads the given partitions (a function of the partition count) of the aggregates topic
-ReadAggregates = Callable[
-    [Callable[[int], Collection[int]]], list[tuple[int, bytes | None, bytes | None]]
-]
+ReadAggregates = Callable[[Callable[[int], Collection[int]]], list[Entry]]
 
 
 class SamplerEngine:
@@ -67,26 +66,29 @@ class SamplerEngine:
 
     # ------------------------------------------------------------ assignment
     def offsets(self) -> dict[TP, int]:
-        """Where the assigned partitions resume (the group's committed offsets, then ours)."""
+        """Next offsets whose state is on the aggregates topic (since the last assignment)."""
         return dict(self._durable)
 
-    def on_assigned(self, committed: Mapping[TP, int | None]) -> None:
+    def on_assigned(self, assigned: Sequence[TP]) -> None:
         """A new assignment: rebuild the state of its partitions (called inside ``poll``).
 
-        The consumer swallows exceptions raised here, so a failure is remembered and the next
-        step fails instead (and rolls back, which rebuilds again).
+        The partitions resume at the group's committed offsets. A failure is remembered: the
+        next step fails instead, and its rollback rebuilds again.
         """
         scored = self.config.kafka.topics.scored
-        self._assigned = {p for (t, p) in committed if t == scored}
-        self._durable = {tp: off for tp, off in committed.items() if off is not None}
+        self._assigned = {p for (t, p) in assigned if t == scored}
+        self._durable = {}
         try:
             self._rebuild()
         except BrokerUnavailable as exc:
-            self._stale = True
-            log.warning(
-                "cannot rebuild the sampler state yet",
-                extra={"event": "sampler_rebuild_failed", "error": str(exc)},
-            )
+            self._failed_rebuild(exc)
+
+    def _failed_rebuild(self, exc: BrokerUnavailable) -> None:
+        self._stale = True
+        log.warning(
+            "cannot rebuild the sampler state yet",
+            extra={"event": "sampler_rebuild_failed", "error": str(exc)},
+        )
 
     def _rebuild(self) -> None:
         started = time.monotonic()
@@ -118,9 +120,18 @@ class SamplerEngine:
         self.sampler.n_partitions = self.n_partitions
 
     def rollback(self, source: Source) -> None:
-        """Rebuild from the aggregates topic and rewind to the offsets it reflects."""
-        self._rebuild()
-        source.seek(self._durable)
+        """Rebuild from the aggregates topic; rewind to the last offsets it reflects.
+
+        Those are this process's flushed offsets, else the group's committed ones. Never
+        raises: with the broker still away, the next step fails and rolls back again.
+        """
+        try:
+            self._rebuild()
+            committed = source.committed()
+        except BrokerUnavailable as exc:
+            self._failed_rebuild(exc)
+            return
+        source.seek({**committed, **self._durable})
 
     def maybe_publish(self, force: bool = False) -> None:
         """Nothing to publish: estimates belong to the estimator."""

@@ -62,6 +62,7 @@ def make_topics(broker: EmbeddedBroker) -> Callable[..., TopicsConfig]:
             requests=f"audit-requests-{tag}",
             labels=f"audit-labels-{tag}",
             deadletter=f"monitor-deadletter-{tag}",
+            aggregates=f"audit-aggregates-{tag}",
         )
         create_topics(broker.bootstrap, topics, partitions)
         return topics

@@ -81,11 +81,9 @@ class PartSource(FakeSource):
 
     def __init__(self, log: FakeLog, engine: SamplerEngine, partitions: Collection[int]) -> None:
         super().__init__(log, [TOPICS.scored], lambda: {})
-        committed: dict[TP, int | None] = {
-            (TOPICS.scored, p): log.committed.get((TOPICS.scored, p)) for p in partitions
-        }
-        engine.on_assigned(committed)
-        self.pos = {tp: off or 0 for tp, off in committed.items()}
+        mine = [(TOPICS.scored, p) for p in partitions]
+        engine.on_assigned(mine)
+        self.pos = {tp: log.committed.get(tp, 0) for tp in mine}
 
 
 def _reader(log: FakeLog) -> ReadAggregates:
