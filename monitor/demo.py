@@ -173,6 +173,8 @@ def create_topics(bootstrap: str, topics: TopicsConfig, partitions: int) -> None
     """Create the five topics with explicit partition counts (Tansu would default to 3)."""
     from kafka.admin import KafkaAdminClient, NewTopic  # noqa: PLC0415
 
+    from monitor.kafka_io import AGGREGATES_TOPIC_CONFIG  # noqa: PLC0415
+
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="monitor-demo")
     try:
         admin.create_topics(
@@ -180,7 +182,7 @@ def create_topics(bootstrap: str, topics: TopicsConfig, partitions: int) -> None
             + [NewTopic(t, 1, 1) for t in (topics.requests, topics.labels, topics.deadletter)]
             + [
                 NewTopic(
-                    topics.aggregates, partitions, 1, topic_configs={"cleanup.policy": "compact"}
+                    topics.aggregates, partitions, 1, topic_configs=dict(AGGREGATES_TOPIC_CONFIG)
                 )
             ]
         )

@@ -49,6 +49,13 @@ RECONNECT_BACKOFF_MAX_MS = 10_000
 # daemon's own loop retries with backoff and a SIGTERM is served within seconds
 BOOTSTRAP_TIMEOUT_MS = 5_000
 MAX_BLOCK_MS = 10_000  # a send waiting for metadata (kafka-python: 60 s)
+# the aggregates topic keeps the latest state per key (monitor.aggregates); hourly segments let
+# the cleaner compact, since a sampler reads the uncompacted tail back on every rebalance
+AGGREGATES_TOPIC_CONFIG: Mapping[str, str] = {
+    "cleanup.policy": "compact",
+    "segment.ms": "3600000",
+    "min.cleanable.dirty.ratio": "0.1",
+}
 
 
 class RecordSource(Protocol):
@@ -387,8 +394,7 @@ def create_topics(config: Config, scored_partitions: int = 1) -> list[str]:
         ):
             if name in existing:
                 continue
-            # a compacted aggregates topic keeps the latest state of every bucket
-            conf = {"cleanup.policy": "compact"} if name == topics.aggregates else None
+            conf = dict(AGGREGATES_TOPIC_CONFIG) if name == topics.aggregates else None
             try:
                 admin.create_topics([NewTopic(name, parts, 1, topic_configs=conf)])
                 created.append(name)

@@ -23,6 +23,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from monitor.alerts import AlertStatus
+from monitor.cli import build_parser
 from monitor.cli import main as cli_main
 from monitor.config import Config, ModelConfig, load_config
 from monitor.daemon import FLUSH_TIMEOUT_S
@@ -581,6 +582,58 @@ def test_statefulset_probes_ports_security_and_grace(
     # SIGTERM: the grace period covers a poll, the flush of the requests and the close
     shutdown = config.kafka.poll_timeout_ms / 1000 + FLUSH_TIMEOUT_S + CLOSE_BUDGET_S
     assert pod["terminationGracePeriodSeconds"] > shutdown
+
+
+def test_scale_out_overlay_runs_samplers_beside_one_estimator() -> None:
+    overlay = K8S / "scale-out"
+    kustomization = load_yaml(overlay / "kustomization.yaml")
+    assert kustomization["resources"] == ["../", "sampler-deployment.yaml"]
+    base = k8s_objects()
+    sts = base["StatefulSet"]
+    (patch,) = kustomization["patches"]
+    assert patch["target"] == {"kind": "StatefulSet", "name": sts["metadata"]["name"]}
+    ops = {op["path"]: op["value"] for op in yaml.safe_load(patch["patch"])}
+    deployment = load_yaml(overlay / "sampler-deployment.yaml")
+    pod = deployment["spec"]["template"]["spec"]
+    (sampler,) = pod["containers"]
+    (estimator,) = sts["spec"]["template"]["spec"]["containers"]
+
+    # the image's entrypoint plus each container's args is a valid command line for its role
+    entrypoint = json.loads(dockerfile_instructions()["ENTRYPOINT"][-1])
+    parser = build_parser()
+    est_args = ops["/spec/template/spec/containers/0/args"]
+    assert parser.parse_args([*entrypoint[1:], *est_args]).role == "estimator"
+    assert parser.parse_args([*entrypoint[1:], *sampler["args"]]).role == "sampler"
+
+    # disjoint pods: neither controller's selector matches the other's pods
+    key = "app.kubernetes.io~1component"
+    est_labels = dict(sts["spec"]["template"]["metadata"]["labels"])
+    est_labels["app.kubernetes.io/component"] = ops[f"/spec/template/metadata/labels/{key}"]
+    est_selector = dict(sts["spec"]["selector"]["matchLabels"])
+    est_selector["app.kubernetes.io/component"] = ops[f"/spec/selector/matchLabels/{key}"]
+    sampler_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    sampler_selector = deployment["spec"]["selector"]["matchLabels"]
+    assert est_selector.items() <= est_labels.items()
+    assert sampler_selector.items() <= sampler_labels.items()
+    assert not est_selector.items() <= sampler_labels.items()
+    assert not sampler_selector.items() <= est_labels.items()
+    # ...but the Service and the PodMonitor see both, under the job the rules select
+    service_selector = base["Service"]["spec"]["selector"]
+    assert service_selector.items() <= sampler_labels.items()
+    assert service_selector.items() <= est_labels.items()
+    assert sampler_labels["app.kubernetes.io/name"] == JOB
+
+    # samplers keep no state: same image, config and secret, no volume claim, read-only root
+    assert sampler["image"] == estimator["image"]
+    assert sampler["env"] == estimator["env"]
+    assert sampler["ports"] == estimator["ports"]
+    assert {m["mountPath"] for m in sampler["volumeMounts"]} == {"/etc/activeaudit-monitor", "/tmp"}
+    assert "volumeClaimTemplates" not in deployment["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert sampler["securityContext"]["readOnlyRootFilesystem"] is True
+    assert sampler["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert sampler["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert sampler["resources"]["requests"] and sampler["resources"]["limits"]
 
 
 def test_podmonitor_yields_the_job_the_rules_select() -> None:
