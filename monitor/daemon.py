@@ -15,6 +15,10 @@ A broker outage is retried with capped exponential backoff, logged once per stat
 notices an iteration that does not finish within the poll and probe timeouts + 3 s).
 SIGTERM/SIGINT: finish the step, close, exit 0.
 
+Roles (``--role``): ``all`` (default) runs all of the above in one process; ``estimator`` reads
+the samplers' bucket states from the aggregates topic instead of the scored topic
+(``monitor.aggregates``); ``sampler`` is ``monitor.sampler_role``, driven by the same ``Daemon``.
+
 Test hook: ``MONITOR_FAILPOINT="stage:n"`` (read once at start-up) SIGKILLs the process the
 n-th time a step reaches ``stage`` (see ``Failpoint``); crash tests use it to kill the daemon
 between any two effects. Unset (the default), it costs one ``is None`` test per stage.
@@ -160,6 +164,13 @@ class Failpoint:
 Connect = Callable[[Callable[[], Mapping[TP, int]]], tuple[Source, Sink]]
 
 
+def _reason(exc: Exception) -> RejectReason:
+    """``malformed_json`` for bytes that are not JSON, else ``bad_type`` (JSON, wrong shape)."""
+    if type(exc).__name__ in ("JSONDecodeError", "UnicodeDecodeError"):
+        return RejectReason.MALFORMED_JSON
+    return RejectReason.BAD_TYPE
+
+
 def _decode_requests(
     records: Sequence[RawRecord], config: Config
 ) -> tuple[list[AuditRequest], list[Reject]]:
@@ -176,12 +187,7 @@ def _decode_requests(
         try:
             req = AuditRequest.from_json(r.value or b"")
         except (ValueError, OverflowError, RecursionError) as exc:
-            reason = (
-                RejectReason.MALFORMED_JSON
-                if type(exc).__name__ in ("JSONDecodeError", "UnicodeDecodeError")
-                else RejectReason.BAD_TYPE
-            )
-            bad.append(Reject(reason, f"not an audit request: {exc}"[:200], r))
+            bad.append(Reject(_reason(exc), f"not an audit request: {exc}"[:200], r))
             continue
         if req.model not in config.models or req.request_id != request_id_for(
             config.salt, req.model, req.id
@@ -208,12 +214,7 @@ def _decode_states(
         try:
             ok.append(aggregates.decode(r.key, r.value))
         except (ValueError, OverflowError, RecursionError) as exc:
-            reason = (
-                RejectReason.MALFORMED_JSON
-                if type(exc).__name__ in ("JSONDecodeError", "UnicodeDecodeError")
-                else RejectReason.BAD_TYPE
-            )
-            bad.append(Reject(reason, f"not an aggregates state: {exc}"[:200], r))
+            bad.append(Reject(_reason(exc), f"not an aggregates state: {exc}"[:200], r))
     return ok, bad
 
 
