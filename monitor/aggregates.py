@@ -5,11 +5,12 @@ consumer group and keep no local state. After each step a sampler produces, for 
 (model, partition, bucket) the step touched, ONE record holding that bucket's cumulative state::
 
     key   = ["model", partition, bucket]                        (JSON)
-    value = {"v": 1, "model": ..., "partition": p, "bucket": b, "through": T,
+    value = {"v": 1, "model": ..., "partition": p, "bucket": b, "through": T, "opened": O,
              "control": [g, kappa, mean_q*] | null, "segments": {segment: aggregate}}
 
 ``through`` is the partition's next offset after the step: the aggregates count every record of
-the bucket at offsets below ``T`` and none above. ``control`` is the bucket's frozen sampling
+the bucket at offsets below ``T`` and none above; ``opened`` is the first offset of the step that
+created the state. ``control`` is the bucket's frozen sampling
 control (seed 000, Cor. 2 via ``monitor.stats.budget``); an aggregate is
 ``TrafficAggregate.to_list``. A record goes to aggregates partition ``partition % n``, so one
 scored partition's history is read from one place. The topic is compacted (a key keeps its
@@ -17,11 +18,15 @@ latest state) and a bucket the sampler prunes gets a tombstone (null value).
 
 Two readers:
 
-- a sampler assigned scored partitions rebuilds their controls and aggregates from the latest
-  state of each key (``SamplerLog``) and resumes at the group's committed offset. Records below
-  a bucket's ``through`` are decided again (the same requests, byte for byte) but not counted
-  again, so a sampler killed between producing its state and committing its offsets loses
-  nothing and doubles nothing.
+- a sampler assigned scored partitions resumes at the group's committed offset C of each and
+  rebuilds their controls and aggregates as of C (``as_of``): a partition's records are read in
+  log order up to the first state with ``through > C``. Steps are produced in order and a commit
+  follows the flush of everything before it, so that prefix is exactly the state after offset C,
+  whatever a crash left after it (a prefix of later steps, flushed or not). Replaying from C
+  makes the same decisions (the same requests, byte for byte) and the same cumulative states.
+  Should compaction have removed a state's version at or below C (all samplers down for longer
+  than the segment time right after a crash), the first later version is taken instead, and
+  records below its ``through`` are decided again but not counted again.
 - the estimator (``TrafficFeed``) keeps the last state per key and adds the difference from the
   previous one. The sums are fixed-point integers, so differences are exact and its aggregates
   equal those one ``--role all`` process computes from the same stream. A state whose
@@ -52,6 +57,7 @@ class BucketState:
     partition: int
     bucket: int
     through: int
+    opened: int  # first offset of the step that created the state (where its control froze)
     control: Control | None
     segments: dict[str, TrafficAggregate]
 
@@ -82,6 +88,7 @@ def encode(state: BucketState) -> bytes:
         "partition": state.partition,
         "bucket": state.bucket,
         "through": state.through,
+        "opened": state.opened,
         "control": None
         if ctl is None
         else [ctl.g, ctl.kappa, None if math.isnan(ctl.mean_qstar) else ctl.mean_qstar],
@@ -122,6 +129,7 @@ def decode(key: bytes | None, value: bytes | None) -> tuple[PartKey, BucketState
             partition=_int(obj["partition"], "partition"),
             bucket=_int(obj["bucket"], "bucket"),
             through=_int(obj["through"], "through"),
+            opened=_int(obj["opened"], "opened"),
             control=None
             if ctl is None
             else Control(float(ctl[0]), float(ctl[1]), math.nan if ctl[2] is None else ctl[2]),
@@ -136,23 +144,43 @@ def decode(key: bytes | None, value: bytes | None) -> tuple[PartKey, BucketState
     return pk, state
 
 
-def latest(records: Iterable[tuple[bytes | None, bytes | None]]) -> dict[PartKey, BucketState]:
-    """The newest state of every key: the largest ``through`` (a tombstone deletes the key).
+def as_of(
+    records: Iterable[tuple[bytes | None, bytes | None]], committed: Mapping[int, int]
+) -> dict[PartKey, BucketState]:
+    """The state of each bucket of the partitions in ``committed`` after their offset there.
 
-    Records are taken in log order; a state behind the one kept (a sampler that had lost its
-    partition without knowing) is ignored. Malformed records are skipped: the estimator
-    dead-letters them.
+    Args:
+        records: the aggregates topic's records in log order (per aggregates partition).
+        committed: scored partition -> committed next offset C (0 when none).
+
+    Returns:
+        Per key, the last state before the partition's first state with ``through > C``
+        (tombstones before it delete); for a key seen only after that point whose state was
+        opened below C (its earlier version compacted away), its first state after it.
+        Malformed records are skipped: the estimator dead-letters them.
     """
     out: dict[PartKey, BucketState] = {}
+    cut: set[int] = set()
+    later: dict[PartKey, BucketState] = {}
     for key, value in records:
         try:
             pk, state = decode(key, value)
         except ValueError:
             continue
-        if state is None:
+        p = pk[1]
+        if p not in committed:
+            continue
+        if state is not None and state.through > committed[p]:
+            cut.add(p)
+        if p in cut:
+            if state is not None and state.opened < committed[p]:
+                later.setdefault(pk, state)
+        elif state is None:
             out.pop(pk, None)
-        elif pk not in out or state.through >= out[pk].through:
+        else:
             out[pk] = state
+    for pk, state in later.items():
+        out.setdefault(pk, state)
     return out
 
 
@@ -187,6 +215,7 @@ class SamplerLog:
         self,
         deltas: Mapping[GroupKey, TrafficAggregate],
         changes: SamplerChanges,
+        starts: Mapping[int, int],
         ends: Mapping[int, int],
     ) -> list[Message]:
         """Fold one step into the states; the records to produce (touched states, tombstones).
@@ -194,6 +223,7 @@ class SamplerLog:
         Args:
             deltas: the step's traffic per (model, segment, bucket, partition).
             changes: the sampler's changes of the step (kept buckets, controls, pruning).
+            starts: first offset per scored partition in the step.
             ends: next offset per scored partition after the step.
         """
         touched: set[PartKey] = set()
@@ -203,7 +233,9 @@ class SamplerLog:
                 continue  # beyond retention: counted by the step, never kept
             st = self.states.get(k)
             if st is None:
-                st = self.states[k] = BucketState(*k, through=0, control=None, segments={})
+                st = self.states[k] = BucketState(
+                    *k, through=0, opened=starts[k[1]], control=None, segments={}
+                )
             st.segments[g.segment] = st.segments.get(g.segment, TrafficAggregate.zero()) + agg
             touched.add(k)
         for k, ctl in changes.controls.items():

@@ -426,6 +426,10 @@ class Engine:
         if rejects:
             self.metrics.count_rejects(collections.Counter(r.reason for r in rejects))
 
+    def shutdown(self, source: Source | None, sink: Sink | None) -> None:
+        """Before closing: publish the last state (skipped when nothing changed)."""
+        self.maybe_publish(force=True)
+
     def maybe_publish(self, force: bool = False) -> Snapshot | None:
         """Publish a snapshot of changed state: every ~1 s, sooner (0.2 s) after new labels."""
         t = time.monotonic()
@@ -474,7 +478,7 @@ class Loop(Protocol):
     def set_partitions(self, n: int) -> None: ...  # noqa: D102
     def step(self, source: Source, sink: Sink) -> int: ...  # noqa: D102
     def rollback(self, source: Source) -> None: ...  # noqa: D102
-    def maybe_publish(self, force: bool = False) -> object: ...  # noqa: D102
+    def shutdown(self, source: Source | None, sink: Sink | None) -> None: ...  # noqa: D102
 
 
 class Daemon:
@@ -542,7 +546,7 @@ class Daemon:
                     engine.rollback(source)
                 self.stop.wait(backoff)
                 backoff = min(BACKOFF_MAX_S, backoff * 2)
-        engine.maybe_publish(force=True)  # the last state (skipped when nothing changed)
+        engine.shutdown(source, sink)
         engine.metrics.set_ready(False)
         if sink is not None:
             sink.close()

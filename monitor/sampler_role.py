@@ -4,16 +4,19 @@ Samplers join the consumer group ``<kafka.group_id>-sampler`` over the scored to
 local state. One poll is one step::
 
     poll -> decode -> sampler -> produce requests, bucket states (monitor.aggregates),
-         dead letters -> flush -> Kafka commit -> metrics
+         dead letters -> [every FLUSH_EVERY_S, when idle, on SIGTERM: flush -> Kafka commit]
 
-On every assignment the sampler reads the latest state of its partitions' buckets back from the
-aggregates topic and resumes at the group's committed offsets: the controls in force, the traffic
-that later controls learn from and, per bucket, the offset below which records are counted
-(``SamplerLog``). Decisions are deterministic, so a partition handed from one sampler to another,
-even by a SIGKILL between the flush and the commit, yields the same requests (some twice, with
-the same key and bytes, which the estimator ignores) and the same aggregates as one ``--role all``
-process. A failed step (broker down) rebuilds the same way and seeks back to the last offsets
-whose state was flushed.
+Flushing and committing every half second rather than every poll keeps the sampler from
+waiting on two broker round trips per batch (the producer sends in the background all along);
+a crash replays at most that much, which the rule below makes harmless.
+
+After every assignment the sampler resumes at the group's committed offsets and rebuilds its
+partitions' state as of them from the aggregates topic (``monitor.aggregates.as_of``): the
+controls in force and the traffic later controls learn from. Decisions are deterministic, so a
+partition handed from one sampler to another, even by a SIGKILL mid-flush or between a flush and
+its commit, yields the same requests (some twice, with the same key and bytes, which the
+estimator ignores) and the same aggregates as one ``--role all`` process. A failed step (broker
+down) rebuilds the same way.
 """
 
 from __future__ import annotations
@@ -25,13 +28,15 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from operator import attrgetter
 
-from monitor.aggregates import SamplerLog, latest
+from monitor.aggregates import SamplerLog, as_of
 from monitor.config import Config
 from monitor.daemon import FLUSH_TIMEOUT_S, TP, Failpoint, Metrics, Sink, Source
 from monitor.errors import BrokerUnavailable
 from monitor.records import RawRecord, deadletter_value, decode_scored
 
 log = logging.getLogger(__name__)
+
+FLUSH_EVERY_S = 0.5  # flush and commit at most this often while records keep coming
 
 _TOPIC_PARTITION = attrgetter("topic", "partition")
 _OFFSET = attrgetter("offset")
@@ -51,63 +56,55 @@ class SamplerEngine:
         read_aggregates: ReadAggregates,
         *,
         failpoint: Failpoint | None = None,
+        flush_every_s: float = FLUSH_EVERY_S,
     ) -> None:
         self.config = config
+        self.flush_every_s = flush_every_s
         self.metrics = metrics
         self.read_aggregates = read_aggregates
         self.failpoint = failpoint
         self.n_partitions = 1
         self._assigned: set[int] = set()  # scored partitions
-        self._durable: dict[TP, int] = {}  # next offsets whose state is on the aggregates topic
+        self._pending: dict[TP, int] = {}  # next offsets whose state is produced, not flushed
+        self._last_flush = time.monotonic()
         self._n_aggregates = 1
-        self._stale = False  # the last rebuild failed: the next step must not use the state
+        self._stale = False  # the state does not match the assignment: rebuild before a step
         self.log = SamplerLog()
         self.sampler = self.log.service(config, self.n_partitions)
 
     # ------------------------------------------------------------ assignment
     def offsets(self) -> dict[TP, int]:
-        """Next offsets whose state is on the aggregates topic (since the last assignment)."""
-        return dict(self._durable)
+        """Nothing stored locally: a sampler resumes at the group's committed offsets."""
+        return {}
 
     def on_assigned(self, assigned: Sequence[TP]) -> None:
-        """A new assignment: rebuild the state of its partitions (called inside ``poll``).
-
-        The partitions resume at the group's committed offsets. A failure is remembered: the
-        next step fails instead, and its rollback rebuilds again.
-        """
+        """A new assignment (called inside ``poll``): the next step rebuilds the state first."""
         scored = self.config.kafka.topics.scored
         self._assigned = {p for (t, p) in assigned if t == scored}
-        self._durable = {}
-        try:
-            self._rebuild()
-        except BrokerUnavailable as exc:
-            self._failed_rebuild(exc)
-
-    def _failed_rebuild(self, exc: BrokerUnavailable) -> None:
+        self._pending = {}
         self._stale = True
-        log.warning(
-            "cannot rebuild the sampler state yet",
-            extra={"event": "sampler_rebuild_failed", "error": str(exc)},
-        )
 
-    def _rebuild(self) -> None:
+    def _resync(self, source: Source) -> None:
+        """Rebuild the assigned partitions' state as of their committed offsets; seek there."""
+        scored = self.config.kafka.topics.scored
+        committed = {tp: o for tp, o in source.committed().items() if tp[0] == scored}
+        at = {p: committed.get((scored, p), 0) for p in self._assigned}
         started = time.monotonic()
-        assigned = set(self._assigned)
 
         def select(n: int) -> set[int]:
             self._n_aggregates = max(1, n)
-            return {p % self._n_aggregates for p in assigned}
+            return {p % self._n_aggregates for p in at}
 
         records = self.read_aggregates(select)
-        states = latest((k, v) for _, k, v in records)
-        self.log = SamplerLog({k: s for k, s in states.items() if s.partition in assigned})
+        self.log = SamplerLog(as_of(((k, v) for _, k, v in records), at))
         self.sampler = self.log.service(self.config, self.n_partitions)
+        source.seek(committed)
         self._stale = False
         log.info(
             "sampler state rebuilt",
             extra={
                 "event": "sampler_rebuilt",
-                "partitions": sorted(assigned),
+                "partitions": sorted(at),
                 "buckets": len(self.log.states),
                 "records_read": len(records),
                 "seconds": round(time.monotonic() - started, 3),
@@ -120,21 +117,49 @@ class SamplerEngine:
         self.sampler.n_partitions = self.n_partitions
 
     def rollback(self, source: Source) -> None:
-        """Rebuild from the aggregates topic; rewind to the last offsets it reflects.
+        """After a failed step: rebuild as of the committed offsets and rewind to them.
 
-        Those are this process's flushed offsets, else the group's committed ones. Never
-        raises: with the broker still away, the next step fails and rolls back again.
+        Never raises: with the broker still away, the next step tries again.
         """
+        self._pending = {}
+        self._stale = True
         try:
-            self._rebuild()
-            committed = source.committed()
+            self._resync(source)
         except BrokerUnavailable as exc:
-            self._failed_rebuild(exc)
-            return
-        source.seek({**committed, **self._durable})
+            log.warning(
+                "cannot rebuild the sampler state yet",
+                extra={"event": "sampler_rebuild_failed", "error": str(exc)},
+            )
 
-    def maybe_publish(self, force: bool = False) -> None:
-        """Nothing to publish: estimates belong to the estimator."""
+    def shutdown(self, source: Source | None, sink: Sink | None) -> None:
+        """Before closing: flush and commit what the last steps produced (if the broker lets)."""
+        if source is None or sink is None:
+            return
+        try:
+            self._flush(source, sink)
+        except BrokerUnavailable as exc:
+            log.warning(
+                "final flush failed: the next owner replays the last steps",
+                extra={"event": "final_flush_failed", "error": str(exc)},
+            )
+
+    def _flush(self, source: Source, sink: Sink) -> None:
+        """Wait for every record produced so far, then commit the offsets they cover."""
+        self._last_flush = time.monotonic()
+        if not self._pending:
+            return
+        fp = self.failpoint
+        sink.flush(FLUSH_TIMEOUT_S)
+        if fp is not None:
+            fp.hit("flush")
+        offsets, self._pending = self._pending, {}
+        try:
+            source.commit(offsets)
+        except BrokerUnavailable as exc:
+            # the aggregates topic holds the state: a replay re-decides without recounting
+            log.warning("offset commit failed", extra={"event": "commit_failed", "error": str(exc)})
+        if fp is not None:
+            fp.hit("commit")
 
     # ------------------------------------------------------------------ step
     def step(self, source: Source, sink: Sink) -> int:
@@ -142,27 +167,30 @@ class SamplerEngine:
         cfg = self.config
         topics = cfg.kafka.topics
         raw = source.poll(cfg.kafka.max_poll_records, cfg.kafka.poll_timeout_ms / 1000.0)
-        if self._stale:
-            msg = "sampler state not rebuilt after the last assignment"
-            raise BrokerUnavailable(msg)
+        if self._stale:  # assigned since the last step: these records wait for the rebuild
+            self._resync(source)
+            return 0
         for (t, p), v in source.lag().items():
             self.metrics.set_lag(t, p, v)
         if not raw:
+            self._flush(source, sink)  # idle: make everything durable now
             return 0
         started = time.monotonic()
         fp = self.failpoint
         if fp is not None:
             fp.hit("decode")
         offsets: dict[TP, int] = {}
+        starts: dict[int, int] = {}
         scored: list[RawRecord] = []
         for (t, p), run in itertools.groupby(raw, _TOPIC_PARTITION):
             recs = list(run)
             scored.extend(recs)
             offsets[(t, p)] = max(offsets.get((t, p), 0), max(map(_OFFSET, recs)) + 1)
+            starts.setdefault(p, recs[0].offset)  # a poll returns offset order per partition
         batch, rejects = decode_scored(scored, cfg, now=time.time())
         res = self.sampler.process(batch)
         ends = {p: o for (t, p), o in offsets.items() if t == topics.scored}
-        messages = self.log.record(res.traffic, self.sampler.take_changes(), ends)
+        messages = self.log.record(res.traffic, self.sampler.take_changes(), starts, ends)
         for req in res.requests:
             sink.produce(topics.requests, req.key, req.to_json())
         for p, key, value in messages:
@@ -171,17 +199,9 @@ class SamplerEngine:
             sink.produce(topics.deadletter, rej.record.key, deadletter_value(rej))
         if fp is not None:
             fp.hit("produce")
-        sink.flush(FLUSH_TIMEOUT_S)
-        if fp is not None:
-            fp.hit("flush")
-        self._durable.update(offsets)
-        try:
-            source.commit(offsets)
-        except BrokerUnavailable as exc:
-            # the aggregates topic holds the state: a replay re-decides without recounting
-            log.warning("offset commit failed", extra={"event": "commit_failed", "error": str(exc)})
-        if fp is not None:
-            fp.hit("commit")
+        self._pending.update(offsets)
+        if time.monotonic() - self._last_flush >= self.flush_every_s:
+            self._flush(source, sink)
         if res.records:
             self.metrics.count_records(res.records)
         if res.requested:
