@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -147,7 +148,9 @@ def daemon_config(
     topics: TopicsConfig,
     data_dir: Path,
     records_per_hour: float,
+    *,
     max_poll_records: int | None = None,
+    library: str = "kafka-python",
 ) -> Config:
     """A daemon configuration auditing about ``AUDIT_SHARE`` of ``records_per_hour``."""
     mpr = f"\n  max_poll_records: {max_poll_records}" if max_poll_records else ""
@@ -155,6 +158,7 @@ def daemon_config(
 kafka:
   bootstrap_servers: ["{bootstrap}"]
   group_id: bench-{uuid.uuid4().hex[:8]}
+  client_library: {library}
   topics:
     scored: {topics.scored}
     requests: {topics.requests}
@@ -249,6 +253,34 @@ def run_ceiling(
     return Row(name, seen, end[0] - start[0], end[1] - start[1])
 
 
+def run_ceiling_confluent(bootstrap: str, topic: str, n: int, *, name: str) -> Row:
+    """The same bare consumer with confluent-kafka (librdkafka), decoding with ``json.loads``."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"ceiling-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    seen = 0
+    start: tuple[float, float] | None = None
+    deadline = time.monotonic() + 600
+    while seen < n and time.monotonic() < deadline:
+        msgs = consumer.consume(num_messages=5000, timeout=0.2)
+        if start is None and msgs:
+            start = _mark()
+        for m in msgs:
+            json.loads(m.value())  # type: ignore[arg-type]
+        seen += len(msgs)
+    end = _mark()
+    consumer.close()
+    assert start is not None, "the ceiling consumer never received a record"
+    return Row(name, seen, end[0] - start[0], end[1] - start[1])
+
+
 # ----------------------------------------------------------------------------- daemon
 @contextlib.contextmanager
 def json_decoder(decoder: str) -> Iterator[None]:
@@ -316,6 +348,7 @@ class _DaemonRun:
         )
         real_connect = kafka_connect(config)
         self.sources: list[Any] = []
+        self.is_assigned = False
 
         def connect(stored: Callable[[], Mapping[tuple[str, int], int]]) -> tuple[Any, Any]:
             source, sink = real_connect(stored)
@@ -327,6 +360,8 @@ class _DaemonRun:
 
         def step(source: Any, sink: Any) -> int:
             n = real_step(source, sink)
+            # read here, in the loop's thread: a librdkafka consumer is not for sharing
+            self.is_assigned = bool(source.assigned())
             if self.seen >= self.target and self.end is None:
                 self.end = _mark()
                 self.stop.set()
@@ -342,7 +377,7 @@ class _DaemonRun:
         self.seen += n
 
     def assigned(self) -> bool:
-        return bool(self.sources) and bool(self.sources[-1].assigned())
+        return self.is_assigned
 
     def run(self, timeout_s: float = 900.0) -> None:
         timer = threading.Timer(timeout_s, self.stop.set)
@@ -365,17 +400,19 @@ class _DaemonRun:
 
 
 def run_daemon(
-    bootstrap: str, scored: str, n: int, variant: tuple[str, int | None], work: Path
+    bootstrap: str, scored: str, n: int, variant: tuple[str, int | None, str], work: Path
 ) -> tuple[Row, int]:
     """The daemon over the shared scored topic (its own requests/labels topics and group)."""
-    decoder, max_poll = variant
+    decoder, max_poll, library = variant
     tag = f"d{decoder}-{uuid.uuid4().hex[:6]}"
     own = create_topics(bootstrap, tag)
     topics = TopicsConfig(
         scored=scored, requests=own.requests, labels=own.labels, deadletter=own.deadletter
     )
     per_hour = n / (SPAN_S / 3600)
-    config = daemon_config(bootstrap, topics, work / tag, per_hour, max_poll)
+    config = daemon_config(
+        bootstrap, topics, work / tag, per_hour, max_poll_records=max_poll, library=library
+    )
     with json_decoder(decoder):
         run = _DaemonRun(config, n, work / f"{tag}.log")
         run.run()
@@ -384,6 +421,8 @@ def run_daemon(
     if stored != n:
         print(f"warning: the daemon's stored offset is {stored}, not {n}", flush=True)
     name = f"daemon {decoder}, max_poll_records {config.kafka.max_poll_records}"
+    if library != "kafka-python":
+        name += f", {library}"
     return run.row(name), requests
 
 
@@ -444,7 +483,7 @@ def pace(bootstrap: str, topic: str, rate: float, seconds: float) -> int:
 
 
 def run_latency(
-    bootstrap: str, rate: float, seconds: float, work: Path
+    bootstrap: str, rate: float, seconds: float, work: Path, library: str = "kafka-python"
 ) -> tuple[Row, list[float], list[float], float]:
     """Daemon at a paced ``rate``: request produce time minus record produce time (ms).
 
@@ -455,8 +494,10 @@ def run_latency(
 
     topics = create_topics(bootstrap, f"lat-{uuid.uuid4().hex[:6]}")
     total = int(rate * seconds)
-    config = daemon_config(bootstrap, topics, work / "latency", records_per_hour=rate * 3600)
-    run = _DaemonRun(config, total, work / "latency.log")
+    config = daemon_config(
+        bootstrap, topics, work / f"latency-{library}", rate * 3600, library=library
+    )
+    run = _DaemonRun(config, total, work / f"latency-{library}.log")
     produced: list[float] = []
 
     def producer() -> None:
@@ -677,8 +718,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="200k records, short phases")
     parser.add_argument(
         "--variants",
-        default="json:500,orjson:500,json,orjson",
-        help="daemon runs: DECODER[:MAX_POLL_RECORDS],... (json or orjson; default config)",
+        default="json:500,orjson:500,json,orjson,orjson@confluent-kafka",
+        help="daemon runs: DECODER[:MAX_POLL_RECORDS][@LIBRARY],... (json or orjson; "
+        "kafka-python or confluent-kafka; default config otherwise)",
+    )
+    parser.add_argument(
+        "--latency-clients",
+        default="kafka-python,confluent-kafka",
+        help="client libraries of the latency phase",
     )
     parser.add_argument(
         "--rate-fractions",
@@ -720,10 +767,11 @@ def run_kafka_phases(args: argparse.Namespace) -> None:
 
     fetch = getattr(kafka_io, "FETCH_OPTIONS", {"max_poll_records": 500})
     n = int(args.records)
-    variants: list[tuple[str, int | None]] = []
+    variants: list[tuple[str, int | None, str]] = []
     for item in args.variants.split(","):
-        dec, _, mpr = item.partition(":")
-        variants.append((dec, int(mpr) if mpr else None))
+        spec, _, library = item.partition("@")
+        dec, _, mpr = spec.partition(":")
+        variants.append((dec, int(mpr) if mpr else None, library or "kafka-python"))
     with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
         work = Path(tmp)
         bootstrap = broker.bootstrap
@@ -750,24 +798,31 @@ def run_kafka_phases(args: argparse.Namespace) -> None:
                     name=f"ceiling {decoder} (daemon fetch)",
                 )
             )
+        rows.append(
+            run_ceiling_confluent(
+                bootstrap, shared.scored, n, name="ceiling json.loads (confluent-kafka)"
+            )
+        )
         for variant in variants:
             row, requests = run_daemon(bootstrap, shared.scored, n, variant, work)
             row.note = f"{requests} requests"
             rows.append(row)
-        best = rows[-1]
+        best = next(r for r in reversed(rows) if "confluent" not in r.name)
         latencies: list[str] = []
-        for fraction in (float(f) for f in args.rate_fractions.split(",")):
+        for library, fraction in itertools.product(
+            args.latency_clients.split(","), (float(f) for f in args.rate_fractions.split(","))
+        ):
             rate = fraction * ceiling.rate
             paced, lat, inside, produced_rate = run_latency(
-                bootstrap, rate, args.latency_seconds, work
+                bootstrap, rate, args.latency_seconds, work, library
             )
-            paced.name = f"daemon at {fraction:.0%} of the ceiling rate"
+            paced.name = f"daemon at {fraction:.0%} of the ceiling rate, {library}"
             paced.note = f"target {rate:.0f}/s, produced {produced_rate:.0f}/s"
             rows.append(paced)
             if lat:
                 arr = np.array(lat, dtype=np.float64)
                 latencies.append(
-                    f"record-to-request latency at {fraction:.0%} of the ceiling "
+                    f"{library}: record-to-request latency at {fraction:.0%} of the ceiling "
                     f"({rate:.0f} records/s for {args.latency_seconds:.0f} s): {len(arr)} "
                     f"requests, median {np.median(arr):.0f} ms, "
                     f"p99 {np.percentile(arr, 99):.0f} ms, max {arr.max():.0f} ms"

@@ -561,14 +561,22 @@ def kafka_connect(
     group_id: str | None = None,
     on_assigned: Callable[[Sequence[TP]], None] | None = None,
 ) -> Connect:
-    """A ``Connect`` that opens the real consumer and producer (see ``KafkaSource``)."""
+    """A ``Connect`` that opens the real consumer and producer of ``kafka.client_library``."""
 
     def connect(stored: Callable[[], Mapping[TP, int]]) -> tuple[Source, Sink]:
-        from monitor.kafka_io import KafkaSink, KafkaSource  # noqa: PLC0415 - shell only
+        source_class: Callable[..., Source]
+        sink_class: Callable[[Config], Sink]
+        if config.kafka.client_library == "confluent-kafka":
+            from monitor.confluent_io import ConfluentSink, ConfluentSource  # noqa: PLC0415
 
-        sink = KafkaSink(config)
+            source_class, sink_class = ConfluentSource, ConfluentSink
+        else:
+            from monitor.kafka_io import KafkaSink, KafkaSource  # noqa: PLC0415 - shell only
+
+            source_class, sink_class = KafkaSource, KafkaSink
+        sink = sink_class(config)
         try:
-            source = KafkaSource(
+            source = source_class(
                 config, stored, topics=topics, group_id=group_id, on_assigned=on_assigned
             )
         except BrokerUnavailable:

@@ -52,6 +52,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
 
 
 @pytest.fixture
+def client_library() -> str:
+    """The Kafka client of daemons a test deploys (tests parametrize it to run both)."""
+    return "kafka-python"
+
+
+@pytest.fixture
 def make_topics(broker: EmbeddedBroker) -> Callable[..., TopicsConfig]:
     """Create a fresh, uniquely named set of the daemon's topics on the session broker."""
 

@@ -1,20 +1,27 @@
-"""The same contract for the in-memory fakes and the real Kafka source and sink (Tansu)."""
+"""One contract for the in-memory fakes and both Kafka clients' source and sink (on Tansu)."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pytest
 
 from monitor.config import Config, KafkaConfig, TopicsConfig
+from monitor.confluent_io import ConfluentSink, ConfluentSource
+from monitor.daemon import Sink, Source
+from monitor.embedded_broker import EmbeddedBroker
 from monitor.kafka_io import FakeLog, FakeSink, FakeSource, KafkaSink, KafkaSource
 from monitor.records import RawRecord
 
 TP = tuple[str, int]
 TEST_CLIENT = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
+CLASSES: dict[str, tuple[type[KafkaSource | ConfluentSource], type[KafkaSink | ConfluentSink]]] = {
+    "kafka-python": (KafkaSource, KafkaSink),
+    "confluent-kafka": (ConfluentSource, ConfluentSink),
+}
 
 
 @dataclass
@@ -22,18 +29,18 @@ class Bus:
     """A way to make sources and sinks over one set of topics."""
 
     topics: TopicsConfig
-    make_source: Callable[[Callable[[], Mapping[TP, int]], TopicsConfig], FakeSource | KafkaSource]
-    make_sink: Callable[[], FakeSink | KafkaSink]
+    make_source: Callable[[Callable[[], Mapping[TP, int]], TopicsConfig], Source]
+    make_sink: Callable[[], Sink]
     closers: list[Callable[[], None]]
 
     def source(
         self, stored: Mapping[TP, int] | None = None, topics: TopicsConfig | None = None
-    ) -> FakeSource | KafkaSource:
+    ) -> Source:
         src = self.make_source(lambda: dict(stored or {}), topics or self.topics)
         self.closers.append(src.close)
         return src
 
-    def sink(self) -> FakeSink | KafkaSink:
+    def sink(self) -> Sink:
         snk = self.make_sink()
         self.closers.append(snk.close)
         return snk
@@ -45,13 +52,19 @@ class Bus:
         snk.flush(10.0)
 
 
-@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.integration)])
+@pytest.fixture(
+    params=[
+        "fake",
+        pytest.param("kafka-python", marks=pytest.mark.integration),
+        pytest.param("confluent-kafka", marks=pytest.mark.integration),
+    ]
+)
 def bus(request: pytest.FixtureRequest) -> Iterator[Bus]:
     closers: list[Callable[[], None]] = []
     if request.param == "fake":
         log = FakeLog()
-        topics = TopicsConfig("s", "r", "l", "d")
-        for t in ("s", "r", "l", "d"):
+        topics = TopicsConfig("s", "r", "l", "d", "a")
+        for t in ("s", "r", "l", "d", "a"):
             log.create(t)
         yield Bus(
             topics,
@@ -64,29 +77,33 @@ def bus(request: pytest.FixtureRequest) -> Iterator[Bus]:
     else:
         broker = request.getfixturevalue("broker")
         topics = request.getfixturevalue("make_topics")()
-        config = Config(
-            kafka=KafkaConfig(
-                bootstrap_servers=(broker.bootstrap,),
-                group_id=f"contract-{uuid.uuid4().hex[:8]}",
-                topics=topics,
-                client=TEST_CLIENT,
-            )
-        )
+        config = _config(broker.bootstrap, topics, request.param)
+        source_class, sink_class = CLASSES[request.param]
 
-        def make_source(stored: Callable[[], Mapping[TP, int]], t: TopicsConfig) -> KafkaSource:
+        def make_source(stored: Callable[[], Mapping[TP, int]], t: TopicsConfig) -> Source:
             # a fresh group each time: the store, not the group, decides where to start
             kafka = replace(config.kafka, group_id=uuid.uuid4().hex[:8], topics=t)
             cfg = replace(config, kafka=kafka)
-            return KafkaSource(cfg, stored)
+            return source_class(cfg, stored)
 
-        yield Bus(topics, make_source, lambda: KafkaSink(config), closers)
+        yield Bus(topics, make_source, lambda: sink_class(config), closers)
     for close in reversed(closers):
         close()
 
 
-def _drain(
-    src: FakeSource | KafkaSource, n: int, topic: str, timeout_s: float = 20.0
-) -> list[RawRecord]:
+def _config(bootstrap: str, topics: TopicsConfig, library: str) -> Config:
+    return Config(
+        kafka=KafkaConfig(
+            bootstrap_servers=(bootstrap,),
+            group_id=f"contract-{uuid.uuid4().hex[:8]}",
+            topics=topics,
+            client=TEST_CLIENT,
+            client_library=library,
+        )
+    )
+
+
+def _drain(src: Source, n: int, topic: str, timeout_s: float = 20.0) -> list[RawRecord]:
     out: list[RawRecord] = []
     deadline = time.monotonic() + timeout_s
     while len(out) < n and time.monotonic() < deadline:
@@ -137,3 +154,46 @@ def test_sink_delivers_on_flush(bus: Bus) -> None:
     reader = bus.source(topics=TopicsConfig(scored=d, requests=d, labels=d, deadletter=d))
     got = _drain(reader, 1, d)
     assert [(r.key, r.value) for r in got] == [(b"key", b'{"reason": "x"}')]
+
+
+def test_sink_writes_to_a_partition_and_writes_tombstones(bus: Bus) -> None:
+    snk = bus.sink()
+    a = bus.topics.aggregates
+    snk.produce(a, b"k1", b"state", 0)
+    snk.produce(a, b"k1", None, 0)  # a tombstone
+    snk.flush(10.0)
+    reader = bus.source(topics=TopicsConfig(scored=a, requests=a, labels=a, deadletter=a))
+    got = _drain(reader, 2, a)
+    assert [(r.partition, r.key, r.value) for r in got] == [(0, b"k1", b"state"), (0, b"k1", None)]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
+def test_a_group_member_with_on_assigned_resumes_at_the_committed_offset(
+    library: str, broker: EmbeddedBroker, make_topics: Callable[..., TopicsConfig]
+) -> None:
+    """The samplers' mode: no seek to stored offsets; the callback hears every assignment."""
+    topics = make_topics()
+    config = _config(broker.bootstrap, topics, library)
+    source_class, sink_class = CLASSES[library]
+    snk = sink_class(config)
+    for i in range(10):
+        snk.produce(topics.labels, None, f"v{i}".encode())
+    snk.flush(10.0)
+    snk.close()
+    first = source_class(config, dict, topics=[topics.labels])
+    assert len(_drain(first, 10, topics.labels)) == 10
+    first.commit({(topics.labels, 0): 6})
+    assert first.committed() == {(topics.labels, 0): 6}
+    first.close()
+    heard: list[Sequence[TP]] = []
+    again = source_class(
+        config, lambda: {(topics.labels, 0): 0}, topics=[topics.labels], on_assigned=heard.append
+    )
+    try:
+        assert [r.offset for r in _drain(again, 4, topics.labels)] == [6, 7, 8, 9]
+        assert heard == [[(topics.labels, 0)]]
+        again.seek({(topics.labels, 0): 8})
+        assert [r.offset for r in _drain(again, 2, topics.labels)] == [8, 9]
+    finally:
+        again.close()

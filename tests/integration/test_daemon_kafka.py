@@ -48,11 +48,18 @@ def workload() -> Workload:
     return generate(WorkloadSpec(n=24_000, hours=float(HOURS), seed=11))
 
 
-def _yaml(broker: EmbeddedBroker, topics: TopicsConfig, data_dir: Path, group: str) -> str:
+def _yaml(
+    broker: EmbeddedBroker,
+    topics: TopicsConfig,
+    data_dir: Path,
+    group: str,
+    library: str = "kafka-python",
+) -> str:
     return f"""
 kafka:
   bootstrap_servers: ["{broker.bootstrap}"]
   group_id: {group}
+  client_library: {library}
   topics:
     scored: {topics.scored}
     requests: {topics.requests}
@@ -151,7 +158,10 @@ class Run:
 
 @pytest.fixture
 def deploy(
-    broker: EmbeddedBroker, make_topics: Callable[..., TopicsConfig], tmp_path: Path
+    broker: EmbeddedBroker,
+    make_topics: Callable[..., TopicsConfig],
+    tmp_path: Path,
+    client_library: str,
 ) -> Iterator[Callable[..., Run]]:
     runs: list[Run] = []
 
@@ -159,7 +169,8 @@ def deploy(
         topics = topics or make_topics()
         data_dir = tmp_path / f"data-{name}"
         path = tmp_path / f"{name}.yaml"
-        path.write_text(_yaml(broker, topics, data_dir, f"g-{uuid.uuid4().hex[:8]}"))
+        group = f"g-{uuid.uuid4().hex[:8]}"
+        path.write_text(_yaml(broker, topics, data_dir, group, client_library))
         run = Run(path, load_config(path), tmp_path / f"{name}.log")
         runs.append(run)
         return run
@@ -247,6 +258,7 @@ def _scrape(run: Run, metric: str, want: float, timeout_s: float = 10.0) -> str:
     raise AssertionError(text[-3000:])
 
 
+@pytest.mark.parametrize("client_library", ["kafka-python", "confluent-kafka"])
 def test_replay_with_auditor_bad_input_budget_and_sigterm(
     broker: EmbeddedBroker,
     deploy: Callable[..., Run],

@@ -34,11 +34,14 @@ PARTITIONS = 4
 TIMEOUT_S = 90.0
 
 
-def _yaml(broker: EmbeddedBroker, topics: TopicsConfig, data_dir: Path, group: str) -> str:
+def _yaml(
+    broker: EmbeddedBroker, topics: TopicsConfig, data_dir: Path, group: str, library: str
+) -> str:
     return f"""
 kafka:
   bootstrap_servers: ["{broker.bootstrap}"]
   group_id: {group}
+  client_library: {library}
   topics:
     scored: {topics.scored}
     requests: {topics.requests}
@@ -87,9 +90,11 @@ def deploy(
     """``deploy(topics, name, group)(who)``: a process of that deployment (killed at the end)."""
     procs: list[Proc] = []
 
-    def _deploy(topics: TopicsConfig, name: str, group: str) -> Callable[[str], Proc]:
+    def _deploy(
+        topics: TopicsConfig, name: str, group: str, library: str = "kafka-python"
+    ) -> Callable[[str], Proc]:
         path = tmp_path / f"{name}.yaml"
-        path.write_text(_yaml(broker, topics, tmp_path / f"data-{name}", group))
+        path.write_text(_yaml(broker, topics, tmp_path / f"data-{name}", group, library))
         config = load_config(path)
 
         def make(who: str) -> Proc:
@@ -174,9 +179,13 @@ def _owned(run: Run) -> int:
     return len(parts)
 
 
-@pytest.mark.parametrize("kill_at", ["flush:1", "produce:8"])
+@pytest.mark.parametrize(
+    ("kill_at", "library"),
+    [("flush:1", "kafka-python"), ("produce:8", "kafka-python"), ("flush:1", "confluent-kafka")],
+)
 def test_two_samplers_and_an_estimator_equal_one_process_through_a_sigkill(
     kill_at: str,
+    library: str,
     broker: EmbeddedBroker,
     make_topics: Callable[..., TopicsConfig],
     deploy: Callable[..., Callable[[str], Proc]],
@@ -199,7 +208,7 @@ def test_two_samplers_and_an_estimator_equal_one_process_through_a_sigkill(
 
     # two samplers and an estimator; the first sampler SIGKILLs itself at ``kill_at``
     topics = make_topics(PARTITIONS)
-    make = deploy(topics, "split", "g-split")
+    make = deploy(topics, "split", "g-split", library)  # the reference runs kafka-python
     estimator, s1, s2 = make("estimator"), make("sampler-1"), make("sampler-2")
     estimator.launch("estimator")
     s1.launch("sampler", env={Failpoint.ENV: kill_at})

@@ -12,6 +12,7 @@ import pytest
 from monitor.config import (
     Config,
     KafkaConfig,
+    confluent_client_options,
     kafka_client_options,
     load_config,
     parse_config,
@@ -397,3 +398,67 @@ def test_alerts_block_problems_name_their_key_path() -> None:
     assert "models.m.alerts.flor: unknown key" in text
     with pytest.raises(ConfigError, match=r"models\.m\.alerts\.windows: unknown window '2h'"):
         parse_config({"models": {"m": {"alerts": {"windows": ["2h"]}}}}, "x.yaml")
+
+
+def test_confluent_client_gets_librdkafka_names_per_client_kind() -> None:
+    config = parse_config(
+        {
+            "kafka": {
+                "client_library": "confluent-kafka",
+                "client": {
+                    "security_protocol": "SASL_SSL",
+                    "sasl_plain_password": "pw",
+                    "session_timeout_ms": 7000,
+                    "linger_ms": 20,
+                },
+            }
+        },
+        "test.yaml",
+    )
+    assert config.kafka.client_library == "confluent-kafka"
+    assert confluent_client_options(config.kafka, "consumer") == {
+        "security.protocol": "SASL_SSL",
+        "sasl.password": "pw",
+        "session.timeout.ms": 7000,
+    }
+    assert confluent_client_options(config.kafka, "producer") == {
+        "security.protocol": "SASL_SSL",
+        "sasl.password": "pw",
+        "linger.ms": 20,
+    }
+
+
+def test_confluent_client_refuses_settings_it_cannot_translate() -> None:
+    problems = problems_of(
+        {
+            "kafka": {
+                "client_library": "confluent-kafka",
+                "client": {"metadata_max_age_ms": 5},
+            }
+        }
+    )
+    assert len(problems) == 1
+    assert problems[0].startswith(
+        "kafka.client.metadata_max_age_ms: not supported with kafka.client_library "
+        "confluent-kafka (supported: client_id, "
+    )
+    assert problems_of({"kafka": {"client_library": "librdkafka"}}) == [
+        "kafka.client_library: expected kafka-python or confluent-kafka, got 'librdkafka' (a string)"
+    ]
+
+
+def test_confluent_client_not_installed_fails_at_start_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "confluent_kafka" else real(name, *a),
+    )
+    assert problems_of({"kafka": {"client_library": "confluent-kafka"}}) == [
+        "kafka.client_library: confluent-kafka is not installed: "
+        "pip install 'activeaudit-monitor[confluent]'"
+    ]

@@ -1,0 +1,317 @@
+"""Kafka in and out through confluent-kafka (librdkafka): ``kafka.client_library: confluent-kafka``.
+
+The same source and sink as ``monitor.kafka_io`` (same semantics, same contract tests), for the
+optional extra ``activeaudit-monitor[confluent]``: librdkafka fetches and parses in C threads, so
+a poll costs a fraction of kafka-python's CPU (``benchmarks/throughput.py``). ``kafka.client``
+keeps kafka-python's names; ``monitor.config.confluent_client_options`` translates them. Topic
+creation and the samplers' read-back of the aggregates topic stay on kafka-python (low volume).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import operator
+from collections.abc import Callable, Collection, Mapping, Sequence
+from itertools import repeat
+from typing import Any, cast
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from monitor.config import Config, confluent_client_options
+from monitor.errors import BrokerUnavailable
+from monitor.kafka_io import RECONNECT_BACKOFF_MAX_MS, Assigned
+from monitor.records import RawRecord
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+_SECOND = operator.itemgetter(1)
+_NEXT = functools.partial(operator.add, 1)
+METADATA_TIMEOUT_S = 5.0
+
+
+def _unavailable(what: str, exc: BaseException) -> BrokerUnavailable:
+    return BrokerUnavailable(f"{what}: {type(exc).__name__}: {exc}")
+
+
+class ConfluentSource:
+    """One consumer over the daemon's input topics (see ``monitor.kafka_io.KafkaSource``)."""
+
+    def __init__(
+        self,
+        config: Config,
+        stored_offsets: Callable[[], Mapping[TP, int]],
+        *,
+        topics: Sequence[str] | None = None,
+        group_id: str | None = None,
+        on_assigned: Assigned | None = None,
+    ) -> None:
+        kc = config.kafka
+        self._stored = stored_offsets
+        self._on_assigned = on_assigned
+        self._next: dict[TP, int] = {}
+        self._ends: dict[TP, int] = {}
+        settings: dict[str, Any] = {
+            "bootstrap.servers": ",".join(kc.bootstrap_servers),
+            "group.id": group_id or kc.group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
+            "logger": log,  # librdkafka's own log lines, through the JSON log formatter
+            **confluent_client_options(kc, "consumer"),
+        }
+        t = kc.topics
+        try:
+            self._consumer = Consumer(settings)
+            self._consumer.subscribe(
+                list(dict.fromkeys(topics or (t.scored, t.requests, t.labels))),
+                on_assign=self._assign,
+                on_revoke=self._revoke,
+            )
+        except KafkaException as exc:
+            msg = "cannot connect the consumer"
+            raise _unavailable(msg, exc) from exc
+
+    def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Rebalance callback: seek to the stored offsets, or let a sampler rebuild first."""
+        if self._on_assigned is not None:
+            for tp in partitions:
+                self._next.pop((tp.topic, tp.partition), None)
+            self._on_assigned([(tp.topic, tp.partition) for tp in partitions])
+        else:
+            stored = self._stored()
+            for tp in partitions:
+                off = stored.get((tp.topic, tp.partition))
+                tp.offset = OFFSET_BEGINNING if off is None else off
+                if off is None:
+                    self._next.pop((tp.topic, tp.partition), None)
+                else:
+                    self._next[(tp.topic, tp.partition)] = off
+        consumer.assign(partitions)
+        log.info(
+            "partitions assigned", extra={"event": "partitions_assigned", "n": len(partitions)}
+        )
+
+    @staticmethod
+    def _revoke(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("partitions revoked", extra={"event": "partitions_revoked", "n": len(partitions)})
+
+    def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
+        """Poll once; records in offset order per partition."""
+        try:
+            msgs: list[Message] = self._consumer.consume(
+                num_messages=max_records, timeout=timeout_s
+            )
+        except KafkaException as exc:
+            msg = "poll failed"
+            raise _unavailable(msg, exc) from exc
+        if any(map(Message.error, msgs)):
+            msgs = self._without_errors(msgs)
+        if not msgs:
+            return []
+        # records (not error events) always carry these: typed as such for the zips below
+        topics = cast("list[str]", list(map(Message.topic, msgs)))
+        partitions = cast("list[int]", list(map(Message.partition, msgs)))
+        offsets = cast("list[int]", list(map(Message.offset, msgs)))
+        self._next.update(
+            zip(zip(topics, partitions, strict=True), map(_NEXT, offsets), strict=True)
+        )
+        return list(
+            map(
+                RawRecord._make,
+                zip(
+                    topics,
+                    partitions,
+                    offsets,
+                    map(_SECOND, map(Message.timestamp, msgs)),
+                    map(Message.key, msgs),
+                    map(Message.value, msgs),
+                    strict=True,
+                ),
+            )
+        )
+
+    @staticmethod
+    def _without_errors(msgs: list[Message]) -> list[Message]:
+        """Drop error events (logged); a fatal one means the client is gone."""
+        for m in msgs:
+            err = m.error()
+            if err is None:
+                continue
+            if err.fatal():
+                msg = "consumer failed"
+                raise _unavailable(msg, KafkaException(err))
+            if err.code() != KafkaError._PARTITION_EOF:
+                log.warning(
+                    "consumer error event", extra={"event": "consumer_error", "error": str(err)}
+                )
+        return [m for m in msgs if m.error() is None]
+
+    def commit(self, offsets: Mapping[TP, int]) -> None:
+        """Commit next offsets to the group."""
+        if not offsets:
+            return
+        try:
+            self._consumer.commit(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                asynchronous=False,
+            )
+        except KafkaException as exc:
+            msg = "offset commit failed"
+            raise _unavailable(msg, exc) from exc
+
+    def committed(self) -> dict[TP, int]:
+        """The group's committed next offsets of the assigned partitions (where committed)."""
+        parts = self._consumer.assignment()
+        if not parts:
+            return {}
+        try:
+            got = self._consumer.committed(parts, timeout=METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            msg = "cannot fetch committed offsets"
+            raise _unavailable(msg, exc) from exc
+        return {(tp.topic, tp.partition): tp.offset for tp in got if tp.offset >= 0}
+
+    def seek(self, offsets: Mapping[TP, int]) -> None:
+        """Rewind the assigned partitions to ``offsets`` (beginning for those absent)."""
+        parts = self._consumer.assignment()
+        for tp in parts:
+            off = offsets.get((tp.topic, tp.partition))
+            tp.offset = OFFSET_BEGINNING if off is None else off
+            if off is None:
+                self._next.pop((tp.topic, tp.partition), None)
+            else:
+                self._next[(tp.topic, tp.partition)] = off
+        if parts:
+            # re-assigning restarts each partition's fetch at the given offset, whatever state
+            # its fetcher is in (seek() fails on a partition that has not started fetching)
+            self._consumer.assign(parts)
+
+    def lag(self) -> dict[TP, int]:
+        """High watermark minus next offset, for partitions where both are known."""
+        out: dict[TP, int] = {}
+        for tp in self._consumer.assignment():
+            key = (tp.topic, tp.partition)
+            _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            hw = high if high >= 0 else self._ends.get(key)
+            nxt = self._next.get(key)
+            if hw is not None and nxt is not None:
+                out[key] = max(0, hw - nxt)
+            elif hw == 0:
+                out[key] = 0
+        return out
+
+    def assigned(self) -> bool:
+        """Whether the group gave this consumer any partition."""
+        return bool(self._consumer.assignment())
+
+    def caught_up(self, topics: Collection[str]) -> bool:
+        """Every assigned partition of ``topics`` has a known lag of 0 (False unassigned)."""
+        parts = [(tp.topic, tp.partition) for tp in self._consumer.assignment()]
+        if not parts:
+            return False
+        lag = self.lag()
+        return all(lag.get(tp) == 0 for tp in parts if tp[0] in topics)
+
+    def partitions_for(self, topic: str) -> int:
+        """Number of partitions of ``topic`` (1 when unknown)."""
+        try:
+            meta = self._consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+        except KafkaException as exc:
+            msg = "cannot read topic metadata"
+            raise _unavailable(msg, exc) from exc
+        found = meta.topics.get(topic)
+        return len(found.partitions) if found is not None and found.partitions else 1
+
+    def probe(self, timeout_s: float) -> None:
+        """Ask the broker for the end offsets of the assigned partitions (refreshes the lag)."""
+        ends: dict[TP, int] = {}
+        try:
+            for tp in self._consumer.assignment():
+                _, high = self._consumer.get_watermark_offsets(tp, timeout=timeout_s)
+                ends[(tp.topic, tp.partition)] = int(high)
+        except KafkaException as exc:
+            msg = "broker did not answer"
+            raise _unavailable(msg, exc) from exc
+        self._ends = ends
+
+    def close(self) -> None:
+        """Leave the group (offsets were committed explicitly)."""
+        with contextlib.suppress(KafkaException, RuntimeError):
+            self._consumer.close()
+
+
+class ConfluentSink:
+    """An idempotent producer with ``acks=all``; ``flush`` raises ``BrokerUnavailable``."""
+
+    def __init__(self, config: Config) -> None:
+        kc = config.kafka
+        settings: dict[str, Any] = {
+            "bootstrap.servers": ",".join(kc.bootstrap_servers),
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
+            "logger": log,
+            **confluent_client_options(kc, "producer"),
+        }
+        try:
+            self._producer = Producer(settings)
+        except KafkaException as exc:
+            msg = "cannot connect the producer"
+            raise _unavailable(msg, exc) from exc
+        self._errors: list[KafkaError] = []
+        self._queued = 0
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._errors.append(err)
+
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+    ) -> None:
+        """Queue one record (to ``partition``, or by key hash when None)."""
+        args: dict[str, Any] = {"key": key, "value": value, "on_delivery": self._delivered}
+        if partition is not None:
+            args["partition"] = partition
+        for _ in repeat(None, 2):
+            try:
+                self._producer.produce(topic, **args)
+                self._queued += 1
+                return
+            except BufferError:
+                self._producer.poll(1.0)  # the local queue is full: let deliveries drain
+            except KafkaException as exc:
+                msg = "produce failed"
+                raise _unavailable(msg, exc) from exc
+        msg = "produce failed: the producer's queue stays full"
+        raise BrokerUnavailable(msg)
+
+    def flush(self, timeout_s: float) -> None:
+        """Wait for every acknowledgement."""
+        if not self._queued:
+            return
+        left = self._producer.flush(timeout_s)
+        errors, self._errors, self._queued = self._errors, [], 0
+        if left:
+            msg = f"produce not acknowledged: {left} records after {timeout_s:.0f} s"
+            raise BrokerUnavailable(msg)
+        if errors:
+            msg = "produce not acknowledged"
+            raise _unavailable(msg, KafkaException(errors[0]))
+
+    def close(self) -> None:
+        """Deliver what is queued (bounded) and release the producer."""
+        with contextlib.suppress(KafkaException, RuntimeError):
+            self._producer.flush(5.0)
