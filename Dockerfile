@@ -14,7 +14,8 @@ RUN python -m venv /opt/activeaudit-monitor
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY monitor ./monitor
-RUN /opt/activeaudit-monitor/bin/pip install .
+# with the optional librdkafka client (kafka.client_library: confluent-kafka)
+RUN /opt/activeaudit-monitor/bin/pip install '.[confluent]'
 
 # ---- runtime: the virtual environment only, run by an unprivileged user
 FROM python:3.11-slim

@@ -671,7 +671,7 @@ def test_dockerfile_runs_the_daemon_unprivileged_without_secrets() -> None:
     assert ins["FROM"][-1] == "python:3.11-slim"
     user = ins["USER"][-1].split(":")[0]
     assert user not in {"0", "root"}
-    assert any("pip install ." in run for run in ins["RUN"])
+    assert any("pip install '.[confluent]'" in run for run in ins["RUN"])
     entry = json.loads(ins["ENTRYPOINT"][-1])
     assert entry == ["monitor", "run", "--config", "/etc/activeaudit-monitor/monitor.yaml"]
     assert ins["EXPOSE"] == [str(Config().metrics.port)]
