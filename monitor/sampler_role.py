@@ -8,7 +8,7 @@ local state. One poll is one step::
 
 Flushing and committing every half second rather than every poll keeps the sampler from
 waiting on two broker round trips per batch (the producer sends in the background all along);
-a crash replays at most that much, which the rule below makes harmless.
+a crash replays at most that much, which the rebuild below makes harmless.
 
 After every assignment the sampler resumes at the group's committed offsets and rebuilds its
 partitions' state as of them from the aggregates topic (``monitor.aggregates.as_of``): the
