@@ -277,7 +277,13 @@ def committed(bootstrap: str, group: str, topic: str) -> dict[int, int | None]:
 
 
 def sampler_config(
-    bootstrap: str, topics: TopicsConfig, group: str, data_dir: Path, per_hour: float
+    bootstrap: str,
+    topics: TopicsConfig,
+    group: str,
+    data_dir: Path,
+    per_hour: float,
+    *,
+    library: str = "kafka-python",
 ) -> Path:
     """The YAML file the samplers of one run share (test consumer timeouts, see the docstring)."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -285,6 +291,7 @@ def sampler_config(
 kafka:
   bootstrap_servers: ["{bootstrap}"]
   group_id: {group}
+  client_library: {library}
   topics:
     scored: {topics.scored}
     requests: {topics.requests}
@@ -403,13 +410,14 @@ def run_samplers(
     pin: bool,
     broker: int | None,
     timeout_s: float,
+    library: str = "kafka-python",
 ) -> RunResult:
     """Run ``k`` samplers over the whole scored topic; measure as the module docstring says."""
     n = sum(ends.values())
     tag = f"s{k}-{uuid.uuid4().hex[:6]}"
     topics = create_run_topics(bootstrap, scored, tag)
     group = f"bench-{tag}"
-    config = sampler_config(bootstrap, topics, group, work / tag, n / HOURS)
+    config = sampler_config(bootstrap, topics, group, work / tag, n / HOURS, library=library)
     cpus = os.cpu_count() or 1
     pinned = pin and shutil.which("taskset") is not None
     commands = []
@@ -610,6 +618,12 @@ def main(argv: list[str] | None = None) -> int:
         "--pin", action="store_true", help="pin sampler i to core i %% cpu_count (taskset -c)"
     )
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--client-library",
+        default="kafka-python",
+        choices=["kafka-python", "confluent-kafka"],
+        help="the samplers' Kafka client (kafka.client_library)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     parser.add_argument(
         "--work-dir", type=Path, help="keep configs and sampler logs here (default: a temp dir)"
@@ -642,6 +656,7 @@ def main(argv: list[str] | None = None) -> int:
                 k,
                 work,
                 pin=args.pin,
+                library=args.client_library,
                 broker=pid,
                 timeout_s=args.timeout,
             )
