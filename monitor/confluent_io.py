@@ -66,6 +66,9 @@ class ConfluentSource:
             "group.id": group_id or kc.group_id,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
+            # a fetch waits at most this long for data (librdkafka: 500): requests go out a
+            # few hundred ms sooner; an idle consumer sends ten fetches a second
+            "fetch.wait.max.ms": 100,
             "auto.offset.reset": "earliest",
             "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
             "logger": log,  # librdkafka's own log lines, through the JSON log formatter
