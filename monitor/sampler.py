@@ -9,9 +9,9 @@ a replay makes the same decisions and produces byte-identical requests.
 Controls are frozen at the first record of a bucket on a partition from that partition's
 aggregate of earlier buckets; a batch is cut at those first records so the aggregate used is
 exactly the traffic that preceded the record on its partition, wherever batches were cut.
-A sampler that takes a partition over (``monitor.aggregates``) is given, per bucket, the offset
-below which the bucket's records are already counted: those records are decided again (the same
-requests) but not aggregated twice.
+A sampler rebuilt from published bucket states (``monitor.aggregates``) is given, per bucket,
+the offset below which the bucket's records are already counted: records a replay brings again
+are decided again (the same requests) but not aggregated twice.
 Records older than the retention horizon (``2 k`` buckets behind the partition's newest bucket,
 ``k`` the longest reported window) are counted but never audited.
 """
