@@ -71,14 +71,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from benchmarks.throughput import write_daemon_config
 from monitor.config import TopicsConfig
-from monitor.embedded_broker import EmbeddedBroker, broker_binary, free_port
+from monitor.embedded_broker import EmbeddedBroker, free_port
+from monitor.kafka_io import AGGREGATES_TOPIC_CONFIG
 
 PARTITIONS = 4
 HOURS = 24.0  # event time covered by the scored records
 SEGMENTS = ("web", "mobile", "store", "partner")
 LABELS_PER_HOUR = 40
-TEST_CLIENT = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
 GOAL = 1.6  # two samplers must reach this multiple of one sampler's records per second
 SAMPLE_S = 0.1  # how often CPU times and logs are read while a run lasts
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -110,22 +111,6 @@ def machine_cpu() -> dict[str, float]:
         "idle": (idle + iowait) / CLK_TCK,
         "steal": steal / CLK_TCK,
     }
-
-
-def broker_pid() -> int | None:
-    """PID of the Tansu child of this process (``EmbeddedBroker`` does not expose it)."""
-    binary = broker_binary().resolve()
-    me = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            stat = (entry / "stat").read_text()
-            if int(stat.rpartition(")")[2].split()[1]) != me:
-                continue
-            if Path(os.readlink(entry / "exe")).resolve() == binary:
-                return int(entry.name)
-    return None
 
 
 def _log_time(stamp: str) -> float:
@@ -220,7 +205,7 @@ def create_run_topics(bootstrap: str, scored: str, tag: str) -> TopicsConfig:
                     topics.aggregates,
                     PARTITIONS,
                     1,
-                    topic_configs={"cleanup.policy": "compact"},
+                    topic_configs=dict(AGGREGATES_TOPIC_CONFIG),
                 )
             ]
         )
@@ -274,47 +259,6 @@ def committed(bootstrap: str, group: str, topic: str) -> dict[int, int | None]:
         return {p: consumer.committed(TopicPartition(topic, p)) for p in range(PARTITIONS)}
     finally:
         consumer.close()
-
-
-def sampler_config(
-    bootstrap: str,
-    topics: TopicsConfig,
-    group: str,
-    data_dir: Path,
-    per_hour: float,
-    *,
-    library: str = "kafka-python",
-) -> Path:
-    """The YAML file the samplers of one run share (test consumer timeouts, see the docstring)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    text = f"""
-kafka:
-  bootstrap_servers: ["{bootstrap}"]
-  group_id: {group}
-  client_library: {library}
-  topics:
-    scored: {topics.scored}
-    requests: {topics.requests}
-    labels: {topics.labels}
-    deadletter: {topics.deadletter}
-    aggregates: {topics.aggregates}
-  poll_timeout_ms: 200
-  max_poll_records: 5000
-  client:
-    session_timeout_ms: {TEST_CLIENT["session_timeout_ms"]}
-    heartbeat_interval_ms: {TEST_CLIENT["heartbeat_interval_ms"]}
-metrics:
-  port: {free_port()}
-storage:
-  data_dir: {data_dir}
-models:
-  default:
-    labels_per_hour: {LABELS_PER_HOUR}
-    expected_records_per_hour: {per_hour:.1f}
-"""
-    path = data_dir / "monitor.yaml"
-    path.write_text(text)
-    return path
 
 
 # ----------------------------------------------------------------------------- one run
@@ -417,7 +361,17 @@ def run_samplers(
     tag = f"s{k}-{uuid.uuid4().hex[:6]}"
     topics = create_run_topics(bootstrap, scored, tag)
     group = f"bench-{tag}"
-    config = sampler_config(bootstrap, topics, group, work / tag, n / HOURS, library=library)
+    config = write_daemon_config(
+        bootstrap,
+        topics,
+        work / tag,
+        labels_per_hour=LABELS_PER_HOUR,
+        records_per_hour=n / HOURS,
+        max_poll_records=5000,
+        library=library,
+        poll_timeout_ms=200,
+        group=group,
+    )
     cpus = os.cpu_count() or 1
     pinned = pin and shutil.which("taskset") is not None
     commands = []
@@ -638,9 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker() as broker:
         work = Path(args.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        pid = broker_pid()
-        if pid is None:
-            print("warning: the broker's PID was not found, no broker CPU", flush=True)
+        pid = broker.pid
         scored, ends, produce_s, size = produce_scored(broker.bootstrap, n, args.seed)
         print(
             f"produced {n} records ({size:.0f} bytes on average) to {PARTITIONS} partitions "

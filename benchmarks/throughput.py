@@ -143,6 +143,50 @@ def create_topics(bootstrap: str, tag: str) -> TopicsConfig:
     return topics
 
 
+def write_daemon_config(
+    bootstrap: str,
+    topics: TopicsConfig,
+    data_dir: Path,
+    *,
+    labels_per_hour: float,
+    records_per_hour: float,
+    max_poll_records: int | None = None,
+    library: str = "kafka-python",
+    poll_timeout_ms: int = 100,
+    group: str | None = None,
+) -> Path:
+    """``data_dir/monitor.yaml`` for a benchmark daemon (test consumer timeouts: fast joins)."""
+    mpr = f"\n  max_poll_records: {max_poll_records}" if max_poll_records else ""
+    text = f"""
+kafka:
+  bootstrap_servers: ["{bootstrap}"]
+  group_id: {group or f"bench-{uuid.uuid4().hex[:8]}"}
+  client_library: {library}
+  topics:
+    scored: {topics.scored}
+    requests: {topics.requests}
+    labels: {topics.labels}
+    deadletter: {topics.deadletter}
+    aggregates: {topics.aggregates}
+  poll_timeout_ms: {poll_timeout_ms}{mpr}
+  client:
+    session_timeout_ms: {TEST_CLIENT["session_timeout_ms"]}
+    heartbeat_interval_ms: {TEST_CLIENT["heartbeat_interval_ms"]}
+metrics:
+  port: {free_port()}
+storage:
+  data_dir: {data_dir}
+models:
+  default:
+    labels_per_hour: {labels_per_hour:.3f}
+    expected_records_per_hour: {records_per_hour:.1f}
+"""
+    path = data_dir / "monitor.yaml"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
 def daemon_config(
     bootstrap: str,
     topics: TopicsConfig,
@@ -153,33 +197,15 @@ def daemon_config(
     library: str = "kafka-python",
 ) -> Config:
     """A daemon configuration auditing about ``AUDIT_SHARE`` of ``records_per_hour``."""
-    mpr = f"\n  max_poll_records: {max_poll_records}" if max_poll_records else ""
-    text = f"""
-kafka:
-  bootstrap_servers: ["{bootstrap}"]
-  group_id: bench-{uuid.uuid4().hex[:8]}
-  client_library: {library}
-  topics:
-    scored: {topics.scored}
-    requests: {topics.requests}
-    labels: {topics.labels}
-    deadletter: {topics.deadletter}
-  poll_timeout_ms: 100{mpr}
-  client:
-    session_timeout_ms: {TEST_CLIENT["session_timeout_ms"]}
-    heartbeat_interval_ms: {TEST_CLIENT["heartbeat_interval_ms"]}
-metrics:
-  port: {free_port()}
-storage:
-  data_dir: {data_dir}
-models:
-  default:
-    labels_per_hour: {max(1.0, AUDIT_SHARE * records_per_hour):.3f}
-    expected_records_per_hour: {records_per_hour:.1f}
-"""
-    path = data_dir / "monitor.yaml"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    path = write_daemon_config(
+        bootstrap,
+        topics,
+        data_dir,
+        labels_per_hour=max(1.0, AUDIT_SHARE * records_per_hour),
+        records_per_hour=records_per_hour,
+        max_poll_records=max_poll_records,
+        library=library,
+    )
     return load_config(path)
 
 

@@ -93,18 +93,22 @@ class ConfluentSource:
                 self._next.pop((tp.topic, tp.partition), None)
             self._on_assigned([(tp.topic, tp.partition) for tp in partitions])
         else:
-            stored = self._stored()
-            for tp in partitions:
-                off = stored.get((tp.topic, tp.partition))
-                tp.offset = OFFSET_BEGINNING if off is None else off
-                if off is None:
-                    self._next.pop((tp.topic, tp.partition), None)
-                else:
-                    self._next[(tp.topic, tp.partition)] = off
+            self._place(partitions, self._stored())
         consumer.assign(partitions)
         log.info(
             "partitions assigned", extra={"event": "partitions_assigned", "n": len(partitions)}
         )
+
+    def _place(self, partitions: list[TopicPartition], offsets: Mapping[TP, int]) -> None:
+        """Set each partition's start to ``offsets`` (the beginning where absent)."""
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            off = offsets.get(key)
+            tp.offset = OFFSET_BEGINNING if off is None else off
+            if off is None:
+                self._next.pop(key, None)
+            else:
+                self._next[key] = off
 
     @staticmethod
     def _revoke(consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -189,13 +193,7 @@ class ConfluentSource:
     def seek(self, offsets: Mapping[TP, int]) -> None:
         """Rewind the assigned partitions to ``offsets`` (beginning for those absent)."""
         parts = self._consumer.assignment()
-        for tp in parts:
-            off = offsets.get((tp.topic, tp.partition))
-            tp.offset = OFFSET_BEGINNING if off is None else off
-            if off is None:
-                self._next.pop((tp.topic, tp.partition), None)
-            else:
-                self._next[(tp.topic, tp.partition)] = off
+        self._place(parts, offsets)
         if parts:
             # re-assigning restarts each partition's fetch at the given offset, whatever state
             # its fetcher is in (seek() fails on a partition that has not started fetching)

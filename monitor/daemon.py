@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import gc
 import hmac
 import itertools
@@ -67,7 +68,6 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 _TOPIC_PARTITION = attrgetter("topic", "partition")
-_OFFSET = attrgetter("offset")
 ROLES = ("all", "sampler", "estimator")
 SNAPSHOT_EVERY_S = 1.0  # snapshots at most this often...
 SNAPSHOT_LABELS_S = 0.2  # ...or this often when labels arrived
@@ -162,6 +162,43 @@ class Failpoint:
 
 
 Connect = Callable[[Callable[[], Mapping[TP, int]]], tuple[Source, Sink]]
+
+
+def split_poll(
+    raw: Sequence[RawRecord],
+) -> tuple[dict[str, list[RawRecord]], dict[TP, int], dict[TP, int]]:
+    """A poll's records by topic, and per topic-partition its first and its next offset.
+
+    A poll holds runs of records of one topic-partition in offset order: grouped by run, not
+    by record.
+    """
+    by_topic: dict[str, list[RawRecord]] = collections.defaultdict(list)
+    first: dict[TP, int] = {}
+    nxt: dict[TP, int] = {}
+    for (t, p), run in itertools.groupby(raw, _TOPIC_PARTITION):
+        recs = list(run)
+        by_topic[t].extend(recs)
+        first.setdefault((t, p), recs[0].offset)
+        nxt[(t, p)] = max(nxt.get((t, p), 0), recs[-1].offset + 1)
+    return by_topic, first, nxt
+
+
+def count_step(
+    metrics: Metrics,
+    records: Mapping[str, int],
+    requested: Mapping[str, int],
+    labels: Mapping[str, int],
+    rejects: Sequence[Reject],
+) -> None:
+    """Add one step's scored records, requests, accepted labels and rejects to the counters."""
+    if records:
+        metrics.count_records(records)
+    if requested:
+        metrics.count_requests(requested)
+    if labels:
+        metrics.count_labels(labels)
+    if rejects:
+        metrics.count_rejects(collections.Counter(r.reason for r in rejects))
 
 
 def _reason(exc: Exception) -> RejectReason:
@@ -307,13 +344,7 @@ class Engine:
         fp = self.failpoint
         if fp is not None and raw:
             fp.hit("decode")
-        by_topic: dict[str, list[RawRecord]] = collections.defaultdict(list)
-        offsets: dict[TP, int] = {}
-        # a poll holds runs of records of one topic-partition: group by run, not by record
-        for (t, p), run in itertools.groupby(raw, _TOPIC_PARTITION):
-            recs = list(run)
-            by_topic[t].extend(recs)
-            offsets[(t, p)] = max(offsets.get((t, p), 0), max(map(_OFFSET, recs)) + 1)
+        by_topic, _, offsets = split_poll(raw)
         rejects: list[Reject] = []
         produced: list[AuditRequest] = []
         records: dict[str, int] = {}
@@ -390,7 +421,7 @@ class Engine:
             if fp is not None:
                 fp.hit("commit")
         labels_ok = self.estimator.take_label_counts()
-        self._count(records, requested, labels_ok, rejects)
+        count_step(self.metrics, records, requested, labels_ok, rejects)
         for (t, p), v in lag.items():
             self.metrics.set_lag(t, p, v)
         if raw:
@@ -409,22 +440,6 @@ class Engine:
             )
         self.maybe_publish(force=bool(labels_ok))
         return len(raw)
-
-    def _count(
-        self,
-        records: Mapping[str, int],
-        requested: Mapping[str, int],
-        labels: Mapping[str, int],
-        rejects: Sequence[Reject],
-    ) -> None:
-        if records:
-            self.metrics.count_records(records)
-        if requested:
-            self.metrics.count_requests(requested)
-        if labels:
-            self.metrics.count_labels(labels)
-        if rejects:
-            self.metrics.count_rejects(collections.Counter(r.reason for r in rejects))
 
     def shutdown(self, source: Source | None, sink: Sink | None) -> None:
         """Before closing: publish the last state (skipped when nothing changed)."""
@@ -635,56 +650,92 @@ def _check(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     config = load_config(args.config, _overrides(args))
-    if args.role == "sampler":
-        return _run_sampler(args, config)
     from monitor.exporter import Exporter  # noqa: PLC0415 - prometheus only in the shell
 
     failpoint = Failpoint.from_env(os.environ)  # test hook, see the module docstring
-    store = Store(config.data_dir)
     stop = _stop_on_signals()
-
     exporter = Exporter(config)
-    pusher = _alertmanager_pusher(config, exporter)
-    try:
-        exporter.start_http()
-        if args.create_topics:
-            _create_topics(config, stop)
-        engine = Engine(
-            config,
-            store,
-            exporter,
-            on_snapshot=[_alert_hook(config, store, exporter, pusher)],
-            failpoint=failpoint,
-            role=args.role,
-        )
-        if failpoint is not None:
-            log.warning(
-                "test failpoint armed: this process will kill itself",
-                extra={"event": "failpoint_armed", "stage": failpoint.stage, "n": failpoint.n},
+    with contextlib.ExitStack() as cleanup:  # closes in reverse: pusher, store, metrics
+        cleanup.callback(exporter.stop)
+        wire = _sampler_role if args.role == "sampler" else _store_role
+        engine, connect, about = wire(config, exporter, failpoint, args.role, cleanup)
+        try:
+            exporter.start_http()
+            if args.create_topics:
+                _create_topics(config, stop)
+            if failpoint is not None:
+                log.warning(
+                    "test failpoint armed: this process will kill itself",
+                    extra={"event": "failpoint_armed", "stage": failpoint.stage, "n": failpoint.n},
+                )
+            log.info(
+                "started",
+                extra={
+                    "event": "started",
+                    "role": args.role,
+                    "metrics_port": exporter.port,
+                    **about,
+                },
             )
-        log.info(
-            "started",
-            extra={
-                "event": "started",
-                "role": args.role,
-                "data_dir": str(config.data_dir),
-                "models": sorted(config.models),
-                "metrics_port": exporter.port,
-            },
-        )
-        tune_gc()
-        Daemon(engine, kafka_connect(config, engine.topics), stop).run()
-    except (ConfigError, StoreError):
-        raise  # one clear line from the command line (exit 2), e.g. a full data directory
-    except Exception:
-        log.critical("crashed", exc_info=True, extra={"event": "crashed"})
-        return 1
-    finally:
-        if pusher is not None:
-            pusher.close()  # delivers what is pending (bounded)
-        exporter.stop()
-        store.close()
+            tune_gc()
+            Daemon(engine, connect, stop).run()
+        except (ConfigError, StoreError):
+            raise  # one clear line from the command line (exit 2), e.g. a full data directory
+        except Exception:
+            log.critical("crashed", exc_info=True, extra={"event": "crashed"})
+            return 1
     return 0
+
+
+Wiring = tuple[Loop, Connect, dict[str, Any]]  # the engine, its connection, what to log
+
+
+def _store_role(
+    config: Config,
+    exporter: Exporter,
+    failpoint: Failpoint | None,
+    role: str,
+    cleanup: contextlib.ExitStack,
+) -> Wiring:
+    """``--role all`` and ``estimator``: the state store, alerts and the optional push."""
+    store = Store(config.data_dir)
+    cleanup.callback(store.close)
+    pusher = _alertmanager_pusher(config, exporter)
+    if pusher is not None:
+        cleanup.callback(pusher.close)  # delivers what is pending (bounded)
+    engine = Engine(
+        config,
+        store,
+        exporter,
+        on_snapshot=[_alert_hook(config, store, exporter, pusher)],
+        failpoint=failpoint,
+        role=role,
+    )
+    about = {"data_dir": str(config.data_dir), "models": sorted(config.models)}
+    return engine, kafka_connect(config, engine.topics), about
+
+
+def _sampler_role(
+    config: Config,
+    exporter: Exporter,
+    failpoint: Failpoint | None,
+    role: str,
+    cleanup: contextlib.ExitStack,
+) -> Wiring:
+    """``--role sampler``: no data directory, no estimates; state on the aggregates topic."""
+    from monitor.kafka_io import read_topic  # noqa: PLC0415 - shell only
+    from monitor.sampler_role import SamplerEngine  # noqa: PLC0415 - it imports this module
+
+    topics = config.kafka.topics
+    engine = SamplerEngine(
+        config,
+        exporter,
+        lambda select: read_topic(config, topics.aggregates, select),
+        failpoint=failpoint,
+    )
+    group = config.kafka.sampler_group_id
+    connect = kafka_connect(config, [topics.scored], group, engine.on_assigned)
+    return engine, connect, {"group_id": group}
 
 
 def _stop_on_signals() -> threading.Event:
@@ -697,50 +748,6 @@ def _stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     return stop
-
-
-def _run_sampler(args: argparse.Namespace, config: Config) -> int:
-    """``--role sampler``: no data directory, no estimates; state on the aggregates topic."""
-    from monitor.exporter import Exporter  # noqa: PLC0415 - prometheus only in the shell
-    from monitor.kafka_io import read_topic  # noqa: PLC0415
-    from monitor.sampler_role import SamplerEngine  # noqa: PLC0415
-
-    failpoint = Failpoint.from_env(os.environ)
-    stop = _stop_on_signals()
-    exporter = Exporter(config)
-    topics = config.kafka.topics
-    try:
-        exporter.start_http()
-        if args.create_topics:
-            _create_topics(config, stop)
-        engine = SamplerEngine(
-            config,
-            exporter,
-            lambda select: read_topic(config, topics.aggregates, select),
-            failpoint=failpoint,
-        )
-        log.info(
-            "started",
-            extra={
-                "event": "started",
-                "role": "sampler",
-                "group_id": config.kafka.sampler_group_id,
-                "metrics_port": exporter.port,
-            },
-        )
-        tune_gc()
-        connect = kafka_connect(
-            config, [topics.scored], config.kafka.sampler_group_id, engine.on_assigned
-        )
-        Daemon(engine, connect, stop).run()
-    except ConfigError:
-        raise
-    except Exception:
-        log.critical("crashed", exc_info=True, extra={"event": "crashed"})
-        return 1
-    finally:
-        exporter.stop()
-    return 0
 
 
 def _alertmanager_pusher(config: Config, exporter: Exporter) -> AlertmanagerPusher | None:

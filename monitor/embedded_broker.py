@@ -68,6 +68,11 @@ class EmbeddedBroker:
         """The ``host:port`` clients connect to (the advertised one)."""
         return f"127.0.0.1:{self.advertised_port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs (benchmarks read its CPU time)."""
+        return None if self._proc is None else self._proc.pid
+
     def start(self, timeout_s: float = 20.0) -> EmbeddedBroker:
         """Start the broker and wait until it accepts connections."""
         url = f"tcp://127.0.0.1:{self.port}"

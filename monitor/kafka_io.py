@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
@@ -185,19 +185,8 @@ class KafkaSource:
             for tp in assigned:
                 self._next.pop((tp.topic, tp.partition), None)
             self._on_assigned([(tp.topic, tp.partition) for tp in assigned])
-            log.info(
-                "partitions assigned", extra={"event": "partitions_assigned", "n": len(assigned)}
-            )
-            return
-        stored = self._stored()
-        for tp in assigned:
-            off = stored.get((tp.topic, tp.partition))
-            if off is None:
-                self._consumer.seek_to_beginning(tp)
-                self._next.pop((tp.topic, tp.partition), None)
-            else:
-                self._consumer.seek(tp, off)
-                self._next[(tp.topic, tp.partition)] = off
+        else:
+            self._seek(assigned, self._stored())
         log.info("partitions assigned", extra={"event": "partitions_assigned", "n": len(assigned)})
 
     def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
@@ -254,14 +243,18 @@ class KafkaSource:
 
     def seek(self, offsets: Mapping[TP, int]) -> None:
         """Seek assigned partitions back to ``offsets`` (beginning for those absent)."""
-        for tp in self._consumer.assignment():
-            off = offsets.get((tp.topic, tp.partition))
+        self._seek(self._consumer.assignment(), offsets)
+
+    def _seek(self, partitions: Iterable[TopicPartition], offsets: Mapping[TP, int]) -> None:
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            off = offsets.get(key)
             if off is None:
                 self._consumer.seek_to_beginning(tp)
-                self._next.pop((tp.topic, tp.partition), None)
+                self._next.pop(key, None)
             else:
                 self._consumer.seek(tp, off)
-                self._next[(tp.topic, tp.partition)] = off
+                self._next[key] = off
 
     def lag(self) -> dict[TP, int]:
         """High watermark minus next offset, for partitions where both are known."""

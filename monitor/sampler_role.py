@@ -21,25 +21,28 @@ down) rebuilds the same way.
 
 from __future__ import annotations
 
-import collections
-import itertools
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
-from operator import attrgetter
 
 from monitor.aggregates import SamplerLog, as_of
 from monitor.config import Config
-from monitor.daemon import FLUSH_TIMEOUT_S, TP, Failpoint, Metrics, Sink, Source
+from monitor.daemon import (
+    FLUSH_TIMEOUT_S,
+    TP,
+    Failpoint,
+    Metrics,
+    Sink,
+    Source,
+    count_step,
+    split_poll,
+)
 from monitor.errors import BrokerUnavailable
-from monitor.records import RawRecord, deadletter_value, decode_scored
+from monitor.records import deadletter_value, decode_scored
 
 log = logging.getLogger(__name__)
 
 FLUSH_EVERY_S = 0.5  # flush and commit at most this often while records keep coming
-
-_TOPIC_PARTITION = attrgetter("topic", "partition")
-_OFFSET = attrgetter("offset")
 
 Entry = tuple[int, bytes | None, bytes | None]  # (partition, key, value)
 # reads the given partitions (a function of the partition count) of the aggregates topic
@@ -179,17 +182,11 @@ class SamplerEngine:
         fp = self.failpoint
         if fp is not None:
             fp.hit("decode")
-        offsets: dict[TP, int] = {}
-        starts: dict[int, int] = {}
-        scored: list[RawRecord] = []
-        for (t, p), run in itertools.groupby(raw, _TOPIC_PARTITION):
-            recs = list(run)
-            scored.extend(recs)
-            offsets[(t, p)] = max(offsets.get((t, p), 0), max(map(_OFFSET, recs)) + 1)
-            starts.setdefault(p, recs[0].offset)  # a poll returns offset order per partition
-        batch, rejects = decode_scored(scored, cfg, now=time.time())
+        _, first, offsets = split_poll(raw)  # only the scored topic is subscribed
+        batch, rejects = decode_scored(raw, cfg, now=time.time())
         res = self.sampler.process(batch)
-        ends = {p: o for (t, p), o in offsets.items() if t == topics.scored}
+        starts = {p: o for (_, p), o in first.items()}
+        ends = {p: o for (_, p), o in offsets.items()}
         messages = self.log.record(res.traffic, self.sampler.take_changes(), starts, ends)
         for req in res.requests:
             sink.produce(topics.requests, req.key, req.to_json())
@@ -202,14 +199,9 @@ class SamplerEngine:
         self._pending.update(offsets)
         if time.monotonic() - self._last_flush >= self.flush_every_s:
             self._flush(source, sink)
-        if res.records:
-            self.metrics.count_records(res.records)
-        if res.requested:
-            self.metrics.count_requests(res.requested)
+        count_step(self.metrics, res.records, res.requested, {}, rejects)
         if res.folded:
             self.metrics.count_segments_folded(res.folded)
-        if rejects:
-            self.metrics.count_rejects(collections.Counter(r.reason for r in rejects))
         self.metrics.observe_batch(time.monotonic() - started)
         log.info(
             "batch processed",

@@ -54,7 +54,14 @@ def _yaml(
     data_dir: Path,
     group: str,
     library: str = "kafka-python",
+    *,
+    max_poll_records: int | None = None,
+    labels_per_hour: float = LABELS_PER_HOUR,
+    records_per_hour: float = 2400,
+    extra: str = "",
 ) -> str:
+    """A daemon configuration for tests (fast group joins); ``extra`` is appended YAML."""
+    mpr = "" if max_poll_records is None else f"\n  max_poll_records: {max_poll_records}"
     return f"""
 kafka:
   bootstrap_servers: ["{broker.bootstrap}"]
@@ -65,7 +72,8 @@ kafka:
     requests: {topics.requests}
     labels: {topics.labels}
     deadletter: {topics.deadletter}
-  poll_timeout_ms: 200
+    aggregates: {topics.aggregates}
+  poll_timeout_ms: 200{mpr}
   client:
     session_timeout_ms: 2000
     heartbeat_interval_ms: 500
@@ -77,9 +85,9 @@ labels:
   park_grace_s: 3
 models:
   default:
-    labels_per_hour: {LABELS_PER_HOUR}
-    expected_records_per_hour: 2400
-"""
+    labels_per_hour: {labels_per_hour}
+    expected_records_per_hour: {records_per_hour}
+{extra}"""
 
 
 @dataclass

@@ -26,46 +26,12 @@ from monitor.daemon import Failpoint
 from monitor.embedded_broker import EmbeddedBroker, free_port
 from monitor.kafka_io import read_topic
 from monitor.workload import Workload, WorkloadSpec, generate
-from tests.integration.test_daemon_kafka import Run, _labels
+from tests.integration.test_daemon_kafka import Run, _labels, _produce, _yaml
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 PARTITIONS = 4
 TIMEOUT_S = 90.0
-
-
-def _yaml(
-    broker: EmbeddedBroker, topics: TopicsConfig, data_dir: Path, group: str, library: str
-) -> str:
-    return f"""
-kafka:
-  bootstrap_servers: ["{broker.bootstrap}"]
-  group_id: {group}
-  client_library: {library}
-  topics:
-    scored: {topics.scored}
-    requests: {topics.requests}
-    labels: {topics.labels}
-    deadletter: {topics.deadletter}
-    aggregates: {topics.aggregates}
-  poll_timeout_ms: 200
-  max_poll_records: 150
-  client:
-    session_timeout_ms: 2000
-    heartbeat_interval_ms: 500
-metrics:
-  port: {free_port()}
-storage:
-  data_dir: {data_dir}
-labels:
-  park_grace_s: 3
-sampling:
-  max_segments_per_model: 8
-models:
-  default:
-    labels_per_hour: 60
-    expected_records_per_hour: 1000
-"""
 
 
 class Proc(Run):
@@ -94,7 +60,18 @@ def deploy(
         topics: TopicsConfig, name: str, group: str, library: str = "kafka-python"
     ) -> Callable[[str], Proc]:
         path = tmp_path / f"{name}.yaml"
-        path.write_text(_yaml(broker, topics, tmp_path / f"data-{name}", group, library))
+        text = _yaml(
+            broker,
+            topics,
+            tmp_path / f"data-{name}",
+            group,
+            library,
+            max_poll_records=150,
+            labels_per_hour=60,
+            records_per_hour=1000,
+            extra="sampling:\n  max_segments_per_model: 8\n",
+        )
+        path.write_text(text)
         config = load_config(path)
 
         def make(who: str) -> Proc:
@@ -120,14 +97,6 @@ def _produce_scored(broker: EmbeddedBroker, topic: str, w: Workload) -> dict[int
     producer.flush()
     producer.close()
     return counts
-
-
-def _produce(broker: EmbeddedBroker, topic: str, values: list[bytes]) -> None:
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20)
-    for v in values:
-        producer.send(topic, v)
-    producer.flush()
-    producer.close()
 
 
 def _wait(what: str, done: Callable[[], bool], procs: list[Proc]) -> None:
