@@ -247,16 +247,18 @@ def test_bucket_state_round_trip(workload: Workload, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("bad", "why"),
+    ("key", "value", "why"),
     [
-        (b"{", "JSON"),
-        (b'{"v": 2}', "v=1"),
-        (b'{"v": 1, "model": "m"}', "not an aggregates state"),
+        (b"{", b"{}", "aggregates key is not JSON"),
+        (b'["m",0]', b"{}", "key must be"),
+        (b'["m",0,1]', b"{", "Expecting property name"),
+        (b'["m",0,1]', b'{"v": 2}', "v=1"),
+        (b'["m",0,1]', b'{"v": 1, "model": "m"}', "not an aggregates state"),
     ],
 )
-def test_malformed_state_is_refused(bad: bytes, why: str) -> None:
+def test_malformed_state_is_refused(key: bytes, value: bytes, why: str) -> None:
     with pytest.raises(ValueError, match=why):
-        aggregates.decode(b'["m",0,1]', bad) if why != "JSON" else aggregates.decode(b"{", bad)
+        aggregates.decode(key, value)
 
 
 def test_estimator_dead_letters_a_forged_state_and_keeps_its_estimate(
