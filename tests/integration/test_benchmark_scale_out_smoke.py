@@ -49,7 +49,8 @@ def test_benchmark_runs_one_and_two_samplers_on_a_tiny_stream(broker: object) ->
         cpu = [float(c) for c in m.group(5).split(" / ")]
         assert 0 < records <= N, out
         assert wall > 0 and rate > 0, out
-        assert abs(rate - records / wall) <= 0.02 * rate + 1, out  # wall is rounded
+        # wall is printed to 0.01 s: the rate lies between the rates at its rounding bounds
+        assert records / (wall + 0.005) - 1 <= rate <= records / max(wall - 0.005, 1e-9) + 1, out
         # on a tiny stream one sampler may finish before the other has rebuilt its state
         assert len(cpu) == k and all(c >= 0 for c in cpu) and sum(cpu) > 0, out
         assert int(m.group(6)) > 0, out  # records per CPU-second
