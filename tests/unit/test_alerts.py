@@ -312,12 +312,12 @@ def test_push_failures_are_counted_without_blocking_the_caller() -> None:
         port = s.getsockname()[1]  # closed again: connections are refused
     errors: list[int] = []
     pusher = AlertmanagerPusher(
-        f"http://127.0.0.1:{port}", on_error=errors.append, retries=2, backoff_s=0.01
+        f"http://127.0.0.1:{port}", on_error=errors.append, retries=2, backoff_s=0.2
     )
     firing = AlertStatus("f_below_floor", "m", "", "24h", True, 0.5, 0.7, 1.0)
     start = time.monotonic()
     pusher.push([firing])
-    assert time.monotonic() - start < 0.05
+    assert time.monotonic() - start < 0.3  # pushing inline would wait 0.2 + 0.4 s of back-off
     deadline = time.monotonic() + 10
     while not errors and time.monotonic() < deadline:
         time.sleep(0.01)
