@@ -760,13 +760,17 @@ def main(argv: list[str] | None = None) -> int:
         default="0.5,0.25",
         help="paced rates for the latency phase, as fractions of the ceiling's rate",
     )
-    parser.add_argument("--latency-seconds", type=float, default=15.0)
+    parser.add_argument(
+        "--latency-seconds", type=float, default=15.0, help="0 skips the latency phase"
+    )
     parser.add_argument("--memory", action="store_true", help="only the memory phase")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory phase")
     parser.add_argument("--memory-records", default="1000000,5000000")
     parser.add_argument("--pace", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.latency_seconds < 0:
+        parser.error(f"--latency-seconds must be >= 0, got {args.latency_seconds}")
     if args.pace:
         bootstrap, topic, rate, seconds = args.pace
         started = time.perf_counter()
@@ -837,9 +841,10 @@ def run_kafka_phases(args: argparse.Namespace) -> None:
             rows.append(row)
         best = next(r for r in reversed(rows) if "confluent" not in r.name)
         latencies: list[str] = []
-        for library, fraction in itertools.product(
+        paced_runs = itertools.product(
             args.latency_clients.split(","), (float(f) for f in args.rate_fractions.split(","))
-        ):
+        )
+        for library, fraction in paced_runs if args.latency_seconds > 0 else ():
             rate = fraction * ceiling.rate
             paced, lat, inside, produced_rate = run_latency(
                 bootstrap, rate, args.latency_seconds, work, library
