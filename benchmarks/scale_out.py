@@ -13,7 +13,7 @@ records took 7.6 s, too close to the seconds a join or a rebalance takes).
 Phases:
 
 1. **Produce**: ``--records`` N records (``monitor.workload``: event times over 24 hours, four
-   segments, about 120 bytes of JSON each) to a scored topic with 4 partitions, record ``i`` to
+   segments, about 135 bytes of JSON each) to a scored topic with 4 partitions, record ``i`` to
    partition ``i % 4``, all BEFORE any sampler starts: the runs measure consumption only.
 2. **Runs**, one per ``--samplers`` entry (default ``1,2``): that many ``python -m monitor run
    --role sampler`` processes, launched together, in a fresh consumer group with fresh

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,13 @@ TRICKY = [
     b"18446744073709551616",
     b'{"id":"a","score":1234567890123456789012}',
     b'{"payload":[0.1234567890123456789]}',
+    b'{"score":0.00012345678901234567,"ts":1763700000.1234567890123456789}',
+    b'{"id":"12345678901234567890123","payload":"\\"12345678901234567890"}',
+    b'{"id":"x:12345678901234567890123"}',
+    b'{"payload":[1,-12345678901234567890123]}',
+    b'{"payload":{"n":12345678901234567890123}}',
+    b'{"payload":[1e0000000000000000000400,2E-00000000000000000000001]}',
+    b"1.5\n18446744073709551616",
     b"1e400",
     b"-1e400",
     b"NaN",
@@ -68,6 +76,26 @@ def test_a_batch_with_one_odd_value_decodes_each_as_json_loads() -> None:
         assert [_norm(g) for g in got] == [_norm(_parse(v)) for v in values], odd
     big = [RawRecord("t", 0, 0, 0, None, b'{"n":99999999999999999999}')]
     assert _parse_all(big) == [{"n": 99999999999999999999}]
+
+
+def test_floats_and_numeric_strings_with_long_digit_runs_stay_on_the_fast_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # what json.dumps writes for small scores and event times, and 23-digit numeric ids
+    values = [
+        b'{"id":"%d","score":%r,"ts":%r}' % (10**22 + i, 1.2345678901234567e-4 * i, 1.7e9 + i / 7)
+        for i in range(1, 50)
+    ]
+    expected = [json.loads(v) for v in values]
+    records = [RawRecord("t", 0, i, 0, None, v) for i, v in enumerate(values)]
+
+    def refuse(value: bytes) -> Any:
+        msg = f"json.loads was used for {value!r}"
+        raise AssertionError(msg)
+
+    monkeypatch.setattr(json, "loads", refuse)
+    assert _parse_all(records) == expected
+    assert [_loads(v) for v in values] == expected
 
 
 _BASE = (
