@@ -71,10 +71,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks.throughput import write_daemon_config
-from monitor.config import TopicsConfig
+from benchmarks.throughput import create_topics, write_daemon_config
 from monitor.embedded_broker import EmbeddedBroker, free_port
-from monitor.kafka_io import AGGREGATES_TOPIC_CONFIG
 
 PARTITIONS = 4
 HOURS = 24.0  # event time covered by the scored records
@@ -182,36 +180,6 @@ class Sampler:
     def tail(self) -> str:
         """The end of the log, for error messages."""
         return self.log_path.read_text(errors="replace")[-2000:]
-
-
-# ----------------------------------------------------------------------------- topics
-def create_run_topics(bootstrap: str, scored: str, tag: str) -> TopicsConfig:
-    """Fresh requests, labels, dead-letter and aggregates topics over the shared scored one."""
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    topics = TopicsConfig(
-        scored=scored,
-        requests=f"audit-requests-{tag}",
-        labels=f"audit-labels-{tag}",
-        deadletter=f"monitor-deadletter-{tag}",
-        aggregates=f"audit-aggregates-{tag}",
-    )
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics(
-            [NewTopic(t, 1, 1) for t in (topics.requests, topics.labels, topics.deadletter)]
-            + [
-                NewTopic(
-                    topics.aggregates,
-                    PARTITIONS,
-                    1,
-                    topic_configs=dict(AGGREGATES_TOPIC_CONFIG),
-                )
-            ]
-        )
-    finally:
-        admin.close()
-    return topics
 
 
 def produce_scored(bootstrap: str, n: int, seed: int) -> tuple[str, dict[int, int], float, float]:
@@ -359,7 +327,7 @@ def run_samplers(
     """Run ``k`` samplers over the whole scored topic; measure as the module docstring says."""
     n = sum(ends.values())
     tag = f"s{k}-{uuid.uuid4().hex[:6]}"
-    topics = create_run_topics(bootstrap, scored, tag)
+    topics = create_topics(bootstrap, tag, scored=scored, partitions=PARTITIONS)
     group = f"bench-{tag}"
     config = write_daemon_config(
         bootstrap,

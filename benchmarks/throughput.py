@@ -55,7 +55,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -123,26 +123,16 @@ def produce_topic(bootstrap: str, topic: str, n: int) -> float:
     return time.perf_counter() - started
 
 
-def create_topics(bootstrap: str, tag: str) -> TopicsConfig:
-    """A fresh set of the daemon's topics (one partition each)."""
-    from kafka.admin import KafkaAdminClient, NewTopic
+def create_topics(
+    bootstrap: str, tag: str, *, scored: str | None = None, partitions: int = 1
+) -> TopicsConfig:
+    """A fresh set of the daemon's topics named ``...-{tag}``, over ``scored`` when given."""
+    from monitor.kafka_io import ensure_topics
 
-    topics = TopicsConfig(
-        scored=f"predictions-{tag}",
-        requests=f"audit-requests-{tag}",
-        labels=f"audit-labels-{tag}",
-        deadletter=f"monitor-deadletter-{tag}",
-    )
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        admin.create_topics(
-            [
-                NewTopic(t, 1, 1)
-                for t in (topics.scored, topics.requests, topics.labels, topics.deadletter)
-            ]
-        )
-    finally:
-        admin.close()
+    topics = TopicsConfig().tagged(tag)
+    if scored is not None:
+        topics = replace(topics, scored=scored)
+    ensure_topics(bootstrap, topics, partitions)
     return topics
 
 
@@ -438,10 +428,7 @@ def run_daemon(
     """The daemon over the shared scored topic (its own requests/labels topics and group)."""
     decoder, max_poll, library = variant
     tag = f"d{decoder}-{uuid.uuid4().hex[:6]}"
-    own = create_topics(bootstrap, tag)
-    topics = TopicsConfig(
-        scored=scored, requests=own.requests, labels=own.labels, deadletter=own.deadletter
-    )
+    topics = create_topics(bootstrap, tag, scored=scored)
     per_hour = n / (SPAN_S / 3600)
     config = daemon_config(
         bootstrap, topics, work / tag, per_hour, max_poll_records=max_poll, library=library

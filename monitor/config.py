@@ -9,7 +9,7 @@ import os
 import re
 import urllib.parse
 from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -28,6 +28,10 @@ class TopicsConfig:
     labels: str = "audit-labels"
     deadletter: str = "monitor-deadletter"
     aggregates: str = "audit-aggregates"
+
+    def tagged(self, tag: str) -> TopicsConfig:
+        """Every name with ``-{tag}`` appended: a fresh set for one test or benchmark run."""
+        return TopicsConfig(**{f.name: f"{getattr(self, f.name)}-{tag}" for f in fields(self)})
 
 
 @dataclass(frozen=True)

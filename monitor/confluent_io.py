@@ -40,10 +40,6 @@ _NEXT = functools.partial(operator.add, 1)
 METADATA_TIMEOUT_S = 5.0
 
 
-def _unavailable(what: str, exc: BaseException) -> BrokerUnavailable:
-    return BrokerUnavailable(f"{what}: {type(exc).__name__}: {exc}")
-
-
 class ConfluentSource:
     """One consumer over the daemon's input topics (see ``monitor.kafka_io.KafkaSource``)."""
 
@@ -84,7 +80,7 @@ class ConfluentSource:
             )
         except KafkaException as exc:
             msg = "cannot connect the consumer"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
 
     def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Rebalance callback: seek to the stored offsets, or let a sampler rebuild first."""
@@ -122,7 +118,7 @@ class ConfluentSource:
             )
         except KafkaException as exc:
             msg = "poll failed"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
         if any(map(Message.error, msgs)):
             msgs = self._without_errors(msgs)
         if not msgs:
@@ -158,7 +154,7 @@ class ConfluentSource:
                 continue
             if err.fatal():
                 msg = "consumer failed"
-                raise _unavailable(msg, KafkaException(err))
+                raise BrokerUnavailable.on(msg, KafkaException(err))
             if err.code() != KafkaError._PARTITION_EOF:
                 log.warning(
                     "consumer error event", extra={"event": "consumer_error", "error": str(err)}
@@ -176,7 +172,7 @@ class ConfluentSource:
             )
         except KafkaException as exc:
             msg = "offset commit failed"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
 
     def committed(self) -> dict[TP, int]:
         """The group's committed next offsets of the assigned partitions (where committed)."""
@@ -187,7 +183,7 @@ class ConfluentSource:
             got = self._consumer.committed(parts, timeout=METADATA_TIMEOUT_S)
         except KafkaException as exc:
             msg = "cannot fetch committed offsets"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
         return {(tp.topic, tp.partition): tp.offset for tp in got if tp.offset >= 0}
 
     def seek(self, offsets: Mapping[TP, int]) -> None:
@@ -231,7 +227,7 @@ class ConfluentSource:
             meta = self._consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
         except KafkaException as exc:
             msg = "cannot read topic metadata"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
         found = meta.topics.get(topic)
         return len(found.partitions) if found is not None and found.partitions else 1
 
@@ -244,7 +240,7 @@ class ConfluentSource:
                 ends[(tp.topic, tp.partition)] = int(high)
         except KafkaException as exc:
             msg = "broker did not answer"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
         self._ends = ends
 
     def close(self) -> None:
@@ -271,7 +267,7 @@ class ConfluentSink:
             self._producer = Producer(settings)
         except KafkaException as exc:
             msg = "cannot connect the producer"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
         self._errors: list[KafkaError] = []
         self._queued = 0
 
@@ -295,7 +291,7 @@ class ConfluentSink:
                 self._producer.poll(1.0)  # the local queue is full: let deliveries drain
             except KafkaException as exc:
                 msg = "produce failed"
-                raise _unavailable(msg, exc) from exc
+                raise BrokerUnavailable.on(msg, exc) from exc
         msg = "produce failed: the producer's queue stays full"
         raise BrokerUnavailable(msg)
 
@@ -310,7 +306,7 @@ class ConfluentSink:
             raise BrokerUnavailable(msg)
         if errors:
             msg = "produce not acknowledged"
-            raise _unavailable(msg, KafkaException(errors[0]))
+            raise BrokerUnavailable.on(msg, KafkaException(errors[0]))
 
     def close(self) -> None:
         """Deliver what is queued (bounded) and release the producer."""

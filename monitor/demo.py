@@ -169,27 +169,6 @@ def demo_config(args: argparse.Namespace, topics: TopicsConfig, per_hour: float)
     }
 
 
-def create_topics(bootstrap: str, topics: TopicsConfig, partitions: int) -> None:
-    """Create the five topics with explicit partition counts (Tansu would default to 3)."""
-    from kafka.admin import KafkaAdminClient, NewTopic  # noqa: PLC0415
-
-    from monitor.kafka_io import AGGREGATES_TOPIC_CONFIG  # noqa: PLC0415
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="monitor-demo")
-    try:
-        admin.create_topics(
-            [NewTopic(topics.scored, partitions, 1)]
-            + [NewTopic(t, 1, 1) for t in (topics.requests, topics.labels, topics.deadletter)]
-            + [
-                NewTopic(
-                    topics.aggregates, partitions, 1, topic_configs=dict(AGGREGATES_TOPIC_CONFIG)
-                )
-            ]
-        )
-    finally:
-        admin.close()
-
-
 class Daemon:
     """``python -m monitor run`` as a child process in its own session (Ctrl-C goes to us)."""
 
@@ -559,7 +538,9 @@ def _run(args: argparse.Namespace, run: DemoRun, started: float) -> None:
     run.broker = EmbeddedBroker(log_path=run.work_dir / "tansu.log")
     _start_broker(run.broker)
     topics = TopicsConfig()
-    create_topics(run.broker.bootstrap, topics, args.partitions)
+    from monitor.kafka_io import ensure_topics  # noqa: PLC0415 - kafka only once it is needed
+
+    ensure_topics(run.broker.bootstrap, topics, args.partitions)
     say(
         f"broker: Tansu on {run.broker.bootstrap} (in memory); topics {topics.scored} "
         f"({args.partitions} partitions), {topics.requests}, {topics.labels}, {topics.deadletter}"

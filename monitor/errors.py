@@ -33,6 +33,11 @@ class BrokerUnavailable(MonitorError):
 
     retriable = True
 
+    @classmethod
+    def on(cls, what: str, exc: BaseException) -> BrokerUnavailable:
+        """``what`` failed on the client error ``exc``: "poll failed: KafkaTimeoutError: ..."."""
+        return cls(f"{what}: {type(exc).__name__}: {exc}")
+
 
 class RejectReason(enum.StrEnum):
     """Why an input record went to the dead-letter topic (the ``reason`` metric label)."""

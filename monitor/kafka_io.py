@@ -24,7 +24,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata
 
-from monitor.config import Config, kafka_client_options
+from monitor.config import Config, TopicsConfig, kafka_client_options
 from monitor.errors import BrokerUnavailable
 from monitor.records import RawRecord
 
@@ -116,10 +116,6 @@ class RecordSink(Protocol):
         ...
 
 
-def _unavailable(what: str, exc: BaseException) -> BrokerUnavailable:
-    return BrokerUnavailable(f"{what}: {type(exc).__name__}: {exc}")
-
-
 class _Seeker(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, source: KafkaSource) -> None:
         self.source = source
@@ -177,7 +173,7 @@ class KafkaSource:
             )
         except KafkaError as exc:
             msg = "cannot connect the consumer"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
 
     def seek_assigned(self, assigned: Sequence[TopicPartition]) -> None:
         """Seek newly assigned partitions to the stored offsets (beginning when none)."""
@@ -195,7 +191,7 @@ class KafkaSource:
             polled = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         except KafkaError as exc:
             msg = "poll failed"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
         out: list[RawRecord] = []
         for tp, recs in polled.items():
             if not recs:
@@ -226,7 +222,7 @@ class KafkaSource:
             self._consumer.commit(offsets=meta)
         except KafkaError as exc:
             msg = "offset commit failed"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
 
     def committed(self) -> dict[TP, int]:
         """The group's committed next offsets of the assigned partitions (where committed)."""
@@ -238,7 +234,7 @@ class KafkaSource:
                     out[(tp.topic, tp.partition)] = int(off)
         except KafkaError as exc:
             msg = "cannot fetch committed offsets"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
         return out
 
     def seek(self, offsets: Mapping[TP, int]) -> None:
@@ -291,7 +287,7 @@ class KafkaSource:
             parts = self._consumer.partitions_for_topic(topic)
         except KafkaError as exc:
             msg = "cannot read topic metadata"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
         return len(parts) if parts else 1
 
     def probe(self, timeout_s: float) -> None:
@@ -303,7 +299,7 @@ class KafkaSource:
             ends = self._consumer.end_offsets(parts, timeout_ms=int(timeout_s * 1000))
         except KafkaError as exc:
             msg = "broker did not answer"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
         self._ends = {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
 
     def close(self) -> None:
@@ -329,7 +325,7 @@ class KafkaSink:
             self._producer = KafkaProducer(**options)
         except KafkaError as exc:
             msg = "cannot connect the producer"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
         self._pending: list[Any] = []
 
     def produce(
@@ -341,7 +337,7 @@ class KafkaSink:
             self._pending.append(fut)
         except KafkaError as exc:
             msg = "produce failed"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
 
     def flush(self, timeout_s: float) -> None:
         """Wait for every acknowledgement."""
@@ -352,12 +348,12 @@ class KafkaSink:
             self._producer.flush(timeout=timeout_s)
         except KafkaError as exc:
             msg = "flush failed"
-            raise _unavailable(msg, exc) from exc
+            raise BrokerUnavailable.on(msg, exc) from exc
         for fut in pending:
             if not fut.is_done or fut.failed():
                 cause = fut.exception or TimeoutError("not acknowledged")
                 msg = "produce not acknowledged"
-                raise _unavailable(msg, cause)
+                raise BrokerUnavailable.on(msg, cause)
 
     def close(self) -> None:
         """Close the producer (bounded)."""
@@ -367,23 +363,39 @@ class KafkaSink:
 
 def create_topics(config: Config, scored_partitions: int = 1) -> list[str]:
     """Create the daemon's topics if absent; returns the names created."""
-    topics = config.kafka.topics
-    options: dict[str, Any] = {"bootstrap_servers": list(config.kafka.bootstrap_servers)}
-    options.update(kafka_client_options(config.kafka, "admin"))
+    return ensure_topics(
+        list(config.kafka.bootstrap_servers),
+        config.kafka.topics,
+        scored_partitions,
+        kafka_client_options(config.kafka, "admin"),
+    )
+
+
+def ensure_topics(
+    bootstrap: str | list[str],
+    topics: TopicsConfig,
+    partitions: int = 1,
+    client_options: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Create whichever of ``topics`` is absent; returns the names created.
+
+    The scored and aggregates topics get ``partitions`` partitions, the others one (Tansu would
+    default to three); the aggregates topic is compacted (``AGGREGATES_TOPIC_CONFIG``).
+    """
     try:
-        admin = KafkaAdminClient(**options)
+        admin = KafkaAdminClient(**{"bootstrap_servers": bootstrap, **(client_options or {})})
     except KafkaError as exc:
         msg = "cannot connect the admin client"
-        raise _unavailable(msg, exc) from exc
+        raise BrokerUnavailable.on(msg, exc) from exc
     created: list[str] = []
     try:
         existing = set(admin.list_topics())
         for name, parts in (
-            (topics.scored, scored_partitions),
+            (topics.scored, partitions),
             (topics.requests, 1),
             (topics.labels, 1),
             (topics.deadletter, 1),
-            (topics.aggregates, scored_partitions),
+            (topics.aggregates, partitions),
         ):
             if name in existing:
                 continue
@@ -395,7 +407,7 @@ def create_topics(config: Config, scored_partitions: int = 1) -> list[str]:
                 pass
     except KafkaError as exc:
         msg = "cannot create topics"
-        raise _unavailable(msg, exc) from exc
+        raise BrokerUnavailable.on(msg, exc) from exc
     finally:
         admin.close()
     return created
@@ -427,7 +439,7 @@ def read_topic(
         consumer = KafkaConsumer(**options)
     except KafkaError as exc:
         msg = f"cannot read {topic}"
-        raise _unavailable(msg, exc) from exc
+        raise BrokerUnavailable.on(msg, exc) from exc
     try:
         n = len(consumer.partitions_for_topic(topic) or ())
         parts = [TopicPartition(topic, p) for p in sorted(select(n)) if 0 <= p < n]
@@ -444,7 +456,7 @@ def read_topic(
                 return out
     except KafkaError as exc:
         msg = f"cannot read {topic}"
-        raise _unavailable(msg, exc) from exc
+        raise BrokerUnavailable.on(msg, exc) from exc
     finally:
         with contextlib.suppress(KafkaError):
             consumer.close(autocommit=False)

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from monitor.config import TopicsConfig
-from monitor.demo import create_topics
 from monitor.embedded_broker import EmbeddedBroker
 from monitor.errors import MonitorError
+from monitor.kafka_io import ensure_topics
 
 REQUIRE_REAL = os.environ.get("CI", "").lower() == "true" or os.environ.get(
     "MONITOR_REQUIRE_REAL", ""
@@ -62,15 +62,8 @@ def make_topics(broker: EmbeddedBroker) -> Callable[..., TopicsConfig]:
     """Create a fresh, uniquely named set of the daemon's topics on the session broker."""
 
     def _make(partitions: int = 1) -> TopicsConfig:
-        tag = uuid.uuid4().hex[:8]
-        topics = TopicsConfig(
-            scored=f"predictions-{tag}",
-            requests=f"audit-requests-{tag}",
-            labels=f"audit-labels-{tag}",
-            deadletter=f"monitor-deadletter-{tag}",
-            aggregates=f"audit-aggregates-{tag}",
-        )
-        create_topics(broker.bootstrap, topics, partitions)
+        topics = TopicsConfig().tagged(uuid.uuid4().hex[:8])
+        ensure_topics(broker.bootstrap, topics, partitions)
         return topics
 
     return _make

@@ -12,6 +12,7 @@ import pytest
 from monitor.config import (
     Config,
     KafkaConfig,
+    TopicsConfig,
     confluent_client_options,
     kafka_client_options,
     load_config,
@@ -462,3 +463,14 @@ def test_confluent_client_not_installed_fails_at_start_up(
         "kafka.client_library: confluent-kafka is not installed: "
         "pip install 'activeaudit-monitor[confluent]'"
     ]
+
+
+def test_tagged_topics_suffix_every_name() -> None:
+    tagged = TopicsConfig(scored="in").tagged("t1")
+    assert tagged == TopicsConfig(
+        scored="in-t1",
+        requests="audit-requests-t1",
+        labels="audit-labels-t1",
+        deadletter="monitor-deadletter-t1",
+        aggregates="audit-aggregates-t1",
+    )
