@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks.throughput import create_topics, write_daemon_config
+from benchmarks.throughput import bulk_producer, create_topics, write_daemon_config
 from monitor.embedded_broker import EmbeddedBroker, free_port
 
 PARTITIONS = 4
@@ -184,7 +184,6 @@ class Sampler:
 
 def produce_scored(bootstrap: str, n: int, seed: int) -> tuple[str, dict[int, int], float, float]:
     """Create the scored topic and fill it; (topic, end offset per partition, s, mean bytes)."""
-    from kafka import KafkaProducer
     from kafka.admin import KafkaAdminClient, NewTopic
 
     from monitor.workload import WorkloadSpec, generate
@@ -196,14 +195,7 @@ def produce_scored(bootstrap: str, n: int, seed: int) -> tuple[str, dict[int, in
     finally:
         admin.close()
     workload = generate(WorkloadSpec(n=n, hours=HOURS, seed=seed, segments=SEGMENTS))
-    producer = KafkaProducer(
-        bootstrap_servers=bootstrap,
-        acks=1,
-        linger_ms=50,
-        batch_size=256 * 1024,
-        max_request_size=8 * 1024 * 1024,
-        enable_idempotence=False,
-    )
+    producer = bulk_producer(bootstrap)
     ends = dict.fromkeys(range(PARTITIONS), 0)
     size = 0
     started = time.perf_counter()

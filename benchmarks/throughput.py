@@ -96,11 +96,11 @@ def scored_values(start: int, n: int, ts: np.ndarray[Any, Any]) -> list[bytes]:
     ]
 
 
-def produce_topic(bootstrap: str, topic: str, n: int) -> float:
-    """Produce ``n`` records as fast as possible (pre-serialised, large batches); seconds."""
+def bulk_producer(bootstrap: str) -> Any:
+    """A kafka-python producer for filling a topic before a run: large batches, leader acks."""
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(
+    return KafkaProducer(
         bootstrap_servers=bootstrap,
         acks=1,
         linger_ms=20,
@@ -108,6 +108,11 @@ def produce_topic(bootstrap: str, topic: str, n: int) -> float:
         max_request_size=8 * 1024 * 1024,
         enable_idempotence=False,
     )
+
+
+def produce_topic(bootstrap: str, topic: str, n: int) -> float:
+    """Produce ``n`` records as fast as possible (pre-serialised, large batches); seconds."""
+    producer = bulk_producer(bootstrap)
     started = time.perf_counter()
     chunk = 200_000
     for lo in range(0, n, chunk):
