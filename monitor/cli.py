@@ -16,7 +16,13 @@ from collections.abc import Sequence
 from monitor import __version__
 from monitor.errors import ConfigError, InputFileError, StoreError
 
-COMMAND_MODULES = ("monitor.offline", "monitor.daemon", "monitor.auditors", "monitor.demo")
+COMMAND_MODULES = (
+    "monitor.offline",
+    "monitor.daemon",
+    "monitor.auditors",
+    "monitor.demo",
+    "monitor.bridges.cli",
+)
 
 EXIT_OK = 0
 EXIT_CRASH = 1

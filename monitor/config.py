@@ -149,6 +149,7 @@ _TOP_KEYS = (
     "sampling",
     "default_model",
     "models",
+    "labelstudio",  # read by `monitor queue labelstudio` (monitor.bridges.ls_config), not here
 )
 _KAFKA_KEYS = (
     "bootstrap_servers",

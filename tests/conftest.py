@@ -1,4 +1,4 @@
-"""Shared fixtures: seeded randomness, the real broker, the Prometheus binaries.
+"""Shared fixtures: seeded randomness, the real broker, Prometheus, Label Studio.
 
 Tests that need a real component skip with a reason when it is missing on a laptop, but
 under CI (``CI=true``) or with ``MONITOR_REQUIRE_REAL=1`` a missing component is a failure.
@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from monitor.bridges.ls_server import LabelStudioServer
 from monitor.config import TopicsConfig
 from monitor.embedded_broker import EmbeddedBroker
 from monitor.errors import MonitorError
@@ -93,3 +94,27 @@ def prometheus_bin() -> Path:
 def alertmanager_bin() -> Path:
     """Path of Alertmanager (Debian package ``prometheus-alertmanager``)."""
     return _binary("prometheus-alertmanager")
+
+
+@pytest.fixture(scope="session")
+def labelstudio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabelStudioServer]:
+    """One real Label Studio on 127.0.0.1 for the session (its own venv; ~80 s first start).
+
+    Tests make their own projects (one per model and test: titles carry a unique tag). With
+    ``MONITOR_TEST_LABELSTUDIO_PORT`` set, the tests use a server already running there that
+    ``monitor.bridges.ls_server`` started (same login and token), and leave it running.
+    """
+    attach = os.environ.get("MONITOR_TEST_LABELSTUDIO_PORT")
+    if attach:
+        server = LabelStudioServer(tmp_path_factory.mktemp("labelstudio"), int(attach))
+        if not server.healthy():
+            pytest.fail(f"no healthy Label Studio on 127.0.0.1:{attach}")
+        yield server
+        return
+    try:
+        server = LabelStudioServer(tmp_path_factory.mktemp("labelstudio")).start()
+    except MonitorError as exc:
+        missing_component(f"Label Studio: {exc}")
+        raise  # unreachable: missing_component skips or fails
+    yield server
+    server.stop()
