@@ -66,6 +66,7 @@ class LabelStudioServer:
         self.username, self.password, self.token = USERNAME, PASSWORD, TOKEN
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self.owned = False  # True once this object started the server (it may stop it)
 
     @property
     def url(self) -> str:
@@ -75,6 +76,7 @@ class LabelStudioServer:
     def start(self, timeout_s: float = 300.0) -> LabelStudioServer:
         """Start and wait until ``GET /health`` says UP (raises MonitorError on timeout)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.owned = True
         env = {
             **os.environ,
             "LATEST_VERSION_CHECK": "false",
