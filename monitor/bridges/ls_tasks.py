@@ -77,7 +77,7 @@ def task_body(request: Mapping[str, Any], wording: Wording) -> dict[str, Any]:
     pred = wording.positive if request["pred"] == 1 else wording.negative
     segment = request["segment"] or "(none)"
     context = (
-        f"model {request['model']} · segment {segment} · score {request['score']:.3f} · "
+        f"model {request['model']} · segment {segment} · score {request['score']:.4g} · "
         f"the model predicted: {pred} · answer before {_utc(request['deadline'])}"
     )
     payload = request.get("payload")

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from monitor.bridges.labelstudio import LabelStudioBridge
 from monitor.bridges.ls_client import LabelStudioClient
-from monitor.bridges.ls_config import LabelStudioConfig, Wording
+from monitor.bridges.ls_config import LabelStudioConfig, Wording, parse_labelstudio, state_path
 from monitor.bridges.ls_server import LabelStudioServer
 from monitor.config import Config, TopicsConfig, load_config
 from monitor.embedded_broker import EmbeddedBroker, free_port
@@ -66,6 +67,31 @@ storage:
 labels:
   park_grace_s: 3
 {extra}"""
+
+
+def section(server: LabelStudioServer, tag: str, poll_s: float) -> str:
+    """The ``labelstudio:`` section of a test's configuration file."""
+    return f"""
+labelstudio:
+  url: {server.url}
+  token_env: LS_TOKEN_{tag}
+  project_title: "Audit {tag}: {{model}}"
+  positive: Fraud
+  negative: Legitimate
+  poll_interval_s: {poll_s}
+  port: 0
+  group_id: ls-{tag}
+  state_file: bridge.sqlite
+"""
+
+
+def bridge_from_file(path: Path, token: str) -> LabelStudioBridge:
+    """A bridge set up from a configuration file, as ``monitor queue labelstudio`` does."""
+    config = load_config(path)
+    ls = parse_labelstudio(yaml.safe_load(path.read_text()), str(path))
+    return LabelStudioBridge(
+        config, ls, state_path(ls, config.data_dir), token, consumer_config=FAST_GROUP
+    )
 
 
 def request(i: int, *, model: str = "default", deadline: float = T0 + 86_400) -> dict[str, Any]:
@@ -212,3 +238,12 @@ class DaemonRun:
 
     def log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:]
+
+
+def produce_raw(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    """Send raw values without keys (the scored stream)."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
+    for v in values:
+        producer.send(topic, v)
+    producer.flush(10)
+    producer.close(5)

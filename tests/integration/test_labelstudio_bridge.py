@@ -93,7 +93,7 @@ def test_one_task_per_request_across_restart_replay_and_lost_state(
         "deadline": T0 + 86_400,
     }
     assert task["data"]["record_id"] == "rec-0"
-    assert "Fraud" in task["data"]["context"] and "0.750" in task["data"]["context"]
+    assert "Fraud" in task["data"]["context"] and "score 0.75 " in task["data"]["context"]
     assert '"amount": 0' in task["data"]["payload"]
     bridge.stop()
 

@@ -16,12 +16,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from prometheus_client import CollectorRegistry
 
 from monitor.bridges.labelstudio import LabelStudioBridge
 from monitor.bridges.ls_client import LabelStudioClient
-from monitor.bridges.ls_config import parse_labelstudio, state_path
 from monitor.bridges.ls_server import LabelStudioServer
 from monitor.config import Config, TopicsConfig
 from monitor.daemon import Engine
@@ -32,15 +30,17 @@ from monitor.kafka_io import FakeLog, FakeSink, FakeSource
 from monitor.store import Store
 from monitor.workload import Workload, WorkloadSpec, generate
 from tests.integration.ls_helpers import (
-    FAST_GROUP,
     DaemonRun,
     annotate,
+    bridge_from_file,
     edit,
     metric,
     produce,
+    produce_raw,
     project_tasks,
     read_labels,
     request,
+    section,
     wait_for,
     yaml_config,
 )
@@ -54,31 +54,6 @@ def cleanup() -> Iterator[list[LabelStudioBridge | DaemonRun]]:
     yield made
     for thing in made:
         thing.stop()
-
-
-def _section(server: LabelStudioServer, tag: str, poll_s: float) -> str:
-    return f"""
-labelstudio:
-  url: {server.url}
-  token_env: LS_TOKEN_{tag}
-  project_title: "Audit {tag}: {{model}}"
-  positive: Fraud
-  negative: Legitimate
-  poll_interval_s: {poll_s}
-  port: 0
-  group_id: ls-{tag}
-  state_file: bridge.sqlite
-"""
-
-
-def _bridge(path: Path, token: str) -> LabelStudioBridge:
-    from monitor.config import load_config
-
-    config = load_config(path)
-    ls = parse_labelstudio(yaml.safe_load(path.read_text()), str(path))
-    return LabelStudioBridge(
-        config, ls, state_path(ls, config.data_dir), token, consumer_config=FAST_GROUP
-    )
 
 
 def _expected(config: Config, w: Workload, labels: list[bytes], tmp: Path) -> str:
@@ -138,22 +113,15 @@ def test_answers_in_labelstudio_are_joined_by_the_daemon(
     path = tmp_path / "monitor.yaml"
     models = "models:\n  default:\n    labels_per_hour: 6\n    expected_records_per_hour: 600\n"
     path.write_text(
-        yaml_config(broker, topics, tmp_path / "data", models + _section(labelstudio, tag, 3600))
+        yaml_config(broker, topics, tmp_path / "data", models + section(labelstudio, tag, 3600))
     )
     daemon = DaemonRun(path, tmp_path / "daemon.log").start()
     cleanup.append(daemon)
-    bridge = _bridge(path, labelstudio.token).start()
+    bridge = bridge_from_file(path, labelstudio.token).start()
     cleanup.append(bridge)
     w = generate(WorkloadSpec(n=1200, hours=2.0, seed=5))
     truth = dict(w.truth_rows())
-    produce_scored = [json.dumps(r).encode() for r in w.records()]
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20)
-    for v in produce_scored:
-        producer.send(topics.scored, v)
-    producer.flush(10)
-    producer.close(5)
+    produce_raw(broker.bootstrap, topics.scored, [json.dumps(r).encode() for r in w.records()])
 
     client = LabelStudioClient(labelstudio.url, labelstudio.token)
     title = f"Audit {tag}: default"
@@ -220,10 +188,10 @@ def test_labelstudio_or_bridge_down_mid_stream_loses_nothing(
     tag = uuid.uuid4().hex[:8]
     topics = make_topics()
     path = tmp_path / "monitor.yaml"
-    path.write_text(yaml_config(broker, topics, tmp_path / "data", _section(labelstudio, tag, 1)))
+    path.write_text(yaml_config(broker, topics, tmp_path / "data", section(labelstudio, tag, 1)))
     client = LabelStudioClient(labelstudio.url, labelstudio.token)
     title = f"Audit {tag}: default"
-    bridge = _bridge(path, labelstudio.token).start()
+    bridge = bridge_from_file(path, labelstudio.token).start()
     cleanup.append(bridge)
     batch_a = [request(i) for i in range(3)]
     produce(broker.bootstrap, topics.requests, batch_a)
@@ -247,7 +215,7 @@ def test_labelstudio_or_bridge_down_mid_stream_loses_nothing(
     tasks = project_tasks(client, title)
     for t in tasks:
         annotate(client, t["id"], t["id"] % 2)
-    bridge = _bridge(path, labelstudio.token).start()
+    bridge = bridge_from_file(path, labelstudio.token).start()
     cleanup.append(bridge)
     labels = read_labels(broker.bootstrap, topics.labels, 6)
     assert sorted((x["request_id"], x["label"]) for x in labels) == sorted(

@@ -108,7 +108,7 @@ def test_task_body_shows_the_record_and_hides_ids_in_meta() -> None:
     }
     data = body["data"]
     assert data["record_id"] == "txn-1" and data["prediction"] == "Fraud"
-    assert "score 0.912" in data["context"] and "2026-01-08 00:00:00 UTC" in data["context"]
+    assert "score 0.9123 " in data["context"] and "2026-01-08 00:00:00 UTC" in data["context"]
     assert '"url": "https://example.com/x"' in data["payload"]
     assert "t0k" not in str(data) and "ab" * 16 not in str(data)
     assert task_body(_req(pred=0, segment=""), W)["data"]["context"].count("(none)") == 1
