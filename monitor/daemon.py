@@ -17,7 +17,8 @@ SIGTERM/SIGINT: finish the step, close, exit 0.
 
 Roles (``--role``): ``all`` (default) runs all of the above in one process; ``estimator`` reads
 the samplers' bucket states from the aggregates topic instead of the scored topic
-(``monitor.aggregates``); ``sampler`` is ``monitor.sampler_role``, driven by the same ``Daemon``.
+(``monitor.core.aggregates``); ``sampler`` is ``monitor.runtime.sampler_role``, driven by the
+same ``Daemon``.
 
 Test hook: ``MONITOR_FAILPOINT="stage:n"`` (read once at start-up) SIGKILLs the process the
 n-th time a step reaches ``stage`` (see ``Failpoint``); crash tests use it to kill the daemon
@@ -43,26 +44,27 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from monitor import aggregates
-from monitor.aggregates import BucketState, TrafficFeed
-from monitor.config import Config, load_config
-from monitor.errors import BrokerUnavailable, ConfigError, RejectReason, StoreError
-from monitor.estimator import EstimatorService
-from monitor.logs import setup_logging
-from monitor.records import RawRecord, Reject, deadletter_value, decode_labels, decode_scored
-from monitor.sampler import (
+from monitor.config.load import load_config
+from monitor.config.schema import Config
+from monitor.core import aggregates
+from monitor.core.aggregates import BucketState, TrafficFeed
+from monitor.core.estimator import EstimatorService
+from monitor.core.records import RawRecord, Reject, deadletter_value, decode_labels, decode_scored
+from monitor.core.sampler import (
     AuditRequest,
     PartKey,
     SamplerService,
     request_id_for,
     request_token,
 )
-from monitor.snapshot import Snapshot
-from monitor.store import Store
+from monitor.core.snapshot import Snapshot
+from monitor.errors import BrokerUnavailable, ConfigError, RejectReason, StoreError
+from monitor.io.store import Store
+from monitor.logs import setup_logging
 
 if TYPE_CHECKING:
-    from monitor.alertmanager import AlertmanagerPusher
-    from monitor.exporter import Exporter
+    from monitor.io.alertmanager import AlertmanagerPusher
+    from monitor.io.exporter import Exporter
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ WATCH_EVERY_S = 1.0
 
 
 class Source(Protocol):
-    """What the loop needs from a consumer (``monitor.kafka_io``)."""
+    """What the loop needs from a consumer (``monitor.io.kafka_io``)."""
 
     def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]: ...  # noqa: D102
     def commit(self, offsets: Mapping[TP, int]) -> None: ...  # noqa: D102
@@ -96,7 +98,7 @@ class Source(Protocol):
 
 
 class Sink(Protocol):
-    """What the loop needs from a producer (``monitor.kafka_io``)."""
+    """What the loop needs from a producer (``monitor.io.kafka_io``)."""
 
     def produce(  # noqa: D102
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
@@ -106,7 +108,7 @@ class Sink(Protocol):
 
 
 class Metrics(Protocol):
-    """The exporter facade (``monitor.exporter.Exporter``) as the loop uses it."""
+    """The exporter facade (``monitor.io.exporter.Exporter``) as the loop uses it."""
 
     def publish(self, snapshot: Snapshot) -> None: ...  # noqa: D102
     def count_records(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
@@ -260,8 +262,9 @@ class Engine:
 
     ``role="all"`` (the default) reads the scored, requests and labels topics and runs both the
     sampler and the estimator. ``role="estimator"`` reads the requests, labels and aggregates
-    topics instead: the traffic comes from samplers running elsewhere (``monitor.sampler_role``)
-    as bucket states, turned into exact deltas by a ``TrafficFeed`` stored with the rest.
+    topics instead: the traffic comes from samplers running elsewhere
+    (``monitor.runtime.sampler_role``) as bucket states, turned into exact deltas by a
+    ``TrafficFeed`` stored with the rest.
     """
 
     def __init__(
@@ -484,7 +487,7 @@ def tune_gc() -> None:
 
 
 class Loop(Protocol):
-    """What ``Daemon`` drives: an ``Engine`` or a ``monitor.sampler_role.SamplerEngine``."""
+    """What ``Daemon`` drives: an ``Engine`` or a ``monitor.runtime.sampler_role.SamplerEngine``."""
 
     config: Config
     metrics: Metrics
@@ -582,11 +585,11 @@ def kafka_connect(
         source_class: Callable[..., Source]
         sink_class: Callable[[Config], Sink]
         if config.kafka.client_library == "confluent-kafka":
-            from monitor.confluent_io import ConfluentSink, ConfluentSource  # noqa: PLC0415
+            from monitor.io.confluent_io import ConfluentSink, ConfluentSource  # noqa: PLC0415
 
             source_class, sink_class = ConfluentSource, ConfluentSink
         else:
-            from monitor.kafka_io import KafkaSink, KafkaSource  # noqa: PLC0415 - shell only
+            from monitor.io.kafka_io import KafkaSink, KafkaSource  # noqa: PLC0415 - shell only
 
             source_class, sink_class = KafkaSource, KafkaSink
         sink = sink_class(config)
@@ -650,7 +653,7 @@ def _check(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     config = load_config(args.config, _overrides(args))
-    from monitor.exporter import Exporter  # noqa: PLC0415 - prometheus only in the shell
+    from monitor.io.exporter import Exporter  # noqa: PLC0415 - prometheus only in the shell
 
     failpoint = Failpoint.from_env(os.environ)  # test hook, see the module docstring
     stop = _stop_on_signals()
@@ -723,8 +726,8 @@ def _sampler_role(
     cleanup: contextlib.ExitStack,
 ) -> Wiring:
     """``--role sampler``: no data directory, no estimates; state on the aggregates topic."""
-    from monitor.kafka_io import read_topic  # noqa: PLC0415 - shell only
-    from monitor.sampler_role import SamplerEngine  # noqa: PLC0415 - it imports this module
+    from monitor.io.kafka_io import read_topic  # noqa: PLC0415 - shell only
+    from monitor.runtime.sampler_role import SamplerEngine  # noqa: PLC0415 - it imports this module
 
     topics = config.kafka.topics
     engine = SamplerEngine(
@@ -754,7 +757,7 @@ def _alertmanager_pusher(config: Config, exporter: Exporter) -> AlertmanagerPush
     """The push of the daemon's own alerts to ``alertmanager.url``; None when not configured."""
     if config.alertmanager.url is None:
         return None
-    from monitor.alertmanager import AlertmanagerPusher  # noqa: PLC0415
+    from monitor.io.alertmanager import AlertmanagerPusher  # noqa: PLC0415
 
     return AlertmanagerPusher(
         config.alertmanager.url,
@@ -771,7 +774,7 @@ def _alert_hook(
     ``pusher.push`` only queues the statuses for its own thread: the data path never waits
     for Alertmanager.
     """
-    from monitor.alerts import AlertEvaluator  # noqa: PLC0415
+    from monitor.core.alerts import AlertEvaluator  # noqa: PLC0415
 
     evaluator = AlertEvaluator(config)
     saved = store.get_json("alerts")
@@ -789,7 +792,7 @@ def _alert_hook(
 
 
 def _create_topics(config: Config, stop: threading.Event) -> None:
-    from monitor.kafka_io import create_topics  # noqa: PLC0415 - shell only
+    from monitor.io.kafka_io import create_topics  # noqa: PLC0415 - shell only
 
     backoff = BACKOFF_MIN_S
     while not stop.is_set():

@@ -15,9 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitor.config import Config, ModelConfig
-from monitor.errors import RejectReason
-from monitor.records import (
+from monitor.config.schema import Config, ModelConfig
+from monitor.core.records import (
     MAX_FUTURE_S,
     MAX_ID_CHARS,
     MAX_SEGMENT_CHARS,
@@ -29,6 +28,7 @@ from monitor.records import (
     decode_scored,
     parse_timestamp,
 )
+from monitor.errors import RejectReason
 
 NOW = 1_790_000_000.0
 CONFIG = Config(

@@ -14,13 +14,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from monitor.cli import main
-from monitor.config import Config, KafkaConfig, ModelConfig
+from monitor.config.schema import Config, KafkaConfig, ModelConfig
 from monitor.daemon import Daemon, Engine
 from monitor.errors import BrokerUnavailable, StoreError
-from monitor.exporter import Exporter
-from monitor.kafka_io import FakeLog, FakeSink, FakeSource
-from monitor.store import Store
-from monitor.workload import Workload, WorkloadSpec, generate
+from monitor.io.exporter import Exporter
+from monitor.io.kafka_io import FakeLog, FakeSink, FakeSource
+from monitor.io.store import Store
+from monitor.sim.workload import Workload, WorkloadSpec, generate
 
 TOPICS = Config().kafka.topics
 

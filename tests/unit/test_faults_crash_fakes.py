@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.config import Config
+from monitor.config.schema import Config
 from monitor.daemon import Failpoint
-from monitor.kafka_io import FakeLog
-from monitor.workload import Workload
+from monitor.io.kafka_io import FakeLog
+from monitor.sim.workload import Workload
 from tests.unit import test_daemon_loop as loop_tests
 from tests.unit.test_daemon_loop import (
     TOPICS,

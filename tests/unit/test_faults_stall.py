@@ -17,10 +17,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from monitor.daemon import Daemon, Engine
-from monitor.exporter import Exporter
-from monitor.kafka_io import FakeLog, FakeSink, FakeSource
-from monitor.store import Store
-from monitor.workload import Workload
+from monitor.io.exporter import Exporter
+from monitor.io.kafka_io import FakeLog, FakeSink, FakeSource
+from monitor.io.store import Store
+from monitor.sim.workload import Workload
 from tests.unit import test_daemon_loop as loop_tests
 from tests.unit.test_daemon_loop import TOPICS, _config, _fill
 

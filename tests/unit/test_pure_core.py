@@ -17,7 +17,7 @@ MODULES = (
     "monitor.stats.likelihood",
     "monitor.stats.drift",
     "monitor.stats.estimate",
-    "monitor.simulate",
+    "monitor.sim.simulate",
 )
 
 

@@ -9,7 +9,7 @@ a replay makes the same decisions and produces byte-identical requests.
 Controls are frozen at the first record of a bucket on a partition from that partition's
 aggregate of earlier buckets; a batch is cut at those first records so the aggregate used is
 exactly the traffic that preceded the record on its partition, wherever batches were cut.
-A sampler rebuilt from published bucket states (``monitor.aggregates``) is given, per bucket,
+A sampler rebuilt from published bucket states (``monitor.core.aggregates``) is given, per bucket,
 the offset below which the bucket's records are already counted: records a replay brings again
 are decided again (the same requests) but not aggregated twice.
 Records older than the retention horizon (``2 k`` buckets behind the partition's newest bucket,
@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from monitor.config import Config, ModelConfig
-from monitor.records import ScoredBatch
+from monitor.config.schema import Config, ModelConfig
+from monitor.core.records import ScoredBatch
+from monitor.core.windows import GroupKey, TrafficAggregate, bucket_of, group_traffic
 from monitor.stats.budget import Control, control_for_bucket, selection_weights, uniform_control
 from monitor.stats.selection import hash_uniform
-from monitor.windows import GroupKey, TrafficAggregate, bucket_of, group_traffic
 
 OTHER_SEGMENT = "__other__"
 

@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from monitor import aggregates
-from monitor.aggregates import BucketState, FeedChanges
+from monitor.core import aggregates
+from monitor.core.aggregates import BucketState, FeedChanges
+from monitor.core.estimator import EstimatorChanges, ParkedLabel, RequestState
+from monitor.core.records import LabelResult, RawRecord
+from monitor.core.sampler import AuditRequest, PartKey, SamplerChanges
+from monitor.core.windows import TrafficAggregate
 from monitor.errors import StoreError
-from monitor.estimator import EstimatorChanges, ParkedLabel, RequestState
-from monitor.records import LabelResult, RawRecord
-from monitor.sampler import AuditRequest, PartKey, SamplerChanges
 from monitor.stats.budget import Control
-from monitor.windows import TrafficAggregate
 
 SCHEMA_VERSION = "1"
 DB_NAME = "monitor.sqlite"

@@ -3,7 +3,7 @@
 Samplers join the consumer group ``<kafka.group_id>-sampler`` over the scored topic and keep no
 local state. One poll is one step::
 
-    poll -> decode -> sampler -> produce requests, bucket states (monitor.aggregates),
+    poll -> decode -> sampler -> produce requests, bucket states (monitor.core.aggregates),
          dead letters -> [every FLUSH_EVERY_S, when idle, on SIGTERM: flush -> Kafka commit]
 
 Flushing and committing every half second rather than every poll keeps the sampler from
@@ -11,7 +11,7 @@ waiting on two broker round trips per batch (the producer sends in the backgroun
 a crash replays at most that much, which the rebuild below makes harmless.
 
 After every assignment the sampler resumes at the group's committed offsets and rebuilds its
-partitions' state as of them from the aggregates topic (``monitor.aggregates.as_of``): the
+partitions' state as of them from the aggregates topic (``monitor.core.aggregates.as_of``): the
 controls in force and the traffic later controls learn from. Decisions are deterministic, so a
 partition handed from one sampler to another, even by a SIGKILL mid-flush or between a flush and
 its commit, yields the same requests (some twice, with the same key and bytes, which the
@@ -25,8 +25,9 @@ import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 
-from monitor.aggregates import SamplerLog, as_of
-from monitor.config import Config
+from monitor.config.schema import Config
+from monitor.core.aggregates import SamplerLog, as_of
+from monitor.core.records import deadletter_value, decode_scored
 from monitor.daemon import (
     FLUSH_TIMEOUT_S,
     TP,
@@ -38,7 +39,6 @@ from monitor.daemon import (
     split_poll,
 )
 from monitor.errors import BrokerUnavailable
-from monitor.records import deadletter_value, decode_scored
 
 log = logging.getLogger(__name__)
 

@@ -27,23 +27,23 @@ from operator import attrgetter
 
 import numpy as np
 
-from monitor.config import Config, ModelConfig
-from monitor.errors import RejectReason
-from monitor.records import LabelResult, Reject
-from monitor.sampler import AuditRequest, request_id_for, request_token, retention_buckets
-from monitor.snapshot import Snapshot, WindowEstimate
-from monitor.stats.drift import psi
-from monitor.stats.estimate import Confusion, Estimate
-from monitor.stats.falpha import intrinsic_falpha_from_sums, intrinsic_falpha_se_from_sums
-from monitor.stats.measures import measure_all
-from monitor.stats.sample import LabeledSample
-from monitor.windows import (
+from monitor.config.schema import Config, ModelConfig
+from monitor.core.records import LabelResult, Reject
+from monitor.core.sampler import AuditRequest, request_id_for, request_token, retention_buckets
+from monitor.core.snapshot import Snapshot, WindowEstimate
+from monitor.core.windows import (
     GroupKey,
     TrafficAggregate,
     bucket_of,
     preceding_buckets,
     window_buckets,
 )
+from monitor.errors import RejectReason
+from monitor.stats.drift import psi
+from monitor.stats.estimate import Confusion, Estimate
+from monitor.stats.falpha import intrinsic_falpha_from_sums, intrinsic_falpha_se_from_sums
+from monitor.stats.measures import measure_all
+from monitor.stats.sample import LabeledSample
 
 SegKey = tuple[str, str, int]  # (model, segment, bucket)
 _REQUEST_ID = attrgetter("request.request_id")

@@ -41,10 +41,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from monitor.config import Config
-from monitor.sampler import PartKey, SamplerChanges, SamplerService
+from monitor.config.schema import Config
+from monitor.core.sampler import PartKey, SamplerChanges, SamplerService
+from monitor.core.windows import GroupKey, TrafficAggregate
 from monitor.stats.budget import Control
-from monitor.windows import GroupKey, TrafficAggregate
 
 FORMAT_VERSION = 1
 

@@ -4,9 +4,9 @@ What runs (everything on 127.0.0.1, everything stopped at the end, even on Ctrl-
 
 1. a Tansu Kafka-protocol broker (``EmbeddedBroker``) with the daemon's topics;
 2. the real daemon, ``python -m monitor run`` in a subprocess, with a generated configuration;
-3. a simulated audit team (``monitor.auditors.SimulatedAuditTeam``) answering the daemon's label
+3. a simulated audit team (``monitor.sim.auditors.SimulatedAuditTeam``) answering the daemon's label
    requests from the ground truth, after a delay, with a few dropped and a few wrong answers;
-4. a scored stream (``monitor.workload``): 48 hours of event time compressed into
+4. a scored stream (``monitor.sim.workload``): 48 hours of event time compressed into
    ``--duration-s`` seconds of wall time, ~3% positives, calibrated scores, and a degradation
    half-way (positives start to look harmless; the true F1 falls from ~0.82 to ~0.64).
 
@@ -15,7 +15,7 @@ the demo waits until the daemon has consumed everything and every answer has bee
 the daemon's ``/metrics`` and compares each reported window (the buckets ``(W_b - k, W_b]``
 anchored at the watermark's bucket W_b, CONTRACTS "Stream design") with the true F_alpha
 = tp / (alpha (tp + fp) + (1 - alpha)(tp + fn)) of the same buckets (seed 000, Cor. 1), computed
-from the truth by ``monitor.workload.window_truth``.
+from the truth by ``monitor.sim.workload.window_truth``.
 """
 
 from __future__ import annotations
@@ -43,11 +43,12 @@ from typing import Any
 import numpy as np
 import yaml
 
-from monitor.auditors import AuditPolicy, AuditStats, SimulatedAuditTeam, write_truth
-from monitor.config import TopicsConfig, load_config
-from monitor.embedded_broker import EmbeddedBroker, free_port
+from monitor.config.load import load_config
+from monitor.config.schema import TopicsConfig
 from monitor.errors import MonitorError
-from monitor.workload import (
+from monitor.sim.auditors import AuditPolicy, AuditStats, SimulatedAuditTeam, write_truth
+from monitor.sim.embedded_broker import EmbeddedBroker, free_port
+from monitor.sim.workload import (
     HOUR_S,
     Truth,
     Workload,
@@ -538,7 +539,7 @@ def _run(args: argparse.Namespace, run: DemoRun, started: float) -> None:
     run.broker = EmbeddedBroker(log_path=run.work_dir / "tansu.log")
     _start_broker(run.broker)
     topics = TopicsConfig()
-    from monitor.kafka_io import ensure_topics  # noqa: PLC0415 - kafka only once it is needed
+    from monitor.io.kafka_io import ensure_topics  # noqa: PLC0415 - kafka only once it is needed
 
     ensure_topics(run.broker.bootstrap, topics, args.partitions)
     say(

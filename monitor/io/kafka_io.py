@@ -24,9 +24,10 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata
 
-from monitor.config import Config, TopicsConfig, kafka_client_options
+from monitor.config.kafka_client import kafka_client_options
+from monitor.config.schema import Config, TopicsConfig
+from monitor.core.records import RawRecord
 from monitor.errors import BrokerUnavailable
-from monitor.records import RawRecord
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ RECONNECT_BACKOFF_MAX_MS = 10_000
 # daemon's own loop retries with backoff and a SIGTERM is served within seconds
 BOOTSTRAP_TIMEOUT_MS = 5_000
 MAX_BLOCK_MS = 10_000  # a send waiting for metadata (kafka-python: 60 s)
-# the aggregates topic keeps the latest state per key (monitor.aggregates); hourly segments let
+# the aggregates topic keeps the latest state per key (monitor.core.aggregates); hourly segments let
 # the cleaner compact, since a sampler reads the uncompacted tail back on every rebalance
 AGGREGATES_TOPIC_CONFIG: Mapping[str, str] = {
     "cleanup.policy": "compact",
@@ -136,7 +137,7 @@ class KafkaSource:
     ``topics`` and ``group_id`` default to the ``--role all`` ones (scored, requests, labels in
     ``kafka.group_id``). With ``on_assigned`` the source does not seek on an assignment: it
     calls ``on_assigned`` with the partitions and they resume at the group's committed offsets
-    (a sampler rebuilds its state there, see ``monitor.sampler_role``).
+    (a sampler rebuilds its state there, see ``monitor.runtime.sampler_role``).
     """
 
     def __init__(

@@ -22,7 +22,7 @@ import orjson
 from monitor.errors import RejectReason
 
 if TYPE_CHECKING:
-    from monitor.config import Config
+    from monitor.config.schema import Config
 
 
 class RawRecord(NamedTuple):
