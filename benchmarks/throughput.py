@@ -64,7 +64,7 @@ import numpy as np
 
 from monitor.config.load import load_config
 from monitor.config.schema import Config, TopicsConfig
-from monitor.core.records import RawRecord
+from monitor.core.messages import RawRecord
 from monitor.sim.embedded_broker import EmbeddedBroker, free_port
 
 BASE_TS = 1_763_700_000.0  # event time of the first record (2025-11-21)
@@ -353,10 +353,11 @@ class _DaemonRun:
     """The real daemon loop in this process until ``target`` scored records were consumed."""
 
     def __init__(self, config: Config, target: int, log_path: Path) -> None:
-        from monitor.daemon import Daemon, Engine, _alert_hook, kafka_connect, tune_gc
+        from monitor.daemon import Daemon, _alert_hook, kafka_connect, tune_gc
         from monitor.io.exporter import Exporter
         from monitor.io.store import Store
         from monitor.logs import setup_logging
+        from monitor.runtime.engine import Engine
 
         setup_logging("INFO")
         self._log_file = log_path.open("a")
@@ -665,9 +666,10 @@ def rss_mb() -> tuple[float, float]:
 
 def memory_child(checkpoints: list[int], per_hour: float) -> list[dict[str, float]]:
     """Run ``Engine.step`` over the synthetic source; RSS at start-up and each checkpoint."""
-    from monitor.daemon import Engine, _alert_hook, tune_gc
+    from monitor.daemon import _alert_hook, tune_gc
     from monitor.io.exporter import Exporter
     from monitor.io.store import Store
+    from monitor.runtime.engine import Engine
 
     out: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:

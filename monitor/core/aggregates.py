@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from monitor.config.schema import Config
+from monitor.core.messages import RawRecord, Reject, decode_reason
 from monitor.core.sampler import PartKey, SamplerChanges, SamplerService
 from monitor.core.windows import GroupKey, TrafficAggregate
 from monitor.stats.budget import Control
@@ -142,6 +143,20 @@ def decode(key: bytes | None, value: bytes | None) -> tuple[PartKey, BucketState
         msg = "aggregates key and value name different buckets"
         raise ValueError(msg)
     return pk, state
+
+
+def decode_states(
+    records: Sequence[RawRecord],
+) -> tuple[list[tuple[PartKey, BucketState | None]], list[Reject]]:
+    """Bucket states read from the aggregates topic (malformed ones are rejected)."""
+    ok: list[tuple[PartKey, BucketState | None]] = []
+    bad: list[Reject] = []
+    for r in records:
+        try:
+            ok.append(decode(r.key, r.value))
+        except (ValueError, OverflowError, RecursionError) as exc:
+            bad.append(Reject(decode_reason(exc), f"not an aggregates state: {exc}"[:200], r))
+    return ok, bad
 
 
 def as_of(

@@ -18,19 +18,16 @@ Records older than the retention horizon (``2 k`` buckets behind the partition's
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import itertools
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from monitor.config.schema import Config, ModelConfig
+from monitor.core.messages import AuditRequest, request_id_for, request_token
 from monitor.core.records import ScoredBatch
 from monitor.core.windows import GroupKey, TrafficAggregate, bucket_of, group_traffic
 from monitor.stats.budget import Control, control_for_bucket, selection_weights, uniform_control
@@ -41,95 +38,11 @@ OTHER_SEGMENT = "__other__"
 PartKey = tuple[str, int, int]  # (model, partition, bucket)
 
 
-def request_id_for(salt: str, model: str, record_id: str) -> str:
-    """The request id of a record: ``blake2b(f"{salt}|{model}|{id}", digest_size=16)`` in hex."""
-    data = f"{salt}|{model}|{record_id}".encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
-def request_token(secret: str, request_id: str) -> str:
-    """The HMAC-SHA256 token (hex, 32 chars) a label must echo when a secret is configured."""
-    mac = hmac.new(secret.encode("utf-8"), request_id.encode("utf-8"), hashlib.sha256)
-    return mac.hexdigest()[:32]
-
-
 def retention_buckets(config: Config) -> int:
     """Buckets kept behind the newest: twice the longest window (window + PSI reference)."""
     bucket_s = config.windows.bucket_s
     k = max([math.ceil(w / bucket_s) for _, w in config.windows.report] + [1])
     return 2 * k
-
-
-@dataclass(frozen=True)
-class AuditRequest:
-    """One label request, as produced to the requests topic (key = ``request_id``)."""
-
-    request_id: str
-    id: str
-    model: str
-    segment: str
-    score: float
-    pred: int
-    pi: float
-    ts: float
-    bucket: int
-    deadline: float
-    payload: Any = None
-    token: str | None = None
-
-    def to_json(self) -> bytes:
-        """Deterministic JSON: sorted keys, compact separators (``token`` only when set)."""
-        body: dict[str, Any] = {
-            "request_id": self.request_id,
-            "id": self.id,
-            "model": self.model,
-            "segment": self.segment,
-            "score": self.score,
-            "pred": self.pred,
-            "pi": self.pi,
-            "ts": self.ts,
-            "bucket": self.bucket,
-            "deadline": self.deadline,
-            "payload": self.payload,
-        }
-        if self.token is not None:
-            body["token"] = self.token
-        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
-
-    @property
-    def key(self) -> bytes:
-        """The Kafka key: the request id in UTF-8."""
-        return self.request_id.encode("utf-8")
-
-    @classmethod
-    def from_json(cls, value: bytes) -> AuditRequest:
-        """Parse a request produced by ``to_json``; ``ValueError`` when it is not one."""
-        obj = json.loads(value)
-        if not isinstance(obj, dict):
-            msg = "a request must be a JSON object"
-            raise ValueError(msg)
-        try:
-            req = cls(
-                request_id=str(obj["request_id"]),
-                id=str(obj["id"]),
-                model=str(obj["model"]),
-                segment=str(obj["segment"]),
-                score=float(obj["score"]),
-                pred=int(obj["pred"]),
-                pi=float(obj["pi"]),
-                ts=float(obj["ts"]),
-                bucket=int(obj["bucket"]),
-                deadline=float(obj["deadline"]),
-                payload=obj.get("payload"),
-                token=obj.get("token"),
-            )
-        except (KeyError, TypeError) as exc:
-            msg = f"not a request: {exc!r}"
-            raise ValueError(msg) from exc
-        if not (0.0 < req.pi <= 1.0 and 0.0 <= req.score <= 1.0 and req.pred in (0, 1)):
-            msg = "request field out of range"
-            raise ValueError(msg)
-        return req
 
 
 @dataclass

@@ -29,7 +29,7 @@ from confluent_kafka import (
 
 from monitor.config.kafka_client import confluent_client_options
 from monitor.config.schema import Config
-from monitor.core.records import RawRecord
+from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable
 from monitor.io.kafka_io import RECONNECT_BACKOFF_MAX_MS, Assigned
 

@@ -28,17 +28,10 @@ from collections.abc import Callable, Collection, Sequence
 from monitor.config.schema import Config
 from monitor.core.aggregates import SamplerLog, as_of
 from monitor.core.records import deadletter_value, decode_scored
-from monitor.daemon import (
-    FLUSH_TIMEOUT_S,
-    TP,
-    Failpoint,
-    Metrics,
-    Sink,
-    Source,
-    count_step,
-    split_poll,
-)
 from monitor.errors import BrokerUnavailable
+from monitor.runtime.engine import FLUSH_TIMEOUT_S, count_step, split_poll
+from monitor.runtime.failpoint import Failpoint
+from monitor.runtime.ports import TP, Metrics, Sink, Source
 
 log = logging.getLogger(__name__)
 

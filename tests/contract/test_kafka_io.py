@@ -10,11 +10,12 @@ from dataclasses import dataclass, replace
 import pytest
 
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
-from monitor.core.records import RawRecord
-from monitor.daemon import Sink, Source
+from monitor.core.messages import RawRecord
 from monitor.io.confluent_io import ConfluentSink, ConfluentSource
-from monitor.io.kafka_io import FakeLog, FakeSink, FakeSource, KafkaSink, KafkaSource
+from monitor.io.kafka_io import KafkaSink, KafkaSource
+from monitor.runtime.ports import Sink, Source
 from monitor.sim.embedded_broker import EmbeddedBroker
+from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
 
 TP = tuple[str, int]
 TEST_CLIENT = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from monitor.config.load import load_config
-from monitor.daemon import Failpoint
 from monitor.io.store import DB_NAME, Store
+from monitor.runtime.failpoint import Failpoint
 from monitor.sim.embedded_broker import EmbeddedBroker
 from monitor.sim.workload import Workload, WorkloadSpec, generate
 from tests.integration import test_daemon_kafka as kafka_tests

@@ -23,8 +23,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from monitor.config.load import load_config
 from monitor.config.schema import TopicsConfig
-from monitor.daemon import Failpoint
 from monitor.io.kafka_io import read_topic
+from monitor.runtime.failpoint import Failpoint
 from monitor.sim.embedded_broker import EmbeddedBroker, free_port
 from monitor.sim.workload import Workload, WorkloadSpec, generate
 from tests.integration.test_daemon_kafka import Run, _labels, _produce, _yaml

@@ -30,15 +30,15 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from monitor.config.schema import Config
+from monitor.core.messages import request_id_for, request_token
 from monitor.core.records import MAX_FUTURE_S, MIN_TS
-from monitor.core.sampler import request_id_for, request_token
-from monitor.daemon import Engine
 from monitor.errors import RejectReason
 from monitor.io.exporter import Exporter
-from monitor.io.kafka_io import FakeLog, FakeSink, FakeSource
 from monitor.io.store import Store
+from monitor.runtime.engine import Engine
 from monitor.sim.embedded_broker import EmbeddedBroker
 from monitor.sim.workload import Workload, WorkloadSpec, generate
+from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
 from tests.integration import test_daemon_kafka as kafka_tests
 from tests.integration.test_daemon_kafka import Run, _labels, _predict, _produce, _read, _scored
 from tests.property.test_records_fuzz import encode, huge_text, json_values, odd_text

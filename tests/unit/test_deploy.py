@@ -28,8 +28,8 @@ from monitor.config.load import load_config
 from monitor.config.schema import Config, ModelConfig
 from monitor.core.alerts import AlertStatus
 from monitor.core.snapshot import Snapshot, WindowEstimate
-from monitor.daemon import FLUSH_TIMEOUT_S
 from monitor.io.exporter import Exporter
+from monitor.runtime.engine import FLUSH_TIMEOUT_S
 from monitor.stats.estimate import Confusion, Estimate
 
 ROOT = Path(__file__).resolve().parents[2]

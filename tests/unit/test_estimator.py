@@ -4,7 +4,7 @@ import numpy as np
 
 from monitor.config.schema import Config, ModelConfig
 from monitor.core.estimator import EstimatorService
-from monitor.core.records import LabelResult, RawRecord
+from monitor.core.messages import LabelResult, RawRecord
 from monitor.core.sampler import SamplerResult, SamplerService
 from monitor.errors import RejectReason
 from monitor.stats.measures import measure_all

@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 
 from monitor.config.schema import Config, ModelConfig
+from monitor.core.messages import RawRecord, Reject
 from monitor.core.records import (
     DEADLETTER_VALUE_BYTES,
     MAX_VALUE_BYTES,
-    RawRecord,
-    Reject,
     deadletter_value,
     decode_labels,
     decode_scored,

@@ -20,12 +20,12 @@ from prometheus_client import CollectorRegistry
 from monitor.config.schema import Config, KafkaConfig, ModelConfig
 from monitor.core import aggregates
 from monitor.core.snapshot import Snapshot
-from monitor.daemon import Engine
 from monitor.io.exporter import Exporter
-from monitor.io.kafka_io import FakeLog, FakeSink, FakeSource
 from monitor.io.store import Store
+from monitor.runtime.engine import Engine
 from monitor.runtime.sampler_role import Entry, ReadAggregates, SamplerEngine
 from monitor.sim.workload import Workload, WorkloadSpec, generate
+from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
 
 TOPICS = Config().kafka.topics
 PARTITIONS = 4

@@ -6,7 +6,7 @@ import pytest
 
 from monitor.config.schema import Config, ModelConfig
 from monitor.core.estimator import EstimatorService
-from monitor.core.records import LabelResult, RawRecord
+from monitor.core.messages import LabelResult, RawRecord
 from monitor.core.sampler import SamplerService
 from monitor.errors import StoreError
 from monitor.io.store import Store
