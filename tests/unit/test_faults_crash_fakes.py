@@ -1,6 +1,6 @@
 """Crash anywhere, in process: a failpoint "kills" the engine between any two effects of a step.
 
-The kill is an exception raised by ``monitor.runtime.failpoint.Failpoint`` at its stage (the real daemon
+The kill is an exception raised by ``Failpoint`` at its stage (the real daemon
 SIGKILLs itself instead, see tests/integration/test_faults_crash.py); the harness then drops
 everything in memory, closes the store (an open transaction rolls back) and restarts from the
 store over the same in-memory log. Labels are delayed: half are answered only after a third
