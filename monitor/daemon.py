@@ -246,7 +246,7 @@ def _run(args: argparse.Namespace) -> int:
     exporter = Exporter(config)
     with contextlib.ExitStack() as cleanup:  # closes in reverse: pusher, store, metrics
         cleanup.callback(exporter.stop)
-        wire = _sampler_role if args.role == "sampler" else _store_role
+        wire = _sampler_wiring if args.role == "sampler" else _estimator_wiring
         engine, connect, about = wire(config, exporter, failpoint, args.role, cleanup)
         try:
             exporter.start_http()
@@ -279,7 +279,7 @@ def _run(args: argparse.Namespace) -> int:
 Wiring = tuple[Loop, Connect, dict[str, Any]]  # the engine, its connection, what to log
 
 
-def _store_role(
+def _estimator_wiring(
     config: Config,
     exporter: Exporter,
     failpoint: Failpoint | None,
@@ -304,7 +304,7 @@ def _store_role(
     return engine, kafka_connect(config, engine.topics), about
 
 
-def _sampler_role(
+def _sampler_wiring(
     config: Config,
     exporter: Exporter,
     failpoint: Failpoint | None,

@@ -13,8 +13,6 @@ import enum
 class MonitorError(Exception):
     """Base class of every error the monitor raises on purpose."""
 
-    retriable: bool = False
-
 
 class ConfigError(MonitorError):
     """The configuration is unusable; the message names every bad key path and the reason."""
@@ -30,8 +28,6 @@ class StoreError(MonitorError):
 
 class BrokerUnavailable(MonitorError):
     """The Kafka broker cannot be reached; retrying later makes sense."""
-
-    retriable = True
 
     @classmethod
     def on(cls, what: str, exc: BaseException) -> BrokerUnavailable:

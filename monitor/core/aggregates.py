@@ -203,7 +203,7 @@ Message = tuple[int, bytes, bytes | None]  # (scored partition, key, value or No
 
 
 @dataclass
-class SamplerLog:
+class BucketStates:
     """The sampler's side: the latest state of each of its buckets and the records to produce."""
 
     states: dict[PartKey, BucketState] = field(default_factory=dict)

@@ -31,11 +31,10 @@ from monitor.config.kafka_client import confluent_client_options
 from monitor.config.schema import Config
 from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable
-from monitor.io.kafka_io import RECONNECT_BACKOFF_MAX_MS, Assigned
+from monitor.runtime.ports import RECONNECT_BACKOFF_MAX_MS, TP, Assigned
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 _SECOND = operator.itemgetter(1)
 _NEXT = functools.partial(operator.add, 1)
 METADATA_TIMEOUT_S = 5.0

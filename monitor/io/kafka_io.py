@@ -27,10 +27,10 @@ from monitor.config.kafka_client import kafka_client_options
 from monitor.config.schema import Config, TopicsConfig
 from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable
+from monitor.runtime.ports import RECONNECT_BACKOFF_MAX_MS, TP, Assigned
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 
 # Consumer fetch sizes (``kafka.client`` may override them): larger fetches, fewer fetch round
 # trips per record. Measured by ``benchmarks/throughput.py`` (its ceiling rows).
@@ -44,7 +44,6 @@ _KEY = attrgetter("key")
 _VALUE = attrgetter("value")
 # kafka-python backs off reconnecting up to 30 s; cap it like the daemon's own backoff (10 s)
 # so the daemon is ready again within seconds of a broker coming back (kafka.client may override)
-RECONNECT_BACKOFF_MAX_MS = 10_000
 # a client that cannot reach any broker gives up after this (kafka-python: 30 s), so the
 # daemon's own loop retries with backoff and a SIGTERM is served within seconds
 BOOTSTRAP_TIMEOUT_MS = 5_000
@@ -67,9 +66,6 @@ class _Seeker(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
         self.source.seek_assigned(assigned)
-
-
-Assigned = Callable[[Sequence[TP]], None]
 
 
 class KafkaSource:

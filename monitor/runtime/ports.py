@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from monitor.errors import RejectReason
 
 TP = tuple[str, int]  # (topic, partition)
+Assigned = Callable[[Sequence[TP]], None]  # called with a consumer's new assignment
+# both Kafka clients retry a lost broker at most this far apart
+RECONNECT_BACKOFF_MAX_MS = 10_000
 
 
 class Source(Protocol):

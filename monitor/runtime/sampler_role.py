@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 
 from monitor.config.schema import Config
-from monitor.core.aggregates import SamplerLog, as_of
+from monitor.core.aggregates import BucketStates, as_of
 from monitor.core.records import deadletter_value, decode_scored
 from monitor.errors import BrokerUnavailable
 from monitor.runtime.engine import FLUSH_TIMEOUT_S, count_step, split_poll
@@ -65,8 +65,8 @@ class SamplerEngine:
         self._last_flush = time.monotonic()
         self._n_aggregates = 1
         self._stale = False  # the state does not match the assignment: rebuild before a step
-        self.log = SamplerLog()
-        self.sampler = self.log.service(config, self.n_partitions)
+        self.published = BucketStates()
+        self.sampler = self.published.service(config, self.n_partitions)
 
     # ------------------------------------------------------------ assignment
     def offsets(self) -> dict[TP, int]:
@@ -92,8 +92,8 @@ class SamplerEngine:
             return {p % self._n_aggregates for p in at}
 
         records = self.read_aggregates(select)
-        self.log = SamplerLog(as_of(((k, v) for _, k, v in records), at))
-        self.sampler = self.log.service(self.config, self.n_partitions)
+        self.published = BucketStates(as_of(((k, v) for _, k, v in records), at))
+        self.sampler = self.published.service(self.config, self.n_partitions)
         source.seek(committed)
         self._stale = False
         log.info(
@@ -101,7 +101,7 @@ class SamplerEngine:
             extra={
                 "event": "sampler_rebuilt",
                 "partitions": sorted(at),
-                "buckets": len(self.log.states),
+                "buckets": len(self.published.states),
                 "records_read": len(records),
                 "seconds": round(time.monotonic() - started, 3),
             },
@@ -180,7 +180,7 @@ class SamplerEngine:
         res = self.sampler.process(batch)
         starts = {p: o for (_, p), o in first.items()}
         ends = {p: o for (_, p), o in offsets.items()}
-        messages = self.log.record(res.traffic, self.sampler.take_changes(), starts, ends)
+        messages = self.published.record(res.traffic, self.sampler.take_changes(), starts, ends)
         for req in res.requests:
             sink.produce(topics.requests, req.key, req.to_json())
         for p, key, value in messages:

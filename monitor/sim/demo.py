@@ -21,10 +21,8 @@ from the truth by ``monitor.sim.workload.window_truth``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import re
 import shutil
 import signal
 import socket
@@ -42,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.config.load import load_config
 from monitor.config.schema import TopicsConfig
@@ -73,26 +72,21 @@ LABEL_REJECTS = ("unknown_request", "duplicate_label", "conflicting_label", "exp
 
 
 Sample = tuple[str, Mapping[str, str], float]
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 def parse_metrics(text: str) -> list[Sample]:
-    """Samples of a Prometheus text exposition: (name, labels, value); comments skipped."""
-    out: list[Sample] = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if m is None:
-            continue
-        labels = {
-            k: v.replace(r"\"", '"').replace(r"\n", "\n").replace("\\\\", "\\")
-            for k, v in _LABEL.findall(m.group(2) or "")
-        }
-        with contextlib.suppress(ValueError):
-            out.append((m.group(1), labels, float(m.group(3))))
-    return out
+    """Samples of a Prometheus text exposition: (name, labels, value).
+
+    Read with ``prometheus_client.parser``; a text it cannot parse gives no samples.
+    """
+    try:
+        return [
+            (s.name, s.labels, s.value)
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        ]
+    except ValueError:
+        return []
 
 
 @dataclass(frozen=True)
@@ -170,7 +164,7 @@ def demo_config(args: argparse.Namespace, topics: TopicsConfig, per_hour: float)
     }
 
 
-class Daemon:
+class DaemonProcess:
     """``python -m monitor run`` as a child process in its own session (Ctrl-C goes to us)."""
 
     def __init__(self, config_path: Path, bootstrap: str, port: int, data_dir: Path) -> None:
@@ -390,7 +384,7 @@ class DemoRun:
     work_dir: Path
     keep: bool
     broker: EmbeddedBroker | None = None
-    daemon: Daemon | None = None
+    daemon: DaemonProcess | None = None
     team: SimulatedAuditTeam | None = None
     streamer: Streamer | None = None
     failed: bool = False
@@ -554,7 +548,7 @@ def _run(args: argparse.Namespace, run: DemoRun, started: float) -> None:
     )
     _validate_config(config_path)
     port = _metrics_port(args.metrics_port)
-    run.daemon = Daemon(config_path, run.broker.bootstrap, port, run.work_dir / "data")
+    run.daemon = DaemonProcess(config_path, run.broker.bootstrap, port, run.work_dir / "data")
     run.daemon.start()
     say(
         f"daemon: pid {run.daemon.proc.pid if run.daemon.proc else '?'}, ready; "

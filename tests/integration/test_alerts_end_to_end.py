@@ -58,7 +58,7 @@ import yaml
 from monitor.config.load import load_config
 from monitor.config.schema import TopicsConfig
 from monitor.sim.auditors import AuditPolicy, SimulatedAuditTeam
-from monitor.sim.demo import Daemon, Metrics, Streamer, scrape
+from monitor.sim.demo import DaemonProcess, Metrics, Streamer, scrape
 from monitor.sim.embedded_broker import EmbeddedBroker, free_port
 from monitor.sim.workload import Workload, WorkloadSpec, generate, truth_of
 
@@ -290,7 +290,7 @@ class Stack:
     """Everything one test started; ``close`` stops all of it (also when the test fails)."""
 
     workload: Workload
-    daemon: Daemon
+    daemon: DaemonProcess
     prometheus: Server
     alertmanager: Server
     team: SimulatedAuditTeam
@@ -439,7 +439,7 @@ def running_stack(
             encoding="utf-8",
         )
         load_config(config_path)  # a bad generated configuration fails here, not in the child
-        daemon = Daemon(config_path, broker.bootstrap, port, tmp_path / "data")
+        daemon = DaemonProcess(config_path, broker.bootstrap, port, tmp_path / "data")
         stack.callback(daemon.stop)
         prometheus = start_prometheus(prometheus_bin, tmp_path, port, am)
         stack.callback(prometheus.stop)

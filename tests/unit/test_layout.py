@@ -14,7 +14,7 @@ ALLOWED: dict[str, set[str]] = {
     "stats": set(),
     "config": {"stats", "errors"},
     "core": {"config", "errors", "stats"},
-    "runtime": {"core", "config", "errors", "stats", "io"},
+    "runtime": {"core", "config", "errors", "stats", "io"},  # io: the Store type of the engine
     "io": {"core", "config", "errors", "stats", "runtime", "logs", "monitor"},
     "testing": {"core", "errors", "runtime"},
     "offline": {"errors", "stats", "sim"},
