@@ -156,6 +156,14 @@ class Config:
     label_park_grace_s: float = 3600.0  # a label for a not-yet-known request waits this long
     label_park_max: int = 100_000  # at most this many labels wait for their request
 
+    def model(self, name: str) -> ModelConfig:
+        """The settings of model ``name``; the defaults for a model not in the configuration.
+
+        Records naming an unknown model are rejected at decoding, so this fallback only serves
+        state written under an older configuration (a model since removed).
+        """
+        return self.models.get(name) or ModelConfig(name=name)
+
 
 # --------------------------------------------------------------------------------------------
 # Loading and validation: YAML -> plain data -> the frozen dataclasses above, every problem

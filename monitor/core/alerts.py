@@ -162,9 +162,7 @@ class AlertEvaluator:
         """The alert settings of ``model``."""
         if self.alert_configs is not None and model in self.alert_configs:
             return self.alert_configs[model]
-        model_config = self.config.models.get(model)
-        found = getattr(model_config, "alerts", None)
-        return found if isinstance(found, AlertConfig) else AlertConfig()
+        return self.config.model(model).alerts
 
     def evaluate(self, snapshot: Snapshot) -> list[AlertStatus]:
         """Decide every enabled alert of every window in ``snapshot`` (at most once per check).

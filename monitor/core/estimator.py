@@ -132,7 +132,7 @@ class EstimatorService:
         return self._watermarks.get(model, -math.inf)
 
     def _model(self, model: str) -> ModelConfig:
-        return self.config.models.get(model) or ModelConfig(name=model)
+        return self.config.model(model)
 
     def _horizon(self, model: str) -> int | None:
         wm = self._watermarks.get(model)

@@ -98,7 +98,7 @@ class SamplerService:
 
     def model_config(self, model: str) -> ModelConfig:
         """The settings of ``model`` (defaults for a model not in the configuration)."""
-        return self.config.models.get(model) or ModelConfig(name=model)
+        return self.config.model(model)
 
     def control(self, model: str, partition: int, bucket: int) -> Control | None:
         """The frozen control of a (model, partition, bucket), if any."""
