@@ -17,10 +17,10 @@ from monitor import __version__
 from monitor.errors import ConfigError, InputFileError, StoreError
 
 COMMAND_MODULES = (
-    "monitor.offline",
+    "monitor.offline.plan",
     "monitor.daemon",
-    "monitor.auditors",
-    "monitor.demo",
+    "monitor.sim.auditors",
+    "monitor.sim.demo",
     "monitor.bridges.cli",
 )
 

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from monitor.bridges.ls_server import LabelStudioServer
-from monitor.config import TopicsConfig
-from monitor.embedded_broker import EmbeddedBroker
+from monitor.config.schema import TopicsConfig
 from monitor.errors import MonitorError
-from monitor.kafka_io import ensure_topics
+from monitor.io.kafka_io import ensure_topics
+from monitor.sim.embedded_broker import EmbeddedBroker
 
 REQUIRE_REAL = os.environ.get("CI", "").lower() == "true" or os.environ.get(
     "MONITOR_REQUIRE_REAL", ""

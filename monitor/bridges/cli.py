@@ -19,7 +19,7 @@ import yaml
 from monitor.bridges.labelstudio import LabelStudioBridge
 from monitor.bridges.ls_client import LabelStudioAuthError, LabelStudioError
 from monitor.bridges.ls_config import parse_labelstudio, state_path
-from monitor.config import load_config
+from monitor.config.load import load_config
 from monitor.errors import ConfigError
 from monitor.logs import setup_logging
 

@@ -43,7 +43,8 @@ from monitor.bridges.ls_http import BridgeMetrics, BridgeServer
 from monitor.bridges.ls_state import DELETED, EXPIRED, OPEN, BridgeState, TaskRow
 from monitor.bridges.ls_tasks import decide as decide_label
 from monitor.bridges.ls_tasks import project_fields, read_answer, task_body
-from monitor.config import Config, kafka_client_options
+from monitor.config.kafka_client import kafka_client_options
+from monitor.config.schema import Config
 from monitor.errors import MonitorError
 
 log = logging.getLogger(__name__)

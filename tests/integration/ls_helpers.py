@@ -21,8 +21,9 @@ from monitor.bridges.labelstudio import LabelStudioBridge
 from monitor.bridges.ls_client import LabelStudioClient
 from monitor.bridges.ls_config import LabelStudioConfig, Wording, parse_labelstudio, state_path
 from monitor.bridges.ls_server import LabelStudioServer
-from monitor.config import Config, TopicsConfig, load_config
-from monitor.embedded_broker import EmbeddedBroker, free_port
+from monitor.config.load import load_config
+from monitor.config.schema import Config, TopicsConfig
+from monitor.sim.embedded_broker import EmbeddedBroker, free_port
 
 FAST_GROUP = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}  # tests only (Tansu)
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z

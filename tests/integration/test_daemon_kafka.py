@@ -27,14 +27,15 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from monitor.config import Config, TopicsConfig, load_config
-from monitor.daemon import Engine
-from monitor.embedded_broker import EmbeddedBroker, free_port
-from monitor.estimator import EstimatorService
-from monitor.exporter import Exporter
-from monitor.kafka_io import FakeLog, FakeSink, FakeSource
-from monitor.store import Store
-from monitor.workload import Workload, WorkloadSpec, generate, truth_of
+from monitor.config.load import load_config
+from monitor.config.schema import Config, TopicsConfig
+from monitor.core.estimator import EstimatorService
+from monitor.io.exporter import Exporter
+from monitor.io.store import Store
+from monitor.runtime.engine import Engine
+from monitor.sim.embedded_broker import EmbeddedBroker, free_port
+from monitor.sim.workload import Workload, WorkloadSpec, generate, truth_of
+from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from monitor.config import load_config
-from monitor.daemon import Failpoint
-from monitor.embedded_broker import EmbeddedBroker
-from monitor.store import DB_NAME, Store
-from monitor.workload import Workload, WorkloadSpec, generate
+from monitor.config.load import load_config
+from monitor.io.store import DB_NAME, Store
+from monitor.runtime.failpoint import Failpoint
+from monitor.sim.embedded_broker import EmbeddedBroker
+from monitor.sim.workload import Workload, WorkloadSpec, generate
 from tests.integration import test_daemon_kafka as kafka_tests
 from tests.integration.test_daemon_kafka import Run, _labels, _predict, _produce, _read, _scored
 

@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from monitor.config import TopicsConfig, load_config
-from monitor.embedded_broker import EmbeddedBroker, free_port
+from monitor.config.load import load_config
+from monitor.config.schema import TopicsConfig
 from monitor.errors import MonitorError
-from monitor.workload import WorkloadSpec, generate
+from monitor.sim.embedded_broker import EmbeddedBroker, free_port
+from monitor.sim.workload import WorkloadSpec, generate
 from tests.conftest import missing_component
 from tests.integration.test_daemon_kafka import (
     Run,

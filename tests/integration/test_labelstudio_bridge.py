@@ -21,8 +21,8 @@ from monitor.bridges.ls_client import (
     LabelStudioUnavailable,
 )
 from monitor.bridges.ls_server import LabelStudioServer, free_port
-from monitor.config import Config, KafkaConfig, TopicsConfig
-from monitor.embedded_broker import EmbeddedBroker
+from monitor.config.schema import Config, KafkaConfig, TopicsConfig
+from monitor.sim.embedded_broker import EmbeddedBroker
 from tests.integration.ls_helpers import (
     FAST_GROUP,
     T0,

@@ -24,9 +24,9 @@ import pytest
 from monitor.bridges.labelstudio import LabelStudioBridge
 from monitor.bridges.ls_client import LabelStudioClient
 from monitor.bridges.ls_server import LabelStudioServer
-from monitor.config import TopicsConfig
-from monitor.embedded_broker import EmbeddedBroker
-from monitor.workload import WorkloadSpec, generate
+from monitor.config.schema import TopicsConfig
+from monitor.sim.embedded_broker import EmbeddedBroker
+from monitor.sim.workload import WorkloadSpec, generate
 from tests.conftest import missing_component
 from tests.integration.ls_helpers import (
     DaemonRun,

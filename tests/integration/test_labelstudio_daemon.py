@@ -21,14 +21,14 @@ from prometheus_client import CollectorRegistry
 from monitor.bridges.labelstudio import LabelStudioBridge
 from monitor.bridges.ls_client import LabelStudioClient
 from monitor.bridges.ls_server import LabelStudioServer
-from monitor.config import Config, TopicsConfig
-from monitor.daemon import Engine
-from monitor.embedded_broker import EmbeddedBroker
-from monitor.estimator import EstimatorService
-from monitor.exporter import Exporter
-from monitor.kafka_io import FakeLog, FakeSink, FakeSource
-from monitor.store import Store
-from monitor.workload import Workload, WorkloadSpec, generate
+from monitor.config.schema import Config, TopicsConfig
+from monitor.core.estimator import EstimatorService
+from monitor.io.exporter import Exporter
+from monitor.io.store import Store
+from monitor.runtime.engine import Engine
+from monitor.sim.embedded_broker import EmbeddedBroker
+from monitor.sim.workload import Workload, WorkloadSpec, generate
+from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
 from tests.integration.ls_helpers import (
     DaemonRun,
     annotate,

@@ -14,7 +14,7 @@ from monitor.bridges.ls_config import LabelStudioConfig, Wording, parse_labelstu
 from monitor.bridges.ls_http import task_ids
 from monitor.bridges.ls_state import ANSWERED, OPEN, BridgeState, TaskRow
 from monitor.bridges.ls_tasks import Answer, decide, label_config, read_answer, task_body
-from monitor.config import parse_config
+from monitor.config.load import parse_config
 from monitor.errors import ConfigError
 
 W = Wording(positive="Fraud", negative="Legitimate", instructions='Is it "fraud" & <real>?')
