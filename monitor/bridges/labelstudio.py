@@ -15,7 +15,8 @@ created with a two-choice interface when missing (``monitor.bridges.ls_tasks``).
    published to the label topic as ``{"request_id", "label", "labeler", "ts"[, "token"]}``
    with key ``request_id``; skipped annotations are counted as declined;
 3. open tasks whose deadline is behind the bridge's watermark (the newest event time of the
-   model's requests) are read one last time and deleted from Label Studio ("expired"); open
+   model's requests) are deleted from Label Studio right after a poll has read their answers
+   ("expired"); open
    tasks missing from Label Studio are marked deleted and counted.
 
 When Label Studio goes away, the loop keeps its unsent requests, pauses consumption and
@@ -111,6 +112,7 @@ class LabelStudioBridge:
         self._ls_up = False
         self._beat = time.monotonic()
         self._next_poll = 0.0
+        self._polls = 0  # full poll-and-expire passes of the loop
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -175,6 +177,19 @@ class LabelStudioBridge:
         if self._state is not None:
             self._state.close()
             self._state = None
+
+    def settle(self, timeout_s: float = 30.0) -> bool:
+        """Run two poll-and-expire passes now and wait for them (False on timeout).
+
+        Everything consumed before the call is then in Label Studio, every answer read and
+        every task past its deadline removed.
+        """
+        target = self._polls + 2
+        deadline = time.monotonic() + timeout_s
+        while self._polls < target and time.monotonic() < deadline and self.alive:
+            self._next_poll = 0.0
+            time.sleep(0.1)
+        return self._polls >= target
 
     @property
     def alive(self) -> bool:
@@ -277,8 +292,9 @@ class LabelStudioBridge:
             self._refresh(task_id, producer)
         if time.monotonic() >= self._next_poll:
             self._poll_all(producer)
-            self._expire(producer)
+            self._expire()
             self._next_poll = time.monotonic() + self.ls.poll_interval_s
+            self._polls += 1
         self.metrics.set_depth(self.state.depth(), self.projects)
 
     def _drain_hints(self) -> set[int]:
@@ -412,7 +428,7 @@ class LabelStudioBridge:
             rows.append(_row(req, project, int(task["id"]), now))
         if rows:
             self.state.add_tasks(rows)
-            self.metrics.tasks_created.labels(model).inc(len(rows))
+            self.metrics.tasks_adopted.labels(model).inc(len(rows))
             log.info("tasks adopted", extra={"event": "tasks_adopted", "tasks": len(rows)})
 
     def _refresh(self, task_id: int, producer: Any) -> None:
@@ -481,18 +497,22 @@ class LabelStudioBridge:
                 extra={"event": "label_edited", "task": row.task_id, "model": row.model},
             )
 
-    def _expire(self, producer: Any) -> None:
+    def _expire(self) -> None:
+        """Delete open tasks past the watermark (answers were read by the poll just before)."""
         marks = self.state.watermarks()
+        late: dict[int, list[TaskRow]] = {}
         for row in self.state.with_status(OPEN):
-            if row.deadline >= marks.get(row.model, float("-inf")):
-                continue
-            self._refresh(row.task_id, producer)  # an answer given just before counts
-            current = self.state.by_request(row.request_id)
-            if current is None or current.status != OPEN:
-                continue
-            self.client.delete_task(row.task_id)
-            self.state.set_status(row.request_id, EXPIRED)
-            self.metrics.expired.labels(row.model).inc()
+            if row.deadline < marks.get(row.model, float("-inf")):
+                late.setdefault(row.project_id, []).append(row)
+        for project, rows in sorted(late.items()):
+            self.client.delete_tasks(project, [r.task_id for r in rows])
+            for row in rows:
+                self.state.set_status(row.request_id, EXPIRED)
+                self.metrics.expired.labels(row.model).inc()
+            log.info(
+                "tasks past their deadline removed",
+                extra={"event": "tasks_expired", "project": project, "tasks": len(rows)},
+            )
 
 
 def _row(req: Mapping[str, Any], project: int, task_id: int, now: float) -> TaskRow:

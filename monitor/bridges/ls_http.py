@@ -30,6 +30,12 @@ class BridgeMetrics:
         r = self.registry = CollectorRegistry()
         p = "labelstudio_bridge"
         self.tasks_created = Counter(f"{p}_tasks_created", "Tasks created", ["model"], registry=r)
+        self.tasks_adopted = Counter(
+            f"{p}_tasks_adopted",
+            "Tasks found in Label Studio that the state file lacked (recorded, not created)",
+            ["model"],
+            registry=r,
+        )
         self.requests_repeated = Counter(
             f"{p}_requests_repeated",
             "Requests that already had a task (replay, restart): not created again",

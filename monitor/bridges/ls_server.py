@@ -75,6 +75,11 @@ class LabelStudioServer:
 
     def start(self, timeout_s: float = 300.0) -> LabelStudioServer:
         """Start and wait until ``GET /health`` says UP (raises MonitorError on timeout)."""
+        self.launch()
+        return self.wait(timeout_s)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (``wait`` then waits)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.owned = True
         env = {
@@ -97,6 +102,12 @@ class LabelStudioServer:
         self._proc = subprocess.Popen(
             cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
+
+    def wait(self, timeout_s: float = 300.0) -> LabelStudioServer:
+        """Wait until the launched server is healthy (raises MonitorError on exit or timeout)."""
+        if self._proc is None:
+            msg = "label-studio was not launched"
+            raise MonitorError(msg)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

@@ -122,6 +122,8 @@ def test_one_task_per_request_across_restart_replay_and_lost_state(
         lambda: metric(bridge, "labelstudio_bridge_requests_repeated_total") == 14,
     )
     assert count() == 8
+    assert metric(bridge, "labelstudio_bridge_tasks_adopted_total", model="default") == 8
+    assert metric(bridge, "labelstudio_bridge_tasks_created_total", model="default") == 0
     assert metric(bridge, "labelstudio_bridge_queue_depth", model="default") == 8
 
 
@@ -197,7 +199,7 @@ def test_answers_declines_edits_and_expiry(
     bridges.append(bridge.start())
     produce(broker.bootstrap, topics.requests, [late])
     wait_for("6 tasks", lambda: len(bridge.state.known([late["request_id"]])) == 1)
-    bridge._next_poll = 0.0  # the expiry check runs with the poll; run it now
+    assert bridge.settle()  # the expiry check runs with the poll; run it now
     # open before: task[2] (skipped) and task[4]; both are past their deadline now
     wait_for(
         "2 expired",
