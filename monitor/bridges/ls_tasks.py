@@ -59,6 +59,7 @@ def project_fields(title: str, wording: Wording, answers_needed: int) -> dict[st
         "expert_instruction": wording.instructions,
         "show_instruction": True,
         "show_skip_button": True,
+        "skip_queue": "REQUEUE_FOR_OTHERS",  # a skipped task goes to another annotator
         "maximum_annotations": answers_needed,
     }
 

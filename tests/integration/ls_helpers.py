@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -174,6 +175,15 @@ def annotate(client: LabelStudioClient, task_id: int, label: int | None) -> int:
 def edit(client: LabelStudioClient, annotation_id: int, label: int) -> None:
     """Change an annotation's answer (what 'Update' does in the UI)."""
     client.call("PATCH", f"/api/annotations/{annotation_id}", {"result": choice(label)})
+
+
+def http_status(port: int, path: str) -> int:
+    """The status of ``GET http://127.0.0.1:{port}{path}``."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
 
 
 def metric(bridge: LabelStudioBridge, name: str, **labels: str) -> float:

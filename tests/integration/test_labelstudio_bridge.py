@@ -28,6 +28,7 @@ from tests.integration.ls_helpers import (
     T0,
     annotate,
     edit,
+    http_status,
     ls_config,
     metric,
     produce,
@@ -148,6 +149,8 @@ def test_answers_declines_edits_and_expiry(
     )
     bridges.append(bridge.start())
     assert bridge.webhooks_on
+    assert http_status(bridge.port, "/healthz") == http_status(bridge.port, "/readyz") == 200
+    assert http_status(bridge.port, "/nothing") == 404
     reqs = [request(i) for i in range(5)]
     produce(broker.bootstrap, topics.requests, reqs)
     title = ls.title("default")
@@ -236,3 +239,49 @@ def test_start_up_errors_are_clear(
     )
     assert out.returncode == 2
     assert "is not set" in out.stderr and "Access Token" in out.stderr
+
+
+def test_majority_of_three_annotators(
+    broker: EmbeddedBroker,
+    make_topics: Callable[..., TopicsConfig],
+    labelstudio: LabelStudioServer,
+    tmp_path: Path,
+    bridges: list[LabelStudioBridge],
+) -> None:
+    topics = make_topics()
+    ls = ls_config(labelstudio, uuid.uuid4().hex[:8], annotators="majority", majority_of=3)
+    client = LabelStudioClient(labelstudio.url, labelstudio.token)
+    bridge = LabelStudioBridge(
+        _config(broker, topics),
+        ls,
+        tmp_path / "state.sqlite",
+        labelstudio.token,
+        consumer_config=FAST_GROUP,
+    )
+    bridges.append(bridge.start())
+    reqs = [request(0), request(1)]
+    produce(broker.bootstrap, topics.requests, reqs)
+    title = ls.title("default")
+    wait_for("2 tasks", lambda: len(project_tasks(client, title)) == 2)
+    project = next(p for p in client.projects() if p["title"] == title)
+    assert project["maximum_annotations"] == 3
+    by_rid = {t["meta"]["request_id"]: t["id"] for t in project_tasks(client, title)}
+    one, two = by_rid[reqs[0]["request_id"]], by_rid[reqs[1]["request_id"]]
+    for label in (1, 0):
+        annotate(client, one, label)
+    annotate(client, two, 0)
+    annotate(client, two, None)  # a skip is no vote
+    wait_for(
+        "4 answers read",
+        lambda: (
+            metric(bridge, "labelstudio_bridge_answers_read_total", model="default") == 3
+            and metric(bridge, "labelstudio_bridge_declined_total", model="default") == 1
+        ),
+    )
+    assert bridge.settle()
+    assert read_labels(broker.bootstrap, topics.labels, 1, timeout_s=2) == []
+    annotate(client, one, 1)  # the third vote decides: 2 of 3 say 1
+    labels = read_labels(broker.bootstrap, topics.labels, 1)
+    assert [(x["request_id"], x["label"], x["labeler"]) for x in labels] == [
+        (reqs[0]["request_id"], 1, "labelstudio:majority-2-of-3")
+    ]

@@ -34,6 +34,7 @@ from tests.integration.ls_helpers import (
     annotate,
     bridge_from_file,
     edit,
+    http_status,
     metric,
     produce,
     produce_raw,
@@ -204,10 +205,12 @@ def test_labelstudio_or_bridge_down_mid_stream_loses_nothing(
         "the bridge to see the outage",
         lambda: metric(bridge, "labelstudio_bridge_labelstudio_up") == 0,
     )
-    assert not bridge._is_ready()
+    assert http_status(bridge.port, "/readyz") == 503
+    assert http_status(bridge.port, "/healthz") == 200
     labelstudio.start()
     wait_for("6 tasks after the restart", lambda: len(project_tasks(client, title)) == 6, 120)
     wait_for("the bridge back", lambda: metric(bridge, "labelstudio_bridge_labelstudio_up") == 1)
+    assert http_status(bridge.port, "/readyz") == 200
     assert metric(bridge, "labelstudio_bridge_tasks_created_total", model="default") == 6
 
     # answers given while the bridge is down are read when it comes back (polling)
