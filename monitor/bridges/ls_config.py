@@ -11,7 +11,7 @@
       instructions: "Is this record really positive?"
       annotators: first                   # first | majority
       majority_of: 3                      # with majority: answers needed per task
-      poll_interval_s: 30                 # polling fallback to the webhook
+      poll_interval_s: 30s                # polling fallback to the webhook (seconds or "1m")
       listen_address: 127.0.0.1           # webhook, /metrics, /healthz, /readyz
       port: 9465
       webhook_url: null                   # what Label Studio calls; default http://ADDR:PORT/webhook
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from monitor.config.validate import Problems, Section, as_mapping, got
 from monitor.errors import ConfigError
 
 Policy = Literal["first", "majority"]
@@ -57,6 +58,7 @@ _KEYS = (
 _WORDING_KEYS = ("positive", "negative", "instructions")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
+_EXAMPLE = "http://127.0.0.1:8080"
 
 
 @dataclass(frozen=True)
@@ -136,61 +138,40 @@ def parse_labelstudio(data: Any, source: str) -> LabelStudioConfig:
     Raises:
         ConfigError: ``"{source}: N problem(s)"`` and one ``labelstudio.key: reason`` per line.
     """
-    problems: list[str] = []
-    section = data.get("labelstudio") if isinstance(data, Mapping) else None
-    if section is None:
-        section = {}
-    if not isinstance(section, Mapping):
-        problems.append(f"labelstudio: expected a mapping, got {type(section).__name__}")
-        section = {}
-    values = {k: v for k, v in section.items() if v is not None}
-    for key in values:
-        if key not in _KEYS:
-            problems.append(f"labelstudio.{key}: unknown key (expected one of: {', '.join(_KEYS)})")
+    problems = Problems({})
+    raw = data.get("labelstudio") if isinstance(data, Mapping) else None
+    sec = Section(problems, raw, "labelstudio", _KEYS)
     base = LabelStudioConfig()
-    get = _Getter(values, problems)
-    url = get.text("url", base.url)
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        problems.append(f'labelstudio.url: expected an http(s) URL like "{base.url}", got {url!r}')
-    elif parts.username is not None or parts.password is not None:
-        problems.append("labelstudio.url: must not contain credentials; use token_env")
-    annotators = get.text("annotators", base.annotators)
+    url = _url(sec, "url", base.url)
+    annotators = sec.text("annotators", base.annotators)
     if annotators not in ("first", "majority"):
-        problems.append(
-            f"labelstudio.annotators: expected 'first' or 'majority', got {annotators!r}"
-        )
-        annotators = base.annotators
-    hook = values.get("webhook_url")
-    if hook is not None and (
-        not isinstance(hook, str) or urllib.parse.urlsplit(hook).scheme not in ("http", "https")
-    ):
-        problems.append(f"labelstudio.webhook_url: expected an http(s) URL, got {hook!r}")
-        hook = None
-    wording = _wording(get, base.wording)
+        problems.add(sec.where("annotators"), f"expected 'first' or 'majority', {got(annotators)}")
+    hook = _url(sec, "webhook_url", None)
+    wording = _wording(sec, base.wording)
     config = LabelStudioConfig(
-        url=url.rstrip("/"),
-        token_env=get.text("token_env", base.token_env, _ENV_NAME, "an environment variable name"),
-        project_title=get.text("project_title", base.project_title),
+        url=url or base.url,
+        token_env=sec.text("token_env", base.token_env, _ENV_NAME, "an environment variable name"),
+        project_title=sec.text("project_title", base.project_title),
         wording=wording,
-        model_wording=_models(values.get("models"), problems, wording),
+        model_wording=_models(problems, sec.get("models"), wording),
         annotators="majority" if annotators == "majority" else "first",
-        majority_of=get.integer("majority_of", base.majority_of, 2, 99),
-        poll_interval_s=get.number("poll_interval_s", base.poll_interval_s, 0.1, 86_400.0),
-        listen_address=get.text("listen_address", base.listen_address, _HOST, "an IP address"),
-        port=get.integer("port", base.port, 0, 65_535),
+        majority_of=sec.integer("majority_of", base.majority_of, 2, 99),
+        poll_interval_s=sec.duration("poll_interval_s", base.poll_interval_s),
+        listen_address=sec.text("listen_address", base.listen_address, _HOST, "an IP address"),
+        port=sec.integer("port", base.port, 0, 65_535),
         webhook_url=hook,
-        state_file=get.text("state_file", base.state_file),
-        group_id=get.text("group_id", base.group_id),
+        state_file=sec.text("state_file", base.state_file),
+        group_id=sec.text("group_id", base.group_id),
     )
     if config.annotators == "majority" and config.majority_of % 2 == 0:
-        problems.append(
-            f"labelstudio.majority_of: must be odd so that two classes cannot tie, "
-            f"got {config.majority_of}"
+        problems.add(
+            sec.where("majority_of"),
+            f"must be odd so that two classes cannot tie, got {config.majority_of}",
         )
-    if problems:
-        head = f"{source}: {len(problems)} problem{'s' if len(problems) > 1 else ''}"
-        msg = "\n  ".join([head, *problems])
+    if problems.lines:
+        count = len(problems.lines)
+        head = f"{source}: {count} problem{'s' if count > 1 else ''}"
+        msg = "\n  ".join([head, *problems.lines])
         raise ConfigError(msg)
     return config
 
@@ -201,69 +182,35 @@ def state_path(config: LabelStudioConfig, data_dir: Path) -> Path:
     return path if path.is_absolute() else data_dir / path
 
 
-class _Getter:
-    def __init__(self, values: Mapping[str, Any], problems: list[str], path: str = "labelstudio"):
-        self.values, self.problems, self.path = values, problems, path
-
-    def text(
-        self, key: str, default: str, pattern: re.Pattern[str] | None = None, what: str = ""
-    ) -> str:
-        value = self.values.get(key, default)
-        if not isinstance(value, str) or not value.strip():
-            self.problems.append(f"{self.path}.{key}: expected a non-empty string, got {value!r}")
-            return default
-        if pattern is not None and not pattern.fullmatch(value):
-            self.problems.append(f"{self.path}.{key}: expected {what}, got {value!r}")
-            return default
-        return value
-
-    def integer(self, key: str, default: int, lo: int, hi: int) -> int:
-        value = self.values.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            self.problems.append(
-                f"{self.path}.{key}: expected an integer in [{lo}, {hi}], got {value!r}"
-            )
-            return default
-        return value
-
-    def number(self, key: str, default: float, lo: float, hi: float) -> float:
-        value = self.values.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-            self.problems.append(
-                f"{self.path}.{key}: expected a number in [{lo:g}, {hi:g}], got {value!r}"
-            )
-            return default
-        return float(value)
+def _url(sec: Section, key: str, default: str | None) -> str | None:
+    """An http(s) URL without credentials, trailing slash removed."""
+    if key not in sec:
+        return default
+    raw = sec.get(key)
+    parts = urllib.parse.urlsplit(raw) if isinstance(raw, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        sec.problems.add(sec.where(key), f'expected an http(s) URL like "{_EXAMPLE}", {got(raw)}')
+        return default
+    if parts.username is not None or parts.password is not None:
+        sec.problems.add(sec.where(key), "must not contain credentials; use token_env")
+        return default
+    return str(raw).rstrip("/")
 
 
-def _wording(get: _Getter, base: Wording) -> Wording:
+def _wording(sec: Section, base: Wording) -> Wording:
     wording = Wording(
-        positive=get.text("positive", base.positive),
-        negative=get.text("negative", base.negative),
-        instructions=get.text("instructions", base.instructions),
+        positive=sec.text("positive", base.positive),
+        negative=sec.text("negative", base.negative),
+        instructions=sec.text("instructions", base.instructions),
     )
     if wording.positive == wording.negative:
-        get.problems.append(f"{get.path}: 'positive' and 'negative' must differ")
+        sec.problems.add(sec.path, "'positive' and 'negative' must differ")
     return wording
 
 
-def _models(value: Any, problems: list[str], base: Wording) -> dict[str, Wording]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        problems.append("labelstudio.models: expected a mapping of model name -> wording")
-        return {}
-    out: dict[str, Wording] = {}
-    for name, spec in value.items():
-        path = f"labelstudio.models.{name}"
-        if not isinstance(spec, Mapping):
-            problems.append(f"{path}: expected a mapping with {', '.join(_WORDING_KEYS)}")
-            continue
-        for key in spec:
-            if key not in _WORDING_KEYS:
-                problems.append(
-                    f"{path}.{key}: unknown key (expected one of: positive, negative, instructions)"
-                )
-        values = {k: v for k, v in spec.items() if v is not None}
-        out[str(name)] = _wording(_Getter(values, problems, path), base)
-    return out
+def _models(problems: Problems, value: Any, base: Wording) -> dict[str, Wording]:
+    models = as_mapping(problems, value, "labelstudio.models") or {}
+    return {
+        name: _wording(Section(problems, spec, f"labelstudio.models.{name}", _WORDING_KEYS), base)
+        for name, spec in models.items()
+    }
