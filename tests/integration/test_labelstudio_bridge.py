@@ -6,6 +6,8 @@ projects (unique titles), consumer group and state file.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -35,7 +37,9 @@ from tests.integration.ls_helpers import (
     project_tasks,
     read_labels,
     request,
+    section,
     wait_for,
+    yaml_config,
 )
 
 pytestmark = pytest.mark.integration
@@ -285,3 +289,38 @@ def test_majority_of_three_annotators(
     assert [(x["request_id"], x["label"], x["labeler"]) for x in labels] == [
         (reqs[0]["request_id"], 1, "labelstudio:majority-2-of-3")
     ]
+
+
+def test_cli_creates_tasks_and_stops_on_sigterm(
+    broker: EmbeddedBroker,
+    make_topics: Callable[..., TopicsConfig],
+    labelstudio: LabelStudioServer,
+    tmp_path: Path,
+) -> None:
+    topics = make_topics()
+    tag = uuid.uuid4().hex[:8]
+    path = tmp_path / "monitor.yaml"
+    path.write_text(yaml_config(broker, topics, tmp_path / "data", section(labelstudio, tag, 1)))
+    env = {**os.environ, f"LS_TOKEN_{tag}": labelstudio.token, "PYTHONUNBUFFERED": "1"}
+    log_path = tmp_path / "bridge.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "monitor", "queue", "labelstudio", "--config", str(path)],
+            env=env,
+            stderr=log,
+            stdout=subprocess.DEVNULL,
+        )
+    try:
+        produce(broker.bootstrap, topics.requests, [request(i) for i in range(3)])
+        client = LabelStudioClient(labelstudio.url, labelstudio.token)
+        wait_for("3 tasks", lambda: len(project_tasks(client, f"Audit {tag}: default")) == 3)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log_path.read_text()
+    assert '"event": "labelstudio_connected"' in text and '"event": "tasks_created"' in text
+    assert labelstudio.token not in text
+    assert (tmp_path / "data" / "bridge.sqlite").exists()
