@@ -113,6 +113,7 @@ class LabelStudioBridge:
         self._beat = time.monotonic()
         self._next_poll = 0.0
         self._polls = 0  # full poll-and-expire passes of the loop
+        self._emails: dict[str, str] = {}  # user id -> email, for the labels' "labeler"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -475,7 +476,7 @@ class LabelStudioBridge:
         value: dict[str, Any] = {
             "request_id": row.request_id,
             "label": decision.label,
-            "labeler": decision.labeler,
+            "labeler": self._labeler(decision.labeler),
             "ts": round(time.time(), 3),
         }
         if row.token is not None:
@@ -496,6 +497,19 @@ class LabelStudioBridge:
                 "daemon keeps the first",
                 extra={"event": "label_edited", "task": row.task_id, "model": row.model},
             )
+
+    def _labeler(self, labeler: str | None) -> str | None:
+        """``labelstudio:<user id>`` -> ``labelstudio:<email>`` (looked up once per user)."""
+        prefix, _, user = (labeler or "").partition(":")
+        if prefix != "labelstudio" or not user.isdigit():
+            return labeler
+        if user not in self._emails:
+            try:
+                email = self.client.user(int(user)).get("email")
+            except LabelStudioNotFound:
+                email = None
+            self._emails[user] = str(email) if email else user
+        return f"labelstudio:{self._emails[user]}"
 
     def _expire(self) -> None:
         """Delete open tasks past the watermark (answers were read by the poll just before)."""

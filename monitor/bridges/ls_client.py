@@ -110,6 +110,10 @@ class LabelStudioClient:
         """The token's user (checks the URL and the token in one call)."""
         return _obj(self.call("GET", "/api/current-user/whoami"))
 
+    def user(self, user_id: int) -> JsonObj:
+        """One user (id, email, names)."""
+        return _obj(self.call("GET", f"/api/users/{user_id}"))
+
     def projects(self) -> Iterator[JsonObj]:
         """Every project visible to the user (paginated)."""
         page = 1
