@@ -114,6 +114,7 @@ class LabelStudioBridge:
         self._next_poll = 0.0
         self._polls = 0  # full poll-and-expire passes of the loop
         self._emails: dict[str, str] = {}  # user id -> email, for the labels' "labeler"
+        self._marks: dict[int, tuple[Any, Any, Any]] = {}  # task id -> last change seen
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -393,10 +394,15 @@ class LabelStudioBridge:
     # -- annotations -> labels --------------------------------------------------------------
 
     def _poll_all(self, producer: Any = None) -> None:
-        """Read every task of every project: adopt unknown ones, process, notice deletions."""
+        """List every task of every project; adopt, notice deletions, read what changed.
+
+        Annotations are read for each task whose ``(updated_at, answers, skips)`` changed
+        since the last look (every task once after a start): Label Studio moves a task's
+        ``updated_at`` on every new, edited or deleted annotation.
+        """
         for model, project in sorted(self.projects.items()):
             listed: dict[int, dict[str, Any]] = {}
-            for task in self.client.tasks(project):
+            for task in self.client.tasks(project, fields="task_only"):
                 if isinstance(task.get("id"), int):
                     listed[task["id"]] = task
             self._adopt(model, project, listed.values())
@@ -406,8 +412,15 @@ class LabelStudioBridge:
                 current = listed.get(row.task_id)
                 if current is None:
                     self._gone(row)
-                elif producer is not None:
-                    self._process(row, current, producer)
+                    continue
+                mark = (
+                    current.get("updated_at"),
+                    current.get("total_annotations"),
+                    current.get("cancelled_annotations"),
+                )
+                if producer is not None and self._marks.get(row.task_id) != mark:
+                    self._refresh(row.task_id, producer)
+                    self._marks[row.task_id] = mark
 
     def _adopt(self, model: str, project: int, tasks: Iterable[dict[str, Any]]) -> None:
         """Tasks Label Studio holds with a request id the state file lacks (lost answer)."""

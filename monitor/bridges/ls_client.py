@@ -146,15 +146,20 @@ class LabelStudioClient:
             raise LabelStudioError(msg)
         return [int(i) for i in ids]
 
-    def tasks(self, project_id: int) -> Iterator[JsonObj]:
-        """Every task of the project, with meta and annotations (paginated)."""
+    def tasks(self, project_id: int, fields: str = "all") -> Iterator[JsonObj]:
+        """Every task of the project (paginated).
+
+        ``fields="all"``: with annotations; ``"task_only"``: without them, but with meta,
+        ``updated_at`` (changed by every new, edited or deleted annotation) and the counts
+        ``total_annotations`` and ``cancelled_annotations``.
+        """
         page = 1
         while True:
             query: dict[str, str | int] = {
                 "project": project_id,
                 "page": page,
                 "page_size": _PAGE,
-                "fields": "all",
+                "fields": fields,
             }
             try:
                 body = _obj(self.call("GET", "/api/tasks", query=query))
