@@ -98,7 +98,10 @@ def alertmanager_bin() -> Path:
 
 @pytest.fixture(scope="session")
 def labelstudio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabelStudioServer]:
-    """One real Label Studio on 127.0.0.1 for the session (its own venv; ~80 s first start).
+    """One real Label Studio on 127.0.0.1 for the session (its own venv).
+
+    Starts in ~10-20 s from the migrated template; the first start on a machine makes the
+    template (~90-110 s, ``monitor.bridges.ls_server``).
 
     Tests make their own projects (one per model and test: titles carry a unique tag). With
     ``MONITOR_TEST_LABELSTUDIO_PORT`` set, the tests use a server already running there that
