@@ -397,8 +397,8 @@ class LabelStudioBridge:
         """List every task of every project; adopt, notice deletions, read what changed.
 
         Annotations are read for each task whose ``(updated_at, answers, skips)`` changed
-        since the last look (every task once after a start): Label Studio moves a task's
-        ``updated_at`` on every new, edited or deleted annotation.
+        since the last look and that has any (every such task once after a start): Label
+        Studio moves a task's ``updated_at`` on every new, edited or deleted annotation.
         """
         for model, project in sorted(self.projects.items()):
             listed: dict[int, dict[str, Any]] = {}
@@ -418,9 +418,11 @@ class LabelStudioBridge:
                     current.get("total_annotations"),
                     current.get("cancelled_annotations"),
                 )
-                if producer is not None and self._marks.get(row.task_id) != mark:
+                if producer is None or self._marks.get(row.task_id) == mark:
+                    continue
+                if mark[1] or mark[2]:  # a task without any annotation has nothing to read
                     self._refresh(row.task_id, producer)
-                    self._marks[row.task_id] = mark
+                self._marks[row.task_id] = mark
 
     def _adopt(self, model: str, project: int, tasks: Iterable[dict[str, Any]]) -> None:
         """Tasks Label Studio holds with a request id the state file lacks (lost answer)."""

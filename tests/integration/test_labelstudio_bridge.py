@@ -176,12 +176,20 @@ def test_answers_declines_edits_and_expiry(
         lambda: metric(bridge, "labelstudio_bridge_declined_total", model="default") == 1,
     )
     assert metric(bridge, "labelstudio_bridge_answers_read_total", model="default") == 2
-    assert metric(bridge, "labelstudio_bridge_answer_latency_seconds_count", model="default") == 2
+    wait_for(
+        "two latencies observed",
+        lambda: (
+            metric(bridge, "labelstudio_bridge_answer_latency_seconds_count", model="default") == 2
+        ),
+    )
 
     edit(client, a0, 0)  # the first answer changed: a second, conflicting label
     labels = read_labels(broker.bootstrap, topics.labels, 3)
     assert [(x["request_id"], x["label"]) for x in labels[2:]] == [(reqs[0]["request_id"], 0)]
-    assert metric(bridge, "labelstudio_bridge_edits_total", model="default") == 1
+    wait_for(
+        "the edit counted",
+        lambda: metric(bridge, "labelstudio_bridge_edits_total", model="default") == 1,
+    )
 
     client.delete_task(task[3])
     wait_for(
