@@ -166,7 +166,10 @@ def test_answers_in_labelstudio_are_joined_by_the_daemon(
         "the conflict counted by the daemon",
         lambda: daemon.sample("monitor_invalid_records_total", reason="conflicting_label") == 1,
     )
-    assert metric(bridge, "labelstudio_bridge_edits_total", model="default") == 1
+    wait_for(
+        "the edit counted",
+        lambda: metric(bridge, "labelstudio_bridge_edits_total", model="default") == 1,
+    )
     assert daemon.sample("monitor_labels_received_total", model="default") == len(answered)
     assert _f_lines(daemon) == before
     assert metric(bridge, "labelstudio_bridge_queue_depth", model="default") == 2  # skip + open
