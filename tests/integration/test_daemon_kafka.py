@@ -31,6 +31,7 @@ from monitor.config.load import load_config
 from monitor.config.schema import Config, TopicsConfig
 from monitor.core.estimator import EstimatorService
 from monitor.io.exporter import Exporter
+from monitor.io.kafka_io import read_topic
 from monitor.io.store import Store
 from monitor.runtime.engine import Engine
 from monitor.sim.embedded_broker import EmbeddedBroker, free_port
@@ -212,6 +213,11 @@ def _read(broker: EmbeddedBroker, topic: str, n: int, timeout_s: float = 30.0) -
     finally:
         consumer.close()
     return out
+
+
+def _read_all(config: Config, topic: str) -> list[bytes]:
+    """Every record value of ``topic``, read to the broker's end offsets."""
+    return [v for _, _, v in read_topic(config, topic, range) if v is not None]
 
 
 def _scored(w: Workload) -> list[bytes]:

@@ -32,7 +32,7 @@ from tests.integration.test_daemon_kafka import (
     _labels,
     _predict,
     _produce,
-    _read,
+    _read_all,
     _scored,
     _yaml,
 )
@@ -124,7 +124,7 @@ def test_thirty_second_outage_mid_stream(
     labels = _labels(w, expected)
     _produce(broker, topics.labels, labels)
     run.wait_offsets({(topics.labels, 0): len(labels)}, 60)
-    requests = _read(broker, topics.requests, run.offsets()[(topics.requests, 0)])
+    requests = _read_all(run.config, topics.requests)
     code, _ = run.stop()
     assert code == 0, run.log_tail()
     print(
