@@ -31,12 +31,12 @@ from monitor.config import Config, ModelConfig
 from monitor.errors import RejectReason
 from monitor.records import LabelResult, Reject
 from monitor.sampler import AuditRequest, request_id_for, request_token, retention_buckets
-from monitor.snapshot import Snapshot, WindowEstimate
+from monitor.snapshot import Snapshot, WindowEstimate, WorstCase
 from monitor.stats.drift import psi
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import intrinsic_falpha_from_sums, intrinsic_falpha_se_from_sums
 from monitor.stats.measures import measure_all
-from monitor.stats.sample import LabeledSample
+from monitor.stats.response import pending_share, response_sample, worst_case_bounds
 from monitor.windows import (
     GroupKey,
     TrafficAggregate,
@@ -344,8 +344,13 @@ class EstimatorService:
                 missing = int(np.count_nonzero(unlabelled & (r_dead < wm)))
                 n_lab = int(np.count_nonzero(labelled))
                 if n_lab:
-                    sample = LabeledSample.poisson(
-                        r_score[labelled], r_pred[labelled], r_label[labelled], r_pi[labelled]
+                    # answers as a second phase of sampling (monitor.stats.response)
+                    sample = response_sample(
+                        r_score[in_win],
+                        r_pred[in_win],
+                        r_label[in_win],
+                        r_pi[in_win],
+                        r_bucket[in_win],
                     )
                     m = measure_all(sample, cfg.alpha, level)
                     f, prec, rec = m.f, m.precision, m.recall
@@ -365,6 +370,8 @@ class EstimatorService:
                     cfg.alpha,
                 )
                 drift = psi(ref_agg.hist, agg.hist) if ref_agg.n and agg.n else math.nan
+                labels_in = (r_pred[in_win], r_label[in_win], r_pi[in_win])
+                n_req = int(np.count_nonzero(in_win))
                 rows.append(
                     WindowEstimate(
                         model=model,
@@ -380,14 +387,28 @@ class EstimatorService:
                         ess=ess,
                         confusion=conf,
                         records=agg.n,
-                        requests=int(np.count_nonzero(in_win)),
+                        requests=n_req,
                         labels=n_lab,
                         pending=int(np.count_nonzero(unlabelled)) - missing,
                         missing=missing,
                         psi=float(drift),
+                        answer_rate=n_lab / n_req if n_req else math.nan,
+                        pending_weight=pending_share(
+                            r_pi[in_win], (unlabelled & ~(r_dead < wm))[in_win]
+                        ),
+                        worst=_worst_case(*labels_in, cfg.alpha),
                     )
                 )
         return rows
+
+
+def _worst_case(pred: np.ndarray, label: np.ndarray, pi: np.ndarray, alpha: float) -> WorstCase:
+    """Worst-case bounds of F_alpha, precision and recall over the unanswered labels."""
+    return WorstCase(
+        f=worst_case_bounds(pred, label, pi, alpha),
+        precision=worst_case_bounds(pred, label, pi, 1.0),
+        recall=worst_case_bounds(pred, label, pi, 0.0),
+    )
 
 
 class _TrafficTable:
