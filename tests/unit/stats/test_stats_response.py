@@ -19,7 +19,7 @@ from monitor.stats.sample import AnswerGroups, LabeledSample
 
 
 def _classes(bucket: list[int], pred: list[int], score: list[float], ans: list[bool]) -> list[int]:
-    return answer_classes(bucket, pred, score, ans, min_answers=2).tolist()
+    return [int(c) for c in answer_classes(bucket, pred, score, ans, min_answers=2)]
 
 
 def test_dense_cells_are_classes_of_their_own() -> None:
