@@ -355,10 +355,11 @@ class EstimatorService:
                     m = measure_all(sample, cfg.alpha, level)
                     f, prec, rec = m.f, m.precision, m.recall
                     conf, lik, ess = m.confusion, m.likelihood, m.ess
+                    lik_se = m.likelihood_log_se
                 else:
                     f = prec = rec = Estimate.missing(level)
                     conf = Confusion(math.nan, math.nan, math.nan, math.nan)
-                    lik, ess = math.nan, 0.0
+                    lik, ess, lik_se = math.nan, 0.0, math.nan
                 intrinsic = intrinsic_falpha_from_sums(
                     agg.pred_score_total, float(agg.n_pred), agg.score_total, cfg.alpha
                 )
@@ -392,6 +393,7 @@ class EstimatorService:
                         pending=int(np.count_nonzero(unlabelled)) - missing,
                         missing=missing,
                         psi=float(drift),
+                        likelihood_log_se=lik_se,
                         answer_rate=n_lab / n_req if n_req else math.nan,
                         pending_weight=pending_share(
                             r_pi[in_win], (unlabelled & ~(r_dead < wm))[in_win]

@@ -54,6 +54,7 @@ class WindowEstimate:
     intrinsic_se: float = math.nan
     # labels that arrive late or never (monitor.stats.response): answered / issued requests,
     # the share of the window's sampling weight sum(1/pi) still pending, and the worst-case bounds
+    likelihood_log_se: float = math.nan  # super-population se of log(likelihood)
     answer_rate: float = math.nan
     pending_weight: float = math.nan
     worst: WorstCase = field(default_factory=WorstCase)
