@@ -112,6 +112,7 @@ class Metrics(Protocol):
     def count_records(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
     def count_requests(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
     def count_labels(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
+    def observe_label_latency(self, per_model: Mapping[str, Sequence[float]]) -> None: ...  # noqa: D102
     def count_rejects(self, per_reason: Mapping[RejectReason, int]) -> None: ...  # noqa: D102
     def count_segments_folded(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
     def observe_batch(self, seconds: float) -> None: ...  # noqa: D102
@@ -422,6 +423,9 @@ class Engine:
                 fp.hit("commit")
         labels_ok = self.estimator.take_label_counts()
         count_step(self.metrics, records, requested, labels_ok, rejects)
+        latencies = self.estimator.take_label_latencies()
+        if latencies:
+            self.metrics.observe_label_latency(latencies)
         for (t, p), v in lag.items():
             self.metrics.set_lag(t, p, v)
         if raw:

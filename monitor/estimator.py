@@ -107,6 +107,7 @@ class EstimatorService:
         self._pruned: dict[str, int] = {}  # model -> horizon last pruned to
         self._changes = EstimatorChanges()
         self.labels_accepted: dict[str, int] = {}
+        self.label_latencies: dict[str, list[float]] = {}
 
     # ------------------------------------------------------------------ state
     def take_changes(self) -> EstimatorChanges:
@@ -117,6 +118,15 @@ class EstimatorService:
     def take_label_counts(self) -> dict[str, int]:
         """Labels accepted per model since the last call."""
         out, self.labels_accepted = self.labels_accepted, {}
+        return out
+
+    def take_label_latencies(self) -> dict[str, list[float]]:
+        """Event-time latencies of the labels accepted per model since the last call.
+
+        A label's latency is the model's watermark when it was accepted minus its record's
+        event time (seconds of the scored stream's clock, like the deadlines).
+        """
+        out, self.label_latencies = self.label_latencies, {}
         return out
 
     @property
@@ -297,6 +307,8 @@ class EstimatorService:
         state.label_ts = lab.ts
         self._changes.requests[req.request_id] = state
         self.labels_accepted[req.model] = self.labels_accepted.get(req.model, 0) + 1
+        latency = max(self.watermark(req.model) - req.ts, 0.0)
+        self.label_latencies.setdefault(req.model, []).append(latency)
         return None
 
     # ---------------------------------------------------------------- snapshot
@@ -394,7 +406,7 @@ class EstimatorService:
                         missing=missing,
                         psi=float(drift),
                         likelihood_log_se=lik_se,
-                        answer_rate=n_lab / n_req if n_req else math.nan,
+                        answer_rate=_answer_rates(r_pred[in_win], r_label[in_win]),
                         pending_weight=pending_share(
                             r_pi[in_win], (unlabelled & ~(r_dead < wm))[in_win]
                         ),
@@ -402,6 +414,16 @@ class EstimatorService:
                     )
                 )
         return rows
+
+
+def _answer_rates(pred: np.ndarray, label: np.ndarray) -> tuple[float, float]:
+    """Answered / issued requests of the predicted negatives and of the predicted positives."""
+    rates = []
+    for k in (0, 1):
+        issued = pred == k
+        n = int(np.count_nonzero(issued))
+        rates.append(int(np.count_nonzero(issued & (label >= 0))) / n if n else math.nan)
+    return rates[0], rates[1]
 
 
 def _worst_case(pred: np.ndarray, label: np.ndarray, pi: np.ndarray, alpha: float) -> WorstCase:

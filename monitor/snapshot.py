@@ -52,10 +52,11 @@ class WindowEstimate:
     # how far the window's real F may stray from intrinsic_f by chance if the scores are
     # calibrated (an upper bound; NaN when unknown)
     intrinsic_se: float = math.nan
-    # labels that arrive late or never (monitor.stats.response): answered / issued requests,
-    # the share of the window's sampling weight sum(1/pi) still pending, and the worst-case bounds
     likelihood_log_se: float = math.nan  # super-population se of log(likelihood)
-    answer_rate: float = math.nan
+    # labels that arrive late or never (monitor.stats.response): answered / issued requests of
+    # the predicted negatives and positives, the share of the window's sampling weight sum(1/pi)
+    # still pending, and the worst-case bounds
+    answer_rate: tuple[float, float] = _NO_BOUNDS
     pending_weight: float = math.nan
     worst: WorstCase = field(default_factory=WorstCase)
 

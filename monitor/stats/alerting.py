@@ -100,8 +100,8 @@ def _interval(est: Estimate, se: float, level: float, *, model: bool = True) -> 
     if 0.0 < value < 1.0 and se > 0.0 and math.isfinite(se):
         centre = math.log(value / (1.0 - value))
         half = t * se / (value * (1.0 - value))
-        lower = 1.0 / (1.0 + math.exp(half - centre))
-        upper = 1.0 / (1.0 + math.exp(-centre - half))
+        lower = float(special.expit(centre - half))  # no overflow for a huge se
+        upper = float(special.expit(centre + half))
         return min(max(lower, 0.0), value), max(min(upper, 1.0), value)
     n_eff = est.n_eff_model if model else est.n_eff
     if math.isnan(n_eff):

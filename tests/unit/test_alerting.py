@@ -147,3 +147,9 @@ def test_fast_t_quantile_matches_the_estimators() -> None:
     for level in (0.9, 0.95, 0.9999, 1 - 2e-7):
         for n in (1, 2, 30, 1000):
             assert t_quantile(level, n) == pytest.approx(estimator_t_quantile(level, n), rel=1e-9)
+
+
+def test_huge_standard_error_gives_the_whole_range_not_an_overflow() -> None:
+    est = Estimate(0.5, 1e3, 0.0, 1.0, 40, 2.0, 0.95, 2.0, 1e3, 2.0)
+    assert lower_bound(est, 1e-5) == 0.0
+    assert upper_bound(est, 1e-5) == 1.0

@@ -149,7 +149,14 @@ def test_pending_labels_are_a_second_phase_not_a_smaller_census(rng: np.random.G
         np.array([r.score for r in reqs]), pred, label, pi, np.array([r.bucket for r in reqs])
     )
     assert row.f == measure_all(sample, 0.5, 0.95).f
-    assert row.answer_rate == pytest.approx(len(answered) / len(reqs))
+    n_pos = sum(r.pred for r in reqs)
+    answered_pos = sum(r.pred for r in answered)
+    assert row.answer_rate[0] == 1.0
+    assert row.answer_rate[1] == pytest.approx(answered_pos / n_pos)
+    assert 0.6 < row.answer_rate[1] < 0.7
+    latencies = est.take_label_latencies()["default"]
+    assert len(latencies) == len(answered) and min(latencies) >= 0.0
+    assert est.take_label_latencies() == {}
     assert row.pending == len(reqs) - len(answered) and row.missing == 0
     assert row.pending_weight == pytest.approx(float((1 / pi)[label < 0].sum() / (1 / pi).sum()))
     lo, hi = row.worst.precision
