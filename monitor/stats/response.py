@@ -5,12 +5,13 @@ sample with inclusion probabilities pi_i. Only some are answered so far: some ar
 passed their deadline (missing), some were skipped. The answered requests are taken as a second
 phase of sampling, Bernoulli at an answer rate r_c that is the same for every request of a class
 c (the response homogeneity group model: Saerndal, Swensson and Wretman 1992, Model Assisted
-Survey Sampling, Sec. 15.6), estimated by
+Survey Sampling, Sec. 15.6), estimated by the answered share of the class's base weight
 
-    r_c = m_c / n_c,   m_c answered and n_c issued requests of class c
+    r_c = sum(1/pi_i, answered i in c) / sum(1/pi_i, issued i in c)
 
-(pending and missing requests count in n_c: a pending request is not answered *yet*, a missing
-one never will be). A label then carries the weight 1 / (pi_i r_c) and the finite-population
+(:func:`answer_rates`; m_c / n_c when pi is constant in the class; pending and missing
+requests count in the denominator: a pending request is not answered *yet*, a missing one
+never will be). A label then carries the weight 1 / (pi_i r_c) and the finite-population
 correction 1 - pi_i r_c (:meth:`monitor.stats.sample.LabeledSample.two_phase`), and the
 variance is the two-phase one (:func:`monitor.stats.interval.second_phase_variance`). A request
 audited with certainty (pi = 1) whose label is pending no longer looks like a census: with 20%
@@ -116,14 +117,27 @@ def answer_classes(
     return out
 
 
-def answer_rates(group: npt.ArrayLike, answered: npt.ArrayLike) -> FloatArray:
-    """Answer rate ``r_c = m_c / n_c`` of each request's class (0 where none is answered)."""
+def answer_rates(
+    group: npt.ArrayLike, answered: npt.ArrayLike, pi: npt.ArrayLike | None = None
+) -> FloatArray:
+    """Answer rate of each request's class: its answered share of the class's weight.
+
+    ``r_c = sum(1/pi over answered) / sum(1/pi over issued)`` (0 where none is answered): the
+    weighting-class adjustment for non-response with base weights 1/pi (Kalton and
+    Flores-Cervantes 2003, "Weighting methods", J. Official Statistics 19, Sec. 2.1). Each
+    label then stands for its class's unanswered weight in proportion to its own, so the
+    class's total weight is kept exactly and the reweighted ratio is the estimate with every
+    unanswered label imputed by its class's weighted mean: it lies within the worst-case bounds
+    (:func:`worst_case_bounds`). With equal pi in a class it is ``m_c / n_c``, the rate of the
+    response homogeneity group model. ``pi`` None: every pi is 1 (counts).
+    """
     g = np.asarray(group, dtype=np.int64).reshape(-1)
-    ans = np.asarray(answered, dtype=bool).reshape(-1).astype(np.float64)
+    ans = np.asarray(answered, dtype=bool).reshape(-1)
     if g.size == 0:
         return np.zeros(0)
-    m = np.bincount(g, weights=ans)
-    n = np.bincount(g).astype(np.float64)
+    v = np.ones(g.size) if pi is None else 1.0 / np.asarray(pi, dtype=np.float64).reshape(-1)
+    m = np.bincount(g, weights=np.where(ans, v, 0.0))
+    n = np.bincount(g, weights=v)
     rate: FloatArray = (m / n)[g]
     return rate
 
@@ -139,7 +153,7 @@ def response_sample(
 ) -> LabeledSample:
     """The two-phase labeled sample of a window's requests (label < 0: not answered).
 
-    Answer classes by :func:`answer_classes`, rates by :func:`answer_rates`, then
+    Answer classes by :func:`answer_classes`, weighted rates by :func:`answer_rates`, then
     :meth:`LabeledSample.two_phase` over the answered requests: v = 1/(pi r_c),
     fpc = 1 - pi r_c. Pending and missing requests enter through r_c only.
 
@@ -157,7 +171,7 @@ def response_sample(
     y = np.asarray(label).reshape(-1)
     answered = y >= 0
     group = answer_classes(bucket, pred, score, answered, min_answers)
-    rate = answer_rates(group, answered)
+    rate = answer_rates(group, answered, pi)
     s = np.asarray(score, dtype=np.float64).reshape(-1)
     f = np.asarray(pred).reshape(-1)
     p = np.asarray(pi, dtype=np.float64).reshape(-1)

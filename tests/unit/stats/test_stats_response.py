@@ -53,6 +53,22 @@ def test_rule_three_pools_the_rest_over_buckets() -> None:
 def test_answer_rates_count_pending_and_missing_as_not_answered() -> None:
     rate = answer_rates([0, 0, 0, 0, 1, 1], [True, True, True, False, True, False])
     assert rate.tolist() == [0.75] * 4 + [0.5] * 2
+    # weighted by 1/pi: the unanswered request carries 4 of the class's 5 units of weight
+    rate = answer_rates([0, 0], [True, False], [1.0, 0.25])
+    assert rate.tolist() == [0.2, 0.2]
+
+
+def test_reweighted_estimate_lies_within_the_worst_case_bounds(rng: np.random.Generator) -> None:
+    """Weighted answer rates keep each class's weight: the plain ratio is an imputation."""
+    score, label = calibrated_pool(3000, 0.1, rng)
+    pred = (score >= 0.5).astype(np.int8)
+    pi = np.clip(0.1 + score, 0.0, 1.0)
+    y = np.where(rng.random(3000) < np.where(pred == 1, 0.6, 0.9), label, -1)
+    s = response_sample(score, pred, y, pi, np.zeros(3000))
+    for alpha in (0.0, 0.5, 1.0):
+        est = estimate_falpha(s, alpha, 0.95, bias_correction=False)
+        lo, hi = worst_case_bounds(pred, y, pi, alpha)
+        assert lo <= est.value <= hi
 
 
 def test_everything_answered_gives_the_one_phase_estimate(rng: np.random.Generator) -> None:
