@@ -127,6 +127,7 @@ def test_late_answers_and_a_skipped_stratum_are_reweighted_and_shown(
             f"{high_w:.3f}] true {true_value:.3f}; answer rate f=0 {neg:.2f}, f=1 {pos:.2f}"
         )
         assert lower <= true_value <= upper, (name, lower, true_value, upper)
-        assert low_w <= value <= high_w
+        assert low_w < high_w  # 30% of the predicted positives can still be anything
+        assert low_w - 0.01 <= value <= high_w + 0.01  # (up to its jackknife correction)
     latency = _metric(text, "monitor_label_latency_seconds_count", model="default")
     assert latency == st.answered

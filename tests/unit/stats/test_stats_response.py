@@ -18,13 +18,13 @@ from monitor.stats.response import (
 from monitor.stats.sample import AnswerGroups, LabeledSample
 
 
-def _classes(bucket: list[int], pred: list[int], score: list[float], ans: list[bool]) -> list[int]:
-    return [int(c) for c in answer_classes(bucket, pred, score, ans, min_answers=2)]
+def _classes(bucket: list[int], pred: list[int], pi: list[float], ans: list[bool]) -> list[int]:
+    return [int(c) for c in answer_classes(bucket, pred, pi, ans, min_answers=2)]
 
 
 def test_dense_cells_are_classes_of_their_own() -> None:
     # two bands of predicted positives with two answers each: two classes, and the negatives
-    got = _classes([0] * 6, [1, 1, 1, 1, 0, 0], [0.95] * 2 + [0.6] * 2 + [0.05] * 2, [True] * 6)
+    got = _classes([0] * 6, [1, 1, 1, 1, 0, 0], [1.0] * 2 + [0.6] * 2 + [0.05] * 2, [True] * 6)
     assert got[0] == got[1] != got[2] == got[3] != got[4] == got[5]
     assert len(set(got)) == 3
 
@@ -32,9 +32,9 @@ def test_dense_cells_are_classes_of_their_own() -> None:
 def test_sparse_cells_pool_within_bucket_then_over_the_window_never_across_predictions() -> None:
     bucket = [0, 0, 0, 1, 1, 1]
     pred = [1, 1, 1, 1, 1, 0]
-    score = [0.95, 0.6, 0.6, 0.95, 0.6, 0.05]
+    pi = [1.0, 0.6, 0.6, 1.0, 0.6, 0.05]
     ans = [True, True, False, True, False, True]
-    got = _classes(bucket, pred, score, ans)
+    got = _classes(bucket, pred, pi, ans)
     # bucket 0's bands have 1 answer each but 2 together: (bucket 0, f=1) is a class;
     # bucket 1's positives have 1 answer: they pool with nothing left -> the f=1 stratum
     assert got[5] not in got[:5]
@@ -44,27 +44,29 @@ def test_sparse_cells_pool_within_bucket_then_over_the_window_never_across_predi
 def test_rule_three_pools_the_rest_over_buckets() -> None:
     bucket = [0, 0, 1, 2]
     pred = [1, 1, 1, 1]
-    score = [0.95, 0.95, 0.95, 0.6]
+    pi = [1.0, 1.0, 1.0, 0.6]
     ans = [True, True, True, True]
-    got = _classes(bucket, pred, score, ans)
+    got = _classes(bucket, pred, pi, ans)
     assert got[0] == got[1] != got[2] == got[3]
 
 
 def test_answer_rates_count_pending_and_missing_as_not_answered() -> None:
-    rate = answer_rates([0, 0, 0, 0, 1, 1], [True, True, True, False, True, False])
+    rate = answer_rates([0, 0, 0, 0, 1, 1], [True, True, True, False, True, False], [1.0] * 6)
     assert rate.tolist() == [0.75] * 4 + [0.5] * 2
     # weighted by 1/pi: the unanswered request carries 4 of the class's 5 units of weight
     rate = answer_rates([0, 0], [True, False], [1.0, 0.25])
     assert rate.tolist() == [0.2, 0.2]
 
 
-def test_reweighted_estimate_lies_within_the_worst_case_bounds(rng: np.random.Generator) -> None:
-    """Weighted answer rates keep each class's weight: the plain ratio is an imputation."""
+def test_reweighted_estimate_lies_within_the_worst_case_bounds(
+    rng: np.random.Generator,
+) -> None:
+    """Weighted rates keep each class's weight: the plain ratio imputes each class's mean."""
     score, label = calibrated_pool(3000, 0.1, rng)
     pred = (score >= 0.5).astype(np.int8)
-    pi = np.clip(0.1 + score, 0.0, 1.0)
+    pi = np.clip(0.02 + score, 0.0, 1.0)
     y = np.where(rng.random(3000) < np.where(pred == 1, 0.6, 0.9), label, -1)
-    s = response_sample(score, pred, y, pi, np.zeros(3000))
+    s = response_sample(score, pred, y, pi, rng.integers(0, 3, 3000))
     for alpha in (0.0, 0.5, 1.0):
         est = estimate_falpha(s, alpha, 0.95, bias_correction=False)
         lo, hi = worst_case_bounds(pred, y, pi, alpha)
