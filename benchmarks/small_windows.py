@@ -30,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy import stats
 
-from monitor.simulate import calibrated_pool
+from monitor.sim.simulate import calibrated_pool
 from monitor.stats.estimate import Estimate
 from monitor.stats.falpha import estimate_falpha, falpha_exact, intrinsic_falpha
 from monitor.stats.interval import t_quantile

@@ -29,7 +29,7 @@ import time
 import numpy as np
 import numpy.typing as npt
 
-from monitor.simulate import calibrated_pool
+from monitor.sim.simulate import calibrated_pool
 from monitor.stats.alerting import lower_bound, upper_bound
 from monitor.stats.falpha import estimate_falpha, intrinsic_falpha
 from monitor.stats.sample import LabeledSample

@@ -21,17 +21,18 @@ from pathlib import Path
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from monitor.config import TopicsConfig, load_config
-from monitor.embedded_broker import EmbeddedBroker, free_port
+from monitor.config.load import load_config
+from monitor.config.schema import TopicsConfig
 from monitor.errors import MonitorError
-from monitor.workload import WorkloadSpec, generate
+from monitor.sim.embedded_broker import EmbeddedBroker, free_port
+from monitor.sim.workload import WorkloadSpec, generate
 from tests.conftest import missing_component
 from tests.integration.test_daemon_kafka import (
     Run,
     _labels,
     _predict,
     _produce,
-    _read,
+    _read_all,
     _scored,
     _yaml,
 )
@@ -123,7 +124,7 @@ def test_thirty_second_outage_mid_stream(
     labels = _labels(w, expected)
     _produce(broker, topics.labels, labels)
     run.wait_offsets({(topics.labels, 0): len(labels)}, 60)
-    requests = _read(broker, topics.requests, run.offsets()[(topics.requests, 0)])
+    requests = _read_all(run.config, topics.requests)
     code, _ = run.stop()
     assert code == 0, run.log_tail()
     print(

@@ -3,7 +3,7 @@ team that answers late and skips 30% of the predicted positives' requests.
 
 The scored stream is produced first, so every answer arrives after the records it labels (late
 in event time: the watermark is already at the end of the stream). The team
-(``monitor.auditors.SimulatedAuditTeam``) answers from the truth after a delay and never
+(``monitor.sim.auditors.SimulatedAuditTeam``) answers from the truth after a delay and never
 answers a seeded 30% of the predicted positives' requests (``drop_rate_by_pred``). Once every
 answer it will give is in, the daemon's /metrics must show the skew (answer rate 1.0 for the
 predicted negatives, about 0.7 for the positives, a positive pending share of the weight) and
@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from monitor.auditors import AuditPolicy, SimulatedAuditTeam
-from monitor.config import TopicsConfig, load_config
-from monitor.embedded_broker import EmbeddedBroker
-from monitor.workload import Workload, WorkloadSpec, generate, truth_of
-from tests.integration.test_daemon_kafka import HOURS, Run, _produce, _read, _scored, _yaml
+from monitor.config.load import load_config
+from monitor.config.schema import TopicsConfig
+from monitor.sim.auditors import AuditPolicy, SimulatedAuditTeam
+from monitor.sim.embedded_broker import EmbeddedBroker
+from monitor.sim.workload import Workload, WorkloadSpec, generate, truth_of
+from tests.integration.test_daemon_kafka import HOURS, Run, _produce, _read_all, _scored, _yaml
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -78,7 +79,7 @@ def test_late_answers_and_a_skipped_stratum_are_reweighted_and_shown(
     _produce(broker, topics.scored, _scored(workload))
     run.start()
     run.wait_offsets({(topics.scored, 0): len(workload)})
-    n_requests = len(_read(broker, topics.requests, 10**9, timeout_s=5.0))
+    n_requests = len(_read_all(run.config, topics.requests))
     assert n_requests > 100
     policy = AuditPolicy(delay_s=0.5, seed=SEED, drop_rate_by_pred=(0.0, SKIP_POSITIVES))
     with SimulatedAuditTeam(

@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from monitor.simulate import calibrated_pool
+from monitor.sim.simulate import calibrated_pool
 from monitor.stats.falpha import estimate_falpha, falpha_exact, intrinsic_falpha
 from monitor.stats.measures import measure_all
 from monitor.stats.response import response_sample

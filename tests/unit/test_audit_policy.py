@@ -2,7 +2,7 @@
 
 import pytest
 
-from monitor.auditors import AuditPolicy
+from monitor.sim.auditors import AuditPolicy
 
 
 def test_drop_rate_by_prediction_skips_one_stratum_only() -> None:

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from monitor.simulate import calibrated_pool
+from monitor.sim.simulate import calibrated_pool
 from monitor.stats.falpha import estimate_falpha, falpha_exact
 from monitor.stats.interval import second_phase_variance
 from monitor.stats.response import (

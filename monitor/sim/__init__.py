@@ -1,0 +1,1 @@
+"""The demo and simulations: embedded broker, scored workload, simulated audit team."""
