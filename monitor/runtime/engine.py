@@ -256,6 +256,9 @@ class Engine:
                 fp.hit("commit")
         labels_ok = self.estimator.take_label_counts()
         count_step(self.metrics, records, requested, labels_ok, rejects)
+        latencies = self.estimator.take_label_latencies()
+        if latencies:
+            self.metrics.observe_label_latency(latencies)
         for (t, p), v in lag.items():
             self.metrics.set_lag(t, p, v)
         if raw:
