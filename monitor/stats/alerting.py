@@ -48,7 +48,7 @@ import math
 from scipy import special
 
 from monitor.stats.estimate import Estimate
-from monitor.stats.interval import wilson_interval
+from monitor.stats.interval import t_quantile, wilson_interval
 
 SPENDING_RULES = ("horizon", "anytime")
 
@@ -81,11 +81,6 @@ def look_error(rate: float, look: int, rule: str, horizon_looks: int) -> float:
         return rate * 6.0 / (math.pi**2 * k * k)
     msg = f"spending rule must be one of {SPENDING_RULES}, got {rule!r}"
     raise ValueError(msg)
-
-
-def t_quantile(level: float, n: int) -> float:
-    """Two-sided Student t quantile ``t_{n-1}((1 + level) / 2)``, at least one degree of freedom."""
-    return float(special.stdtrit(max(n - 1, 1), 0.5 + level / 2.0))
 
 
 def _interval(est: Estimate, se: float, level: float, *, model: bool = True) -> tuple[float, float]:

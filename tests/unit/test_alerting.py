@@ -142,7 +142,7 @@ def test_strict_upper_bound_keeps_its_error_by_simulation(rng: np.random.Generat
 
 
 def test_fast_t_quantile_matches_the_estimators() -> None:
-    from monitor.stats.alerting import t_quantile
+    from monitor.stats.interval import t_quantile
 
     for level in (0.9, 0.95, 0.9999, 1 - 2e-7):
         for n in (1, 2, 30, 1000):
