@@ -7,11 +7,15 @@
 * Poisson sampling: pi = min(1, kappa q) with kappa set by the label budget; or draws with
   replacement from a fixed pool (seed 000 Algorithm 1).
 * A deterministic uniform number per record id, so a replay makes the same decisions.
+* Selection from recalibrated probabilities (DESIGN.md, "Learning from the labels"): q* at
+  p_hat = m(s) (``monitor.stats.calibration``), G from the recalibrated expected counts, and a
+  defensive share that grows when the labels show the probabilities are poor.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -87,6 +91,49 @@ def defensive_mix(q: npt.ArrayLike, lam: float, mean_q: float | None = None) -> 
     if m is None or not m > 0.0 or not np.isfinite(m):
         return np.ones_like(qq)
     return (1.0 - lam) * qq / m + lam
+
+
+#: Model likelihood above which active selection pays off (seed 002, Sec. 4.1).
+LIKELIHOOD_FLOOR = 0.6
+#: Largest defensive share the labels can ask for (q keeps half of q*'s shape at worst).
+MAX_DEFENSIVE = 0.5
+
+
+def defensive_share(
+    lam0: float,
+    likelihood: float,
+    calibration_error: float = 0.0,
+    *,
+    floor: float = LIKELIHOOD_FLOOR,
+    lam_max: float = MAX_DEFENSIVE,
+) -> float:
+    """The defensive share from the labels' verdict on the (recalibrated) probabilities.
+
+        lam = min(lam_max, lam0 + max(0, floor - L) + ECE)
+
+    with L the design-weighted model likelihood of the probabilities that q* is evaluated at
+    (seed 002, Sec. 4.1: below about 0.6 active selection stops paying off) and ECE their
+    design-weighted calibration error (``monitor.stats.calibration``); DESIGN.md, "Learning from
+    the labels". NaN inputs (no labels yet) add nothing. Bounded: ``lam0 <= lam <= max(lam0,
+    lam_max)``, so lam > 0 whenever lam0 > 0 (every record keeps a positive probability).
+
+    Examples:
+        >>> defensive_share(0.1, 0.9)
+        0.1
+        >>> round(defensive_share(0.1, 0.45, 0.05), 6)
+        0.3
+        >>> defensive_share(0.1, 0.1, 0.3)
+        0.5
+    """
+    if not 0.0 < lam0 <= 1.0:
+        msg = f"lam0 must be in (0, 1], got {lam0}"
+        raise ValueError(msg)
+    grow = 0.0
+    if math.isfinite(likelihood):
+        grow += max(0.0, floor - likelihood)
+    if math.isfinite(calibration_error):
+        grow += max(0.0, calibration_error)
+    return max(lam0, min(lam_max, lam0 + grow))
 
 
 def inclusion_from_kappa(q: npt.ArrayLike, kappa: float) -> FloatArray:
