@@ -8,7 +8,8 @@ From the labels so far (a :class:`~monitor.stats.sample.LabeledSample`, v = 1/pi
 3. evaluate q* (seed 000, Cor. 2-4) at p_hat, with G the recalibrated intrinsic F of the
    traffic, ``G = sum(f p_hat) / (alpha N1 + (1 - alpha) sum(p_hat))`` (never a label-based
    estimate of G: at 1% positives it can be 0), and mix it with uniform with the defensive
-   share ``lam = min(0.5, lam0 + max(0, 0.6 - L) + ECE)`` (``selection.defensive_share``).
+   share of ``selection.defensive_share``: ``lam0``, grown when L is below 0.6 or the ECE is
+   large, and near 0.5 while the labels have seen few of the model's mistakes.
 
 Each record's pi is fixed before its label is seen (from labels of earlier rounds or buckets), so
 the Horvitz-Thompson sums stay unbiased and the sum over rounds of ``(xi_i / pi_i - 1) z_i`` is a
@@ -42,7 +43,8 @@ class Recalibration:
     """A fitted map and the labels' verdict on the probabilities before and after it.
 
     ``likelihood``/``calibration_error`` judge p_hat = m(s); ``raw_*`` judge the scores s
-    themselves. All NaN without labels (and then the map is the identity).
+    themselves. All NaN without labels (and then the map is the identity). ``errors`` counts
+    the model's mistakes (f != y) among the labels.
     """
 
     cal_map: PlattMap
@@ -50,10 +52,11 @@ class Recalibration:
     calibration_error: float
     raw_likelihood: float
     raw_calibration_error: float
+    errors: int = 0
 
     def defensive(self, lam0: float) -> float:
         """The defensive share for a design at p_hat (``selection.defensive_share``)."""
-        return defensive_share(lam0, self.likelihood, self.calibration_error)
+        return defensive_share(lam0, self.likelihood, self.calibration_error, self.errors)
 
 
 def recalibrate(sample: LabeledSample, tau: float = DEFAULT_TAU) -> Recalibration:
@@ -69,6 +72,7 @@ def recalibrate(sample: LabeledSample, tau: float = DEFAULT_TAU) -> Recalibratio
         calibration_error=calibration_error(p_hat, sample.label, sample.v),
         raw_likelihood=model_likelihood(sample.score, sample.label, sample.v),
         raw_calibration_error=calibration_error(sample.score, sample.label, sample.v),
+        errors=int(np.count_nonzero(sample.pred != sample.label)),
     )
 
 
@@ -92,7 +96,7 @@ def recalibrated_weights(
 
     q* of seed 000 Cor. 2 at p_hat = m(s) and G = :func:`recalibrated_g` of the pool; lam from
     :meth:`Recalibration.defensive`. With the identity map and no labels this is today's design
-    (q* at the raw scores with share ``lam0``).
+    (q* at the raw scores; the share is then 0.5, as no mistake has been seen).
     """
     p_hat = recal.cal_map.apply(score)
     g = recalibrated_g(p_hat, pred, alpha)

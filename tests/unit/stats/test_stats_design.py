@@ -39,18 +39,21 @@ def test_defensive_share_is_bounded_and_never_zero() -> None:
     assert defensive_share(0.1, 0.5, 0.0) == pytest.approx(0.2)
     assert defensive_share(0.1, 0.0, 1.0) == 0.5
     assert defensive_share(0.7, 0.0, 1.0) == 0.7  # a configured share above the cap stays
+    # the fewer of the model's mistakes the labels saw, the closer to uniform
+    shares = [defensive_share(0.1, 0.95, 0.0, k) for k in (0, 5, 10, 100, 1000)]
+    assert shares[0] == 0.5 and shares == sorted(shares, reverse=True) and shares[-1] < 0.11
     with pytest.raises(ValueError, match="lam0"):
         defensive_share(0.0, 0.9)
 
 
-def test_without_labels_it_is_todays_design(rng: np.random.Generator) -> None:
+def test_without_labels_it_is_todays_design_at_half_uniform(rng: np.random.Generator) -> None:
     score, _ = calibrated_pool(5000, 0.05, rng)
     pred = (score >= 0.5).astype(np.int8)
     recal = recalibrate(LabeledSample.concat([]))
     assert recal.cal_map == IDENTITY and math.isnan(recal.likelihood)
     got = recalibrated_weights(score, pred, 0.5, recal, 0.1)
     g = intrinsic_falpha(score, pred, 0.5)
-    want = defensive_mix(q_star_falpha(score, pred, 0.5, g), 0.1)
+    want = defensive_mix(q_star_falpha(score, pred, 0.5, g), 0.5)
     np.testing.assert_allclose(got, want, rtol=1e-12)
     assert got.mean() == pytest.approx(1.0)
 
@@ -77,7 +80,8 @@ def test_an_overconfident_model_is_recalibrated_and_its_misses_get_weight(
     assert recal.calibration_error < recal.raw_calibration_error
     fn = (pred == 0) & (label == 1)
     for alpha in (0.0, 0.5):
-        raw = recalibrated_weights(score, pred, alpha, recalibrate(LabeledSample.concat([])), 0.1)
+        g = intrinsic_falpha(score, pred, alpha)
+        raw = defensive_mix(q_star_falpha(score, pred, alpha, g), 0.1)  # today's design
         new = recalibrated_weights(score, pred, alpha, recal, 0.1)
         # the confidently missed positives no longer sit at the defensive floor with the
         # largest weights (1/q, q of mean 1)
@@ -85,10 +89,12 @@ def test_an_overconfident_model_is_recalibrated_and_its_misses_get_weight(
 
 
 def test_defensive_grows_when_the_probabilities_are_poor() -> None:
-    good = Recalibration(PlattMap(), 0.9, 0.01, 0.9, 0.01)
-    poor = Recalibration(PlattMap(), 0.4, 0.1, 0.3, 0.2)
+    good = Recalibration(PlattMap(), 0.9, 0.01, 0.9, 0.01, errors=390)
+    poor = Recalibration(PlattMap(), 0.4, 0.1, 0.3, 0.2, errors=390)
+    unseen = Recalibration(PlattMap(), 0.9, 0.01, 0.9, 0.01, errors=0)
     assert good.defensive(0.1) == pytest.approx(0.11)
     assert poor.defensive(0.1) == pytest.approx(0.4)
+    assert unseen.defensive(0.1) == pytest.approx(0.5)
 
 
 def test_combined_rounds_scale_each_rounds_weights(rng: np.random.Generator) -> None:
