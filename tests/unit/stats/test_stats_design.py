@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from monitor.simulate import calibrated_pool
+from monitor.sim.simulate import calibrated_pool
 from monitor.stats import design, selection
 from monitor.stats.calibration import IDENTITY, PlattMap
 from monitor.stats.design import (

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from monitor.simulate import calibrated_pool
+from monitor.sim.simulate import calibrated_pool
 from monitor.stats.falpha import estimate_falpha, falpha_exact
 from monitor.stats.greg import MIN_LABELS, StratumTraffic, fit_stratum, greg_falpha
 from monitor.stats.sample import LabeledSample
