@@ -134,6 +134,29 @@ class EstimatorService:
     def _model(self, model: str) -> ModelConfig:
         return self.config.model(model)
 
+    def labelled(self, model: str, since_bucket: int) -> LabeledSample:
+        """The answered requests of ``model`` from ``since_bucket`` on, in request-id order.
+
+        For the calibration map (``monitor.core.recalibration``): each with the pi it was drawn
+        with (v = 1/pi), whatever the order the labels arrived in.
+        """
+        rows = sorted(
+            (
+                s
+                for s in self._requests.values()
+                if s.request.model == model
+                and s.label is not None
+                and s.request.bucket >= since_bucket
+            ),
+            key=_REQUEST_ID,
+        )
+        return LabeledSample.poisson(
+            [s.request.score for s in rows],
+            [s.request.pred for s in rows],
+            [s.label or 0 for s in rows],
+            [s.request.pi for s in rows],
+        )
+
     def _horizon(self, model: str) -> int | None:
         wm = self._watermarks.get(model)
         if wm is None:

@@ -17,6 +17,14 @@ the latest earlier bucket only (so it depends on the stream, not on batch bounda
 Without history (first bucket of a partition) q = 1 (uniform) and
 ``kappa = labels_per_hour / expected_records_per_hour``. Any kappa keeps the Horvitz-Thompson
 estimate unbiased; the controller only decides how many labels are spent.
+
+Recalibration (DESIGN.md, "Learning from the labels"): a control may carry a versioned
+calibration map (:class:`Calibration`: the Platt map of ``monitor.stats.calibration`` fitted
+from labels, and the defensive share the labels ask for, ``selection.defensive_share``). Then
+q* is evaluated at p_hat = m(s) instead of s, ``g`` comes from the earlier bucket's recalibrated
+expected counts ``sum(f p_hat) / (alpha N1 + (1 - alpha) sum(p_hat))`` (p_hat under the map that
+was in force there), and ``lam`` is the calibration's. The map is not a function of the scored
+stream, so the control records it: a replay reads the stored control and decides the same.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from monitor.stats.calibration import IDENTITY, PlattMap
 from monitor.stats.falpha import intrinsic_falpha_from_sums
 from monitor.stats.selection import defensive_mix, inclusion_from_kappa, q_star_falpha
 
@@ -37,15 +46,49 @@ MIN_COVERAGE = 0.25
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """A versioned calibration map and the defensive share to use with it.
+
+    ``version`` 0 is "no map" (the identity; the configured defensive share applies); every
+    map fitted from labels gets the next version of its model.
+    """
+
+    version: int = 0
+    cal_map: PlattMap = IDENTITY
+    lam: float = math.nan
+
+    def to_list(self) -> list[object]:
+        """``[version, a, b, lam]`` (``from_list`` reads it back)."""
+        return [self.version, self.cal_map.a, self.cal_map.b, self.lam]
+
+    @classmethod
+    def from_list(cls, v: object) -> Calibration:
+        """The calibration written by ``to_list``; ``ValueError`` when ``v`` is not one."""
+        if not isinstance(v, list | tuple) or len(v) != 4 or type(v[0]) is not int:
+            msg = "a control's calibration is [version, a, b, lam]"
+            raise ValueError(msg)
+        a, b, lam = (float(x) for x in v[1:])
+        if v[0] < 0 or not (math.isfinite(a) and b >= 0.0 and 0.0 < lam <= 1.0):
+            msg = "a control's calibration needs version >= 0, finite a, b >= 0, lam in (0, 1]"
+            raise ValueError(msg)
+        return cls(v[0], PlattMap(a, b), lam)
+
+
+NO_CALIBRATION = Calibration()
+
+
+@dataclass(frozen=True)
 class Control:
     """The inputs of every audit decision in one (model, partition, bucket).
 
     ``mean_qstar`` is NaN for the uniform control (no history): then q = 1 for every record.
+    ``calibration`` is the map q* is evaluated at (version 0: the raw scores).
     """
 
     g: float
     kappa: float
     mean_qstar: float
+    calibration: Calibration = NO_CALIBRATION
 
     @property
     def uniform(self) -> bool:
@@ -72,11 +115,14 @@ def control_for_bucket(
     labels_per_hour: float,
     bucket_s: int,
     n_partitions: int,
+    calibration: Calibration = NO_CALIBRATION,
 ) -> Control:
     """The control of the next bucket from the aggregate of the latest earlier bucket.
 
     ``g`` falls back to ``G_PRIOR`` when the intrinsic F is undefined (e.g. no predicted
-    positive and zero scores); ``mean_qstar`` to 1 when it is not positive.
+    positive and zero scores); ``mean_qstar`` to 1 when it is not positive. With a calibration
+    map, pass the recalibrated sums (``sum f p_hat``, ``sum p_hat``) as ``pred_score_total`` and
+    ``score_total``.
     """
     g = intrinsic_falpha_from_sums(pred_score_total, float(n_pred), score_total, alpha)
     if not math.isfinite(g):
@@ -88,7 +134,7 @@ def control_for_bucket(
     n_hat = n * bucket_s / covered
     budget = labels_per_hour * bucket_s / 3600.0 / max(1, n_partitions)
     kappa = budget / n_hat if n_hat > 0 else 1.0
-    return Control(g=float(g), kappa=float(kappa), mean_qstar=float(mq))
+    return Control(g=float(g), kappa=float(kappa), mean_qstar=float(mq), calibration=calibration)
 
 
 def selection_weights(
@@ -97,16 +143,21 @@ def selection_weights(
     alpha: float,
     lam: float,
     control: Control,
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Return ``(q*, pi)`` for records under one control.
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Return ``(q*, pi, p_hat)`` for records under one control.
 
-    ``q*`` (undefended, seed 000 Cor. 2 at ``g``) feeds the aggregate of this bucket; ``pi =
-    min(1, kappa q)`` with ``q = defensive_mix(q*, lam, mean_qstar)``, or q = 1 when uniform.
+    ``p_hat`` is the control's calibration map applied to the scores (the scores themselves
+    without a map); ``q*`` (undefended, seed 000 Cor. 2 at p_hat and ``g``) feeds the aggregate
+    of this bucket; ``pi = min(1, kappa q)`` with ``q = defensive_mix(q*, lam, mean_qstar)``
+    (``lam`` the calibration's share when it has one), or q = 1 when uniform.
     """
-    qstar = np.asarray(q_star_falpha(score, pred, alpha, control.g), dtype=np.float64)
+    cal = control.calibration
+    p_hat = cal.cal_map.apply(score)
+    qstar = np.asarray(q_star_falpha(p_hat, pred, alpha, control.g), dtype=np.float64)
     if control.uniform:
         q = np.ones_like(score, dtype=np.float64)
     else:
-        q = np.asarray(defensive_mix(qstar, lam, control.mean_qstar), dtype=np.float64)
+        share = cal.lam if cal.version > 0 else lam
+        q = np.asarray(defensive_mix(qstar, share, control.mean_qstar), dtype=np.float64)
     pi = np.asarray(inclusion_from_kappa(q, control.kappa), dtype=np.float64)
-    return qstar, pi
+    return qstar, pi, p_hat

@@ -1,0 +1,63 @@
+"""The calibration map new controls take, refitted from a model's labels (DESIGN.md, round 2).
+
+From the answered requests of the model's last ``k`` buckets (``k`` the longest reported window;
+v = 1/pi, the pi each was drawn with), fit the design-weighted Platt map with its ridge toward
+the identity (``monitor.stats.calibration``), judge it (likelihood, calibration error, mistakes
+seen) and derive the defensive share (``monitor.stats.selection.defensive_share``). Each new map
+gets the next version of its model. The caller makes it durable before the sampler uses it: it
+is fitted from labels, whose arrival is not a function of the scored stream, so a replay must
+read it back rather than fit it again (DESIGN.md, "Why it stays deterministic").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from monitor.stats.budget import NO_CALIBRATION, Calibration
+from monitor.stats.calibration import DEFAULT_TAU
+from monitor.stats.design import recalibrate
+from monitor.stats.sample import LabeledSample
+
+STORE_KEY = "calibration"
+
+
+def label_window_buckets(
+    report: list[tuple[str, int]] | tuple[tuple[str, int], ...], bucket_s: int
+) -> int:
+    """Buckets of labels a map is fitted on: the longest reported window (at least 1)."""
+    return max([math.ceil(w / bucket_s) for _, w in report] + [1])
+
+
+def refit(
+    previous: Calibration, sample: LabeledSample, lam0: float, tau: float = DEFAULT_TAU
+) -> Calibration:
+    """The next calibration from ``sample``; ``previous`` when there is no label or no change."""
+    if len(sample) == 0:
+        return previous
+    recal = recalibrate(sample, tau)
+    cand = Calibration(previous.version + 1, recal.cal_map, recal.defensive(lam0))
+    same = (
+        cand.cal_map.a == previous.cal_map.a
+        and cand.cal_map.b == previous.cal_map.b
+        and cand.lam == previous.lam
+    )
+    return previous if same else cand
+
+
+def encode(calibrations: Mapping[str, Calibration]) -> dict[str, list[object]]:
+    """The JSON document of the calibrations per model (``decode`` reads it back)."""
+    return {m: c.to_list() for m, c in sorted(calibrations.items())}
+
+
+def decode(doc: object) -> dict[str, Calibration]:
+    """Calibrations per model from ``encode``'s document (None: none yet); ``ValueError``."""
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        msg = "the stored calibrations must be a JSON object"
+        raise ValueError(msg)
+    return {str(m): Calibration.from_list(v) for m, v in doc.items()}
+
+
+__all__ = ["NO_CALIBRATION", "STORE_KEY", "decode", "encode", "label_window_buckets", "refit"]
