@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 
 from monitor.stats.budget import NO_CALIBRATION, Calibration
-from monitor.stats.calibration import DEFAULT_TAU
+from monitor.stats.calibration import DEFAULT_TAU, PlattMap
 from monitor.stats.design import recalibrate
 from monitor.stats.sample import LabeledSample
 
@@ -36,7 +36,8 @@ def refit(
     if len(sample) == 0:
         return previous
     recal = recalibrate(sample, tau)
-    cand = Calibration(previous.version + 1, recal.cal_map, recal.defensive(lam0))
+    fitted = PlattMap(recal.cal_map.a, recal.cal_map.b)  # what a control records
+    cand = Calibration(previous.version + 1, fitted, recal.defensive(lam0))
     same = (
         cand.cal_map.a == previous.cal_map.a
         and cand.cal_map.b == previous.cal_map.b

@@ -1,0 +1,117 @@
+"""The sampler with a calibration map: q* at p_hat, controls that record the map, codecs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monitor.config.schema import Config, ModelConfig
+from monitor.core import aggregates, recalibration
+from monitor.core.aggregates import BucketState
+from monitor.core.sampler import SamplerService
+from monitor.core.windows import FIXED_ONE, TrafficAggregate
+from monitor.stats.budget import NO_CALIBRATION, Calibration, Control
+from monitor.stats.calibration import PlattMap
+from monitor.stats.falpha import intrinsic_falpha_from_sums
+from monitor.stats.sample import LabeledSample
+from monitor.stats.selection import q_star_falpha
+from tests.unit.engine_streams import make_stream
+
+CAL = Calibration(version=2, cal_map=PlattMap(-0.5, 0.3), lam=0.3)
+
+
+def _config() -> Config:
+    model = ModelConfig(name="default", labels_per_hour=40.0, expected_records_per_hour=3000.0)
+    return Config(models={"default": model})
+
+
+def test_new_controls_take_the_map_and_decide_at_p_hat(rng: np.random.Generator) -> None:
+    s = make_stream(rng, 6000, span_s=3 * 3600)
+    sampler = SamplerService(_config())
+    first = sampler.process(s.batch(slice(0, 2000)))
+    sampler.calibration = {"default": CAL}  # durable from here on (the engine's job)
+    rest = sampler.process(s.batch(slice(2000, None)))
+    bucket = np.floor(s.ts / 3600).astype(int)
+    buckets = sorted(set(bucket.tolist()))
+    controls = {b: sampler.control("default", 0, b) for b in buckets}
+    opened_before = set(bucket[:2000].tolist())  # controls frozen before the map existed
+    assert all(controls[b].calibration == NO_CALIBRATION for b in opened_before)  # type: ignore[union-attr]
+    later = [c for b, c in controls.items() if b not in opened_before and c is not None]
+    assert later and all(c.calibration == CAL for c in later)
+    # requests of a calibrated bucket carry the pi of q* at p_hat, mixed with the map's share
+    ctl = later[-1]
+    reqs = [r for r in rest.requests if r.bucket == buckets[-1]]
+    assert reqs
+    score = np.array([r.score for r in reqs])
+    pred = np.array([r.pred for r in reqs], dtype=np.int8)
+    qstar = q_star_falpha(CAL.cal_map.apply(score), pred, 0.5, ctl.g)
+    want = np.minimum(1.0, ctl.kappa * (0.7 * qstar / ctl.mean_qstar + 0.3))
+    np.testing.assert_allclose([r.pi for r in reqs], want, rtol=1e-12)
+    assert first.requests  # the uncalibrated part decided too
+
+
+def test_g_of_the_next_control_comes_from_the_recalibrated_sums(rng: np.random.Generator) -> None:
+    s = make_stream(rng, 6000, span_s=3 * 3600)
+    sampler = SamplerService(_config())
+    sampler.calibration = {"default": CAL}
+    sampler.process(s.batch(slice(None)))
+    b0 = int(np.floor(s.ts.min() / 3600))
+    agg = sampler._traffic[("default", 0)][b0 + 1]
+    in_b1 = np.floor(s.ts / 3600) == b0 + 1
+    p_hat = CAL.cal_map.apply(s.score[in_b1])
+    f = s.pred[in_b1]
+    assert agg.phat_total == pytest.approx(p_hat.sum(), abs=1e-4)
+    assert agg.pred_phat_total == pytest.approx(p_hat[f == 1].sum(), abs=1e-4)
+    ctl = sampler.control("default", 0, b0 + 2)
+    assert ctl is not None
+    g = intrinsic_falpha_from_sums(agg.pred_phat_total, float(agg.n_pred), agg.phat_total, 0.5)
+    assert ctl.g == pytest.approx(g)
+
+
+def test_aggregates_and_controls_round_trip_with_a_map() -> None:
+    agg = TrafficAggregate(n=3, n_pred=1, sum_score=FIXED_ONE, sum_pred_score=FIXED_ONE // 2)
+    assert len(agg.to_list()) == 12  # p_hat sums differ from the raw ones (0 here)
+    assert TrafficAggregate.from_list(agg.to_list()) == agg
+    same = TrafficAggregate(n=1, sum_score=5, sum_phat=5)
+    assert len(same.to_list()) == 10 and TrafficAggregate.from_list(same.to_list()) == same
+    with pytest.raises(ValueError, match="fields"):
+        TrafficAggregate.from_list(agg.to_list()[:11])
+    state = BucketState(
+        "m", 0, 7, through=10, opened=0, control=Control(0.4, 0.01, 0.9, CAL), segments={"": agg}
+    )
+    _, back = aggregates.decode(aggregates.encode_key(state.key), aggregates.encode(state))
+    assert back == state
+    plain = BucketState("m", 0, 7, 10, 0, Control(0.4, 0.01, float("nan")), {"": agg})
+    body = aggregates.encode(plain)
+    assert b'"control":[0.4,0.01,null]' in body  # the format of uncalibrated controls is kept
+    bad = body.replace(b"[0.4,0.01,null]", b"[0.4,0.01,null,[1,0,-1,0.1]]")
+    with pytest.raises(ValueError, match="calibration"):
+        aggregates.decode(aggregates.encode_key(plain.key), bad)
+
+
+def test_refit_versions_maps_and_keeps_them_when_nothing_changed(
+    rng: np.random.Generator,
+) -> None:
+    score = rng.random(300)
+    label = (rng.random(300) < score**3).astype(np.int8)
+    pred = (score >= 0.5).astype(np.int8)
+    sample = LabeledSample.poisson(score, pred, label, np.full(300, 0.2))
+    one = recalibration.refit(NO_CALIBRATION, sample, 0.1)
+    assert one.version == 1 and not one.cal_map.is_identity and 0.1 <= one.lam <= 0.5
+    assert recalibration.refit(one, sample, 0.1) is one  # same labels: same map, same version
+    assert recalibration.refit(one, LabeledSample.concat([]), 0.1) is one
+    doc = recalibration.encode({"m": one})
+    assert recalibration.decode(doc) == {"m": one}
+    assert recalibration.decode(None) == {}
+    with pytest.raises(ValueError, match="JSON object"):
+        recalibration.decode([1])
+
+
+def test_recalibrate_is_a_checked_per_model_switch() -> None:
+    from monitor.config.load import parse_config
+    from monitor.errors import ConfigError
+
+    on = parse_config({"models": {"m": {"recalibrate": True}}}, "t")
+    assert on.models["m"].recalibrate and not parse_config(None, "t").model("m").recalibrate
+    with pytest.raises(ConfigError, match=r"models\.m\.recalibrate: expected a boolean"):
+        parse_config({"models": {"m": {"recalibrate": "yes"}}}, "t")
