@@ -422,12 +422,19 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
     parser.add_argument(
         "--designs", action="store_true", help="compare designs that learn from their labels"
     )
+    parser.add_argument(
+        "--stream", action="store_true", help="the streaming controller through a drift"
+    )
     args = parser.parse_args(argv)
     reps = args.reps if args.reps is not None else (40 if args.quick else 1000)
     if args.designs:
         from benchmarks import designs
 
         return designs.main(reps, args.quick, args.jobs, args.seed, echo)
+    if args.stream:
+        from benchmarks import stream
+
+        return stream.main(reps, args.quick, args.seed, echo)
     pool_size, n_pools = (10_000, 2) if args.quick else (20_000, 5)
     start = time.perf_counter()
     cases = build_cases(pool_size, n_pools, args.seed)
