@@ -1,12 +1,14 @@
 """The calibration map new controls take, refitted from a model's labels (DESIGN.md, round 2).
 
-From the answered requests of the model's last ``k`` buckets (``k`` the longest reported window;
-v = 1/pi, the pi each was drawn with), fit the design-weighted Platt map with its ridge toward
-the identity (``monitor.stats.calibration``), judge it (likelihood, calibration error, mistakes
-seen) and derive the defensive share (``monitor.stats.selection.defensive_share``). Each new map
-gets the next version of its model. The caller makes it durable before the sampler uses it: it
-is fitted from labels, whose arrival is not a function of the scored stream, so a replay must
-read it back rather than fit it again (DESIGN.md, "Why it stays deterministic").
+From the answered requests of the model's last ``k`` buckets (the last ``FIT_WINDOW_S`` = 24 h
+of event time, at least one bucket: recent enough to follow a drift, long enough to hold a few
+hundred labels at usual budgets; v = 1/pi, the pi each was drawn with), fit the design-weighted
+Platt map with its ridge toward the identity (``monitor.stats.calibration``), judge it
+(likelihood, calibration error, mistakes seen) and derive the defensive share
+(``monitor.stats.selection.defensive_share``). Each new map gets the next version of its model.
+The caller makes it durable before the sampler uses it: it is fitted from labels, whose arrival
+is not a function of the scored stream, so a replay must read it back rather than fit it again
+(DESIGN.md, "Why it stays deterministic").
 """
 
 from __future__ import annotations
@@ -20,13 +22,17 @@ from monitor.stats.design import recalibrate
 from monitor.stats.sample import LabeledSample
 
 STORE_KEY = "calibration"
+FIT_WINDOW_S = 86_400
 
 
-def label_window_buckets(
-    report: list[tuple[str, int]] | tuple[tuple[str, int], ...], bucket_s: int
-) -> int:
-    """Buckets of labels a map is fitted on: the longest reported window (at least 1)."""
-    return max([math.ceil(w / bucket_s) for _, w in report] + [1])
+def label_window_buckets(bucket_s: int, window_s: int = FIT_WINDOW_S) -> int:
+    """Buckets of labels a map is fitted on: ``ceil(window_s / bucket_s)``, at least 1.
+
+    Examples:
+        >>> label_window_buckets(3600)
+        24
+    """
+    return max(1, math.ceil(window_s / bucket_s))
 
 
 def refit(

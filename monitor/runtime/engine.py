@@ -157,7 +157,7 @@ class Engine:
         """
         cal = self.sampler.calibration
         bucket_s = self.config.windows.bucket_s
-        k = recalibration.label_window_buckets(self.config.windows.report, bucket_s)
+        k = recalibration.label_window_buckets(bucket_s)
         new = dict(cal)
         for model in sorted(models):
             cfg = self.config.model(model)
