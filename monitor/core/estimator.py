@@ -38,6 +38,7 @@ from monitor.core.windows import (
     window_buckets,
 )
 from monitor.errors import RejectReason
+from monitor.stats.calibration import calibration_error
 from monitor.stats.drift import psi
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import intrinsic_falpha_from_sums, intrinsic_falpha_se_from_sums
@@ -383,6 +384,14 @@ class EstimatorService:
                     cfg.alpha,
                 )
                 drift = psi(ref_agg.hist, agg.hist) if ref_agg.n and agg.n else math.nan
+                recal_f = intrinsic_falpha_from_sums(
+                    agg.pred_phat_total, float(agg.n_pred), agg.phat_total, cfg.alpha
+                )
+                ece = (
+                    calibration_error(r_score[labelled], r_label[labelled], 1.0 / r_pi[labelled])
+                    if n_lab
+                    else math.nan
+                )
                 rows.append(
                     WindowEstimate(
                         model=model,
@@ -403,6 +412,8 @@ class EstimatorService:
                         pending=int(np.count_nonzero(unlabelled)) - missing,
                         missing=missing,
                         psi=float(drift),
+                        intrinsic_f_recalibrated=recal_f,
+                        calibration_error=ece,
                     )
                 )
         return rows
@@ -416,8 +427,12 @@ class _TrafficTable:
         self.segment = np.array([k[1] for k in traffic], dtype=np.str_)
         self.bucket = np.array([k[2] for k in traffic], dtype=np.int64)
         self.ints = np.array(
-            [[a.n, a.n_pred, a.sum_score, a.sum_pred_score] for a in aggs], dtype=np.int64
-        ).reshape(-1, 4)
+            [
+                [a.n, a.n_pred, a.sum_score, a.sum_pred_score, a.sum_phat, a.sum_pred_phat]
+                for a in aggs
+            ],
+            dtype=np.int64,
+        ).reshape(-1, 6)
         self.hist = np.array([a.hist for a in aggs], dtype=np.int64).reshape(len(aggs), -1)
 
     def total(self, segment: str, buckets: range) -> TrafficAggregate:
@@ -427,11 +442,15 @@ class _TrafficTable:
             mask &= self.segment == segment
         if not mask.any():
             return TrafficAggregate.zero()
-        n, n_pred, sum_score, sum_pred_score = (int(x) for x in self.ints[mask].sum(axis=0))
+        n, n_pred, s_score, s_pred_score, s_phat, s_pred_phat = (
+            int(x) for x in self.ints[mask].sum(axis=0)
+        )
         return TrafficAggregate(
             n=n,
             n_pred=n_pred,
-            sum_score=sum_score,
-            sum_pred_score=sum_pred_score,
+            sum_score=s_score,
+            sum_pred_score=s_pred_score,
             hist=self.hist[mask].sum(axis=0),
+            sum_phat=s_phat,
+            sum_pred_phat=s_pred_phat,
         )

@@ -37,6 +37,11 @@ class WindowEstimate:
     # how far the window's real F may stray from intrinsic_f by chance if the scores are
     # calibrated (an upper bound; NaN when unknown)
     intrinsic_se: float = math.nan
+    # intrinsic F from the recalibrated probabilities p_hat of the window's traffic (under the
+    # calibration map of each bucket's control; equal to intrinsic_f without maps)
+    intrinsic_f_recalibrated: float = math.nan
+    # design-weighted expected calibration error of the raw scores on the audited items
+    calibration_error: float = math.nan
 
 
 @dataclass(frozen=True)

@@ -115,3 +115,35 @@ def test_recalibrate_is_a_checked_per_model_switch() -> None:
     assert on.models["m"].recalibrate and not parse_config(None, "t").model("m").recalibrate
     with pytest.raises(ConfigError, match=r"models\.m\.recalibrate: expected a boolean"):
         parse_config({"models": {"m": {"recalibrate": "yes"}}}, "t")
+
+
+def test_the_estimator_reports_calibration_error_and_recalibrated_intrinsic_f(
+    rng: np.random.Generator,
+) -> None:
+    from monitor.core.estimator import EstimatorService
+    from monitor.stats.calibration import calibration_error
+
+    s = make_stream(rng, 6000, span_s=3 * 3600)
+    cfg = _config()
+    sampler = SamplerService(cfg)
+    sampler.calibration = {"default": CAL}
+    est = EstimatorService(cfg, clock=lambda: float(s.ts.max()))
+    res = sampler.process(s.batch(slice(None)))
+    est.apply_traffic(res.traffic)
+    est.upsert_requests(res.requests)
+    truth = dict(zip(s.ids.tolist(), s.label.tolist(), strict=True))
+    from monitor.core.messages import LabelResult, RawRecord
+
+    raw = RawRecord("labels", 0, 0, 0, None, b"")
+    est.handle_labels(
+        [LabelResult(r.request_id, None, truth[r.id], None, None, None, raw) for r in res.requests]
+    )
+    row = next(w for w in est.snapshot().windows if w.window == "24h" and w.segment == "")
+    agg = sum(res.traffic.values(), TrafficAggregate.zero())
+    want_f = intrinsic_falpha_from_sums(agg.pred_phat_total, float(agg.n_pred), agg.phat_total, 0.5)
+    assert row.intrinsic_f_recalibrated == pytest.approx(want_f)
+    assert row.intrinsic_f_recalibrated != pytest.approx(row.intrinsic_f)
+    score = np.array([r.score for r in res.requests])
+    label = np.array([truth[r.id] for r in res.requests])
+    v = 1.0 / np.array([r.pi for r in res.requests])
+    assert row.calibration_error == pytest.approx(calibration_error(score, label, v))
