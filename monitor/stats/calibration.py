@@ -243,4 +243,4 @@ def calibration_error(
     which = np.minimum((mid * bins).astype(np.int64), bins - 1)[inv]
     yk = np.bincount(which, weights=w * y, minlength=bins)
     pk = np.bincount(which, weights=w * p, minlength=bins)
-    return float(np.abs(yk - pk).sum()) / total
+    return min(1.0, float(np.abs(yk - pk).sum()) / total)  # at most 1 but for rounding
