@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -147,3 +149,39 @@ def test_the_estimator_reports_calibration_error_and_recalibrated_intrinsic_f(
     label = np.array([truth[r.id] for r in res.requests])
     v = 1.0 / np.array([r.pi for r in res.requests])
     assert row.calibration_error == pytest.approx(calibration_error(score, label, v))
+
+
+def test_a_sampler_taking_over_from_the_aggregates_topic_decides_with_the_stored_maps(
+    rng: np.random.Generator,
+) -> None:
+    """Scale-out hand-over: the controls' maps travel in the bucket states, not in memory."""
+    s = make_stream(rng, 6000, span_s=3 * 3600)
+    cfg = _config()
+    bucket = np.floor(s.ts / 3600).astype(int)
+    # resume inside the last bucket, after its control was frozen and published
+    committed = (int(np.flatnonzero(bucket == bucket.max())[0]) // 250 + 1) * 250
+    assert committed < len(s)
+    a = SamplerService(cfg)
+    log = aggregates.BucketStates()
+    messages: list[tuple[bytes, bytes | None]] = []
+    reference: dict[str, bytes] = {}
+    for lo in range(0, len(s), 250):
+        if lo == 2000:
+            a.calibration = {"default": CAL}  # the map changes mid-stream
+        rows = slice(lo, min(lo + 250, len(s)))
+        res = a.process(s.batch(rows))
+        reference.update({r.request_id: r.to_json() for r in res.requests})
+        for _, key, value in log.record(
+            res.traffic, a.take_changes(), {0: lo}, {0: min(lo + 250, len(s))}
+        ):
+            messages.append((key, value))
+    assert {c.calibration.version for c in a._controls.values()} == {0, 2}
+    # a new sampler, that never saw the map, resumes at `committed` from the published states
+    b = aggregates.BucketStates(aggregates.as_of(messages, {0: committed})).service(cfg, 1)
+    assert b.calibration == {}
+    again = b.process(s.batch(slice(committed, None))).requests
+    assert again and all(reference[r.request_id] == r.to_json() for r in again)
+    # and nothing else: exactly the reference's requests for the records from `committed` on
+    later_ids = set(s.ids[committed:].tolist())
+    want = {rid for rid, body in reference.items() if json.loads(body)["id"] in later_ids}
+    assert {r.request_id for r in again} == want
