@@ -38,6 +38,7 @@ from monitor.stats.budget import (
     NO_CALIBRATION,
     Calibration,
     Control,
+    cap_ratio,
     control_for_bucket,
     selection_weights,
     uniform_control,
@@ -152,6 +153,12 @@ class SamplerService:
             return uniform_control(cfg.labels_per_hour, cfg.expected_records_per_hour)
         prev = max(earlier)
         agg = history[prev]
+        before = self._controls.get((model, partition, prev))
+        ratio = (
+            1.0
+            if before is None
+            else cap_ratio(before, agg.n, agg.qstar_total, agg.pi_total, cfg.defensive)
+        )
         return control_for_bucket(
             n=agg.n,
             n_pred=agg.n_pred,
@@ -165,6 +172,7 @@ class SamplerService:
             bucket_s=self.config.windows.bucket_s,
             n_partitions=self.n_partitions,
             calibration=self.calibration.get(model, NO_CALIBRATION),
+            cap_ratio=ratio,
         )
 
     def _prune(self, model: str, partition: int, horizon: int) -> None:

@@ -12,7 +12,8 @@ the latest earlier bucket only (so it depends on the stream, not on batch bounda
 - ``mean_qstar`` = mean of q* over that bucket,
 - ``kappa = (labels_per_hour * bucket_s / 3600 / n_partitions) / N_hat`` where ``N_hat`` is the
   bucket's record count scaled to a whole bucket when the partition only started during it
-  (``N_hat = n * bucket_s / max(covered_s, bucket_s / 4)``).
+  (``N_hat = n * bucket_s / max(covered_s, bucket_s / 4)``), divided by that bucket's share of
+  uncapped requests when caps at pi = 1 bound there (``cap_ratio``).
 
 Without history (first bucket of a partition) q = 1 (uniform) and
 ``kappa = labels_per_hour / expected_records_per_hour``. Any kappa keeps the Horvitz-Thompson
@@ -43,6 +44,9 @@ from monitor.stats.selection import defensive_mix, inclusion_from_kappa, q_star_
 G_PRIOR = 0.5
 # a partially observed bucket is extrapolated from at least this share of the bucket
 MIN_COVERAGE = 0.25
+# cap ratios this close to 1 are rounding, not caps; kappa is raised at most 1 / MIN_CAP_RATIO
+CAP_TOLERANCE = 1e-3
+MIN_CAP_RATIO = 0.01
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ def control_for_bucket(
     bucket_s: int,
     n_partitions: int,
     calibration: Calibration = NO_CALIBRATION,
+    cap_ratio: float = 1.0,
 ) -> Control:
     """The control of the next bucket from the aggregate of the latest earlier bucket.
 
@@ -123,6 +128,12 @@ def control_for_bucket(
     positive and zero scores); ``mean_qstar`` to 1 when it is not positive. With a calibration
     map, pass the recalibrated sums (``sum f p_hat``, ``sum p_hat``) as ``pred_score_total`` and
     ``score_total``.
+
+    ``cap_ratio`` re-solves kappa when caps at pi = 1 bind: the earlier bucket's expected
+    requests ``sum min(1, kappa q)`` over its uncapped ``kappa sum q`` (:func:`cap_ratio`).
+    kappa is divided by it, so the budget the caps left unspent is spread over the uncapped
+    records; a feedback step per bucket (deterministic: a function of the stream and the
+    stored controls). Ratios above ``1 - CAP_TOLERANCE`` count as 1 (no cap bound).
     """
     g = intrinsic_falpha_from_sums(pred_score_total, float(n_pred), score_total, alpha)
     if not math.isfinite(g):
@@ -134,7 +145,24 @@ def control_for_bucket(
     n_hat = n * bucket_s / covered
     budget = labels_per_hour * bucket_s / 3600.0 / max(1, n_partitions)
     kappa = budget / n_hat if n_hat > 0 else 1.0
+    if math.isfinite(cap_ratio) and 0.0 < cap_ratio < 1.0 - CAP_TOLERANCE:
+        kappa /= max(cap_ratio, MIN_CAP_RATIO)
     return Control(g=float(g), kappa=float(kappa), mean_qstar=float(mq), calibration=calibration)
+
+
+def cap_ratio(previous: Control, n: int, qstar_total: float, pi_total: float, lam: float) -> float:
+    """Expected requests over uncapped ones in a bucket decided under ``previous``.
+
+    ``sum(pi) / (kappa sum(q))`` with ``sum(q) = (1 - lam) sum(q*) / mean_q* + lam n`` (n for
+    the uniform control); ``lam`` is the share the control used. 1 when nothing was expected.
+    """
+    if previous.uniform:
+        total_q = float(n)
+    else:
+        share = previous.calibration.lam if previous.calibration.version > 0 else lam
+        total_q = (1.0 - share) * qstar_total / previous.mean_qstar + share * n
+    uncapped = previous.kappa * total_q
+    return min(1.0, pi_total / uncapped) if uncapped > 0.0 else 1.0
 
 
 def selection_weights(
