@@ -32,7 +32,7 @@ from monitor.core.messages import AuditRequest, RawRecord, Reject
 from monitor.core.records import deadletter_value, decode_labels, decode_requests, decode_scored
 from monitor.core.sampler import SamplerService
 from monitor.core.snapshot import Snapshot
-from monitor.errors import BrokerUnavailable
+from monitor.errors import BrokerUnavailable, StoreError
 from monitor.runtime.failpoint import Failpoint
 from monitor.runtime.ports import TP, Metrics, Sink, Source
 
@@ -142,9 +142,16 @@ class Engine:
         )
         self.feed = TrafficFeed(st.feed) if self.role == "estimator" else None
         if self.feed is None:
-            self.sampler.calibration = recalibration.decode(
-                self.store.get_json(recalibration.STORE_KEY)
-            )
+            try:
+                self.sampler.calibration = recalibration.decode(
+                    self.store.get_json(recalibration.STORE_KEY)
+                )
+            except ValueError as exc:
+                msg = (
+                    f"the stored calibration maps ({recalibration.STORE_KEY!r} in the state "
+                    f"store) are unreadable: {exc}; restore the data directory from a backup"
+                )
+                raise StoreError(msg) from exc
         self._dirty = True
 
     def _recalibrate(self, models: Iterable[str]) -> None:

@@ -29,7 +29,7 @@ from monitor.core.records import decode_scored
 from monitor.core.sampler import SamplerService
 from monitor.io.store import Store
 from monitor.runtime.failpoint import Failpoint
-from monitor.sim.workload import Workload
+from monitor.sim.workload import Workload, WorkloadSpec, generate
 from monitor.testing.fakes import FakeLog, FakeSource
 from tests.unit import test_daemon_loop as loop_tests
 from tests.unit.test_daemon_loop import TOPICS, Harness, _answer
@@ -161,3 +161,15 @@ def test_the_map_is_durable_before_a_control_records_it(
             assert stored == {m: c.to_list() for m, c in in_use.items()}
     assert h.engine.sampler.calibration["default"].version >= 2
     h.close()
+
+
+def test_unreadable_stored_maps_stop_the_start_with_a_precise_error(tmp_path: Path) -> None:
+    from monitor.errors import StoreError
+
+    log = FakeLog()
+    _Arrivals(log, generate(WorkloadSpec(n=10, hours=1.0, seed=1)))
+    h = Harness(log, tmp_path / "a")
+    h.store.put_json("calibration", {"default": [1, 0.0, -2.0, 0.1]})
+    h.close()
+    with pytest.raises(StoreError, match=r"stored calibration maps .* unreadable"):
+        Harness(log, tmp_path / "a")
