@@ -38,11 +38,13 @@ from monitor.core.windows import (
     window_buckets,
 )
 from monitor.errors import RejectReason
+from monitor.stats.calibration import calibration_error
 from monitor.stats.drift import psi
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import intrinsic_falpha_from_sums, intrinsic_falpha_se_from_sums
 from monitor.stats.measures import measure_all
 from monitor.stats.response import pending_share, response_sample, worst_case_bounds
+from monitor.stats.sample import LabeledSample
 
 SegKey = tuple[str, str, int]  # (model, segment, bucket)
 _REQUEST_ID = attrgetter("request.request_id")
@@ -143,6 +145,29 @@ class EstimatorService:
 
     def _model(self, model: str) -> ModelConfig:
         return self.config.model(model)
+
+    def labelled(self, model: str, since_bucket: int) -> LabeledSample:
+        """The answered requests of ``model`` from ``since_bucket`` on, in request-id order.
+
+        For the calibration map (``monitor.core.recalibration``): each with the pi it was drawn
+        with (v = 1/pi), whatever the order the labels arrived in.
+        """
+        rows = sorted(
+            (
+                s
+                for s in self._requests.values()
+                if s.request.model == model
+                and s.label is not None
+                and s.request.bucket >= since_bucket
+            ),
+            key=_REQUEST_ID,
+        )
+        return LabeledSample.poisson(
+            [s.request.score for s in rows],
+            [s.request.pred for s in rows],
+            [s.label or 0 for s in rows],
+            [s.request.pi for s in rows],
+        )
 
     def _horizon(self, model: str) -> int | None:
         wm = self._watermarks.get(model)
@@ -380,6 +405,14 @@ class EstimatorService:
                 drift = psi(ref_agg.hist, agg.hist) if ref_agg.n and agg.n else math.nan
                 labels_in = (r_pred[in_win], r_label[in_win], r_pi[in_win])
                 n_req = int(np.count_nonzero(in_win))
+                recal_f = intrinsic_falpha_from_sums(
+                    agg.pred_phat_total, float(agg.n_pred), agg.phat_total, cfg.alpha
+                )
+                ece = (
+                    calibration_error(r_score[labelled], r_label[labelled], 1.0 / r_pi[labelled])
+                    if n_lab
+                    else math.nan
+                )
                 rows.append(
                     WindowEstimate(
                         model=model,
@@ -406,6 +439,8 @@ class EstimatorService:
                             r_pi[in_win], (unlabelled & ~(r_dead < wm))[in_win]
                         ),
                         worst=_worst_case(*labels_in, cfg.alpha),
+                        intrinsic_f_recalibrated=recal_f,
+                        calibration_error=ece,
                     )
                 )
         return rows
@@ -438,8 +473,12 @@ class _TrafficTable:
         self.segment = np.array([k[1] for k in traffic], dtype=np.str_)
         self.bucket = np.array([k[2] for k in traffic], dtype=np.int64)
         self.ints = np.array(
-            [[a.n, a.n_pred, a.sum_score, a.sum_pred_score] for a in aggs], dtype=np.int64
-        ).reshape(-1, 4)
+            [
+                [a.n, a.n_pred, a.sum_score, a.sum_pred_score, a.sum_phat, a.sum_pred_phat]
+                for a in aggs
+            ],
+            dtype=np.int64,
+        ).reshape(-1, 6)
         self.hist = np.array([a.hist for a in aggs], dtype=np.int64).reshape(len(aggs), -1)
 
     def total(self, segment: str, buckets: range) -> TrafficAggregate:
@@ -449,11 +488,15 @@ class _TrafficTable:
             mask &= self.segment == segment
         if not mask.any():
             return TrafficAggregate.zero()
-        n, n_pred, sum_score, sum_pred_score = (int(x) for x in self.ints[mask].sum(axis=0))
+        n, n_pred, s_score, s_pred_score, s_phat, s_pred_phat = (
+            int(x) for x in self.ints[mask].sum(axis=0)
+        )
         return TrafficAggregate(
             n=n,
             n_pred=n_pred,
-            sum_score=sum_score,
-            sum_pred_score=sum_pred_score,
+            sum_score=s_score,
+            sum_pred_score=s_pred_score,
             hist=self.hist[mask].sum(axis=0),
+            sum_phat=s_phat,
+            sum_pred_phat=s_pred_phat,
         )

@@ -59,6 +59,11 @@ class WindowEstimate:
     answer_rate: tuple[float, float] = _NO_BOUNDS
     pending_weight: float = math.nan
     worst: WorstCase = field(default_factory=WorstCase)
+    # intrinsic F from the recalibrated probabilities p_hat of the window's traffic (under the
+    # calibration map of each bucket's control; equal to intrinsic_f without maps)
+    intrinsic_f_recalibrated: float = math.nan
+    # design-weighted expected calibration error of the raw scores on the audited items
+    calibration_error: float = math.nan
 
 
 @dataclass(frozen=True)

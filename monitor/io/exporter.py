@@ -198,7 +198,19 @@ def _render_window(fam: _Families, w: WindowEstimate) -> None:
         alpha_values,
         w.intrinsic_f,
     )
+    fam.add(
+        "monitor_intrinsic_f_measure_recalibrated",
+        "Label-free F_alpha from the scores recalibrated on the audited labels, all traffic",
+        with_alpha,
+        alpha_values,
+        w.intrinsic_f_recalibrated,
+    )
     gauges: tuple[tuple[str, str, float], ...] = (
+        (
+            "monitor_calibration_error",
+            "Design-weighted expected calibration error of the scores on the audited items",
+            w.calibration_error,
+        ),
         ("monitor_model_likelihood", "Model likelihood on the audited items", w.likelihood),
         ("monitor_effective_sample_size", "Effective sample size of the labelled items", w.ess),
         ("monitor_window_records", "Scored records in the window", float(w.records)),

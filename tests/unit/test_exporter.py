@@ -53,6 +53,8 @@ def _window(**overrides: object) -> WindowEstimate:
         "pending": 50,
         "missing": 10,
         "psi": 0.012,
+        "intrinsic_f_recalibrated": 0.52,
+        "calibration_error": 0.031,
     }
     fields.update(overrides)
     return WindowEstimate(**fields)  # type: ignore[arg-type]
@@ -78,6 +80,8 @@ def test_every_snapshot_family_is_rendered_from_the_snapshot(exporter: Exporter)
     assert get("monitor_recall_ci_lower", W) == 0.53
     assert get("monitor_recall_ci_upper", W) == 0.73
     assert get("monitor_intrinsic_f_measure", WA) == 0.74
+    assert get("monitor_intrinsic_f_measure_recalibrated", WA) == 0.52
+    assert get("monitor_calibration_error", W) == 0.031
     assert get("monitor_model_likelihood", W) == 0.91
     assert get("monitor_effective_sample_size", W) == 95.5
     assert get("monitor_confusion_estimate", {**W, "cell": "tp"}) == 410.0
