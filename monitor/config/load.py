@@ -84,6 +84,7 @@ _MODEL_KEYS = (
     "defensive",
     "expected_records_per_hour",
     "recalibrate",
+    "refresh_records",
     "alerts",
 )
 _LABEL_KEYS = ("deadline_s", "token_secret", "park_grace_s", "max_parked")
@@ -457,6 +458,7 @@ def _model(problems: Problems, name: str, spec: Any, path: str) -> ModelConfig:
             "expected_records_per_hour", base.expected_records_per_hour, 0.0, lo_open=True
         ),
         recalibrate=recalibrate,
+        refresh_records=sec.integer("refresh_records", base.refresh_records, 0),
         alerts=alerts,
     )
 

@@ -124,6 +124,7 @@ class ModelConfig:
     defensive: float = 0.1  # lambda: share of uniform sampling mixed into q*
     expected_records_per_hour: float = 100_000.0  # traffic guess used until traffic is measured
     recalibrate: bool = False  # q* at scores recalibrated from the labels (DESIGN.md, round 2)
+    refresh_records: int = 1000  # controls also refresh at record N, 2N, 4N.. of a bucket; 0: off
     alerts: AlertConfig = field(default_factory=AlertConfig)  # floors, baseline, error control
 
 

@@ -7,13 +7,16 @@ consumer group and keep no local state. After each step a sampler produces, for 
     key   = ["model", partition, bucket]                        (JSON)
     value = {"v": 1, "model": ..., "partition": p, "bucket": b, "through": T, "opened": O,
              "control": [g, kappa, mean_q*(, calibration)] | null,
+             ("refresh": [[offset, g, kappa, mean_q*(, calibration)], ...],)
              "segments": {segment: aggregate}}
 
 ``through`` is the partition's next offset after the step: the aggregates count every record of
 the bucket at offsets below ``T`` and none above; ``opened`` is the first offset of the step that
 created the state. ``control`` is the bucket's frozen sampling
 control (seed 000, Cor. 2 via ``monitor.stats.budget``), with a fourth element
-``[version, a, b, lam]`` when it took a calibration map fitted from labels; an aggregate is
+``[version, a, b, lam]`` when it took a calibration map fitted from labels. ``refresh`` (present
+only when the bucket has one) lists the controls that replaced it inside the bucket, each in
+force from the record at ``offset`` on (``monitor.core.sampler``); an aggregate is
 ``TrafficAggregate.to_list``. A record goes to aggregates partition ``partition % n``, so one
 scored partition's history is read from one place. The topic is compacted (a key keeps its
 latest state) and a bucket the sampler prunes gets a tombstone (null value).
@@ -39,7 +42,6 @@ Two readers:
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -47,7 +49,13 @@ from monitor.config.schema import Config
 from monitor.core.messages import RawRecord, Reject, decode_reason
 from monitor.core.sampler import PartKey, SamplerChanges, SamplerService
 from monitor.core.windows import GroupKey, TrafficAggregate
-from monitor.stats.budget import NO_CALIBRATION, Calibration, Control
+from monitor.stats.budget import (
+    Control,
+    control_from_list,
+    control_to_list,
+    refreshes_to_list,
+    with_refreshes,
+)
 
 FORMAT_VERSION = 1
 
@@ -92,26 +100,12 @@ def encode(state: BucketState) -> bytes:
         "bucket": state.bucket,
         "through": state.through,
         "opened": state.opened,
-        "control": None if ctl is None else _encode_control(ctl),
+        "control": None if ctl is None else control_to_list(ctl),
         "segments": {s: a.to_list() for s, a in sorted(state.segments.items())},
     }
+    if ctl is not None and ctl.refreshes:
+        body["refresh"] = refreshes_to_list(ctl)
     return json.dumps(body, separators=(",", ":"), sort_keys=True).encode("utf-8")
-
-
-def _encode_control(ctl: Control) -> list[object]:
-    out: list[object] = [ctl.g, ctl.kappa, None if math.isnan(ctl.mean_qstar) else ctl.mean_qstar]
-    if ctl.calibration.version > 0:
-        out.append(ctl.calibration.to_list())
-    return out
-
-
-def _decode_control(ctl: list[object]) -> Control:
-    if not isinstance(ctl, list) or len(ctl) not in (3, 4):
-        msg = "a control is [g, kappa, mean_q*] or [g, kappa, mean_q*, calibration]"
-        raise ValueError(msg)
-    g, kappa, mq = (math.nan if x is None else float(x) for x in ctl[:3])  # type: ignore[arg-type]
-    cal = Calibration.from_list(ctl[3]) if len(ctl) == 4 else NO_CALIBRATION
-    return Control(g, kappa, mq, calibration=cal)
 
 
 def _int(v: object, what: str) -> int:
@@ -141,13 +135,16 @@ def decode(key: bytes | None, value: bytes | None) -> tuple[PartKey, BucketState
     try:
         ctl = obj["control"]
         segments = obj["segments"]
+        control = None if ctl is None else control_from_list(ctl)
+        if control is not None and "refresh" in obj:
+            control = with_refreshes(control, obj["refresh"])
         state = BucketState(
             model=str(obj["model"]),
             partition=_int(obj["partition"], "partition"),
             bucket=_int(obj["bucket"], "bucket"),
             through=_int(obj["through"], "through"),
             opened=_int(obj["opened"], "opened"),
-            control=None if ctl is None else _decode_control(ctl),
+            control=control,
             segments={str(s): TrafficAggregate.from_list(a) for s, a in segments.items()},
         )
     except (KeyError, TypeError, IndexError, AttributeError) as exc:

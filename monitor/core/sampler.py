@@ -7,8 +7,15 @@ deterministic decision ``hash_uniform(id, salt + "|" + model) < pi`` (see
 a replay makes the same decisions and produces byte-identical requests.
 
 Controls are frozen at the first record of a bucket on a partition from that partition's
-aggregate of earlier buckets; a batch is cut at those first records so the aggregate used is
-exactly the traffic that preceded the record on its partition, wherever batches were cut.
+aggregate of earlier buckets, and refreshed inside the bucket at its ``N``-th, ``2N``-th,
+``4N``-th ... record on the partition (``refresh_records``; ``_next_refresh``) from the latest
+earlier bucket plus the bucket's records so far. A batch is cut at those records, so the
+aggregate used is exactly the traffic that preceded the record on its partition, wherever
+batches were cut. A refresh is stored with the bucket's control (``Control.refreshes``, each
+with the offset it is in force from): a sampler rebuilt from the state at committed offset C
+decides the records after C under the refresh in force there (by offset), and its bucket
+aggregate counts exactly the records below C, so the later refresh points and controls come out
+the same as without the crash.
 A sampler rebuilt from published bucket states (``monitor.core.aggregates``) is given, per bucket,
 the offset below which the bucket's records are already counted: records a replay brings again
 are decided again (the same requests) but not aggregated twice.
@@ -35,6 +42,7 @@ from monitor.core.messages import AuditRequest, request_id_for, request_token
 from monitor.core.records import ScoredBatch
 from monitor.core.windows import GroupKey, TrafficAggregate, bucket_of, group_traffic
 from monitor.stats.budget import (
+    MIN_COVERAGE,
     NO_CALIBRATION,
     Calibration,
     Control,
@@ -157,7 +165,7 @@ class SamplerService:
         ratio = (
             1.0
             if before is None
-            else cap_ratio(before, agg.n, agg.qstar_total, agg.pi_total, cfg.defensive)
+            else cap_ratio(before.latest, agg.n, agg.qstar_total, agg.pi_total, cfg.defensive)
         )
         return control_for_bucket(
             n=agg.n,
@@ -173,6 +181,7 @@ class SamplerService:
             n_partitions=self.n_partitions,
             calibration=self.calibration.get(model, NO_CALIBRATION),
             cap_ratio=ratio,
+            expected_records_per_hour=cfg.expected_records_per_hour,
         )
 
     def _prune(self, model: str, partition: int, horizon: int) -> None:
@@ -265,31 +274,147 @@ class SamplerService:
         bounds = [0, *[c for c in cuts if c > 0], len(rows)]
         running = self._max_bucket.get((model, p))
         for lo, hi in itertools.pairwise(bounds):
-            chunk = rows[lo:hi]
-            cb = b[lo:hi]
-            head = int(cb[0])
+            head = int(b[lo])
             running = head if running is None else max(running, head)
             horizon = running - self.retention + 1
             if (model, p, head) not in self._controls and head >= horizon:
                 ctl = self._new_control(model, p, head, horizon)
                 self._controls[(model, p, head)] = ctl
                 self._changes.controls[(model, p, head)] = ctl
-            for bk in np.unique(cb).tolist():
-                ctl_b = self._controls.get((model, p, int(bk)))
-                if bk < horizon or ctl_b is None:
-                    continue  # too old: counted, never audited
-                sel = chunk[cb == bk]
-                q, prob, p_hat = selection_weights(
-                    cols.score[sel], cols.pred[sel], cfg.alpha, cfg.defensive, ctl_b
+            pos = lo
+            while pos < hi:  # cut again at the refresh points inside the chunk
+                cut = self._next_refresh(
+                    model, p, cols, rows[pos:hi], cfg=cfg, cb=b[pos:hi], horizon=horizon
                 )
-                cols.qstar[sel] = q
-                cols.pi[sel] = prob
-                cols.phat[sel] = p_hat
-            self._aggregate(model, p, cols, chunk, horizon, result=result)
+                stop = hi if cut is None else pos + cut[0]
+                if stop > pos:
+                    self._decide(
+                        model, p, cols, rows[pos:stop], cfg=cfg, cb=b[pos:stop], horizon=horizon
+                    )
+                    self._aggregate(model, p, cols, rows[pos:stop], horizon, result=result)
+                if cut is not None:
+                    at = int(cols.offset[rows[stop]])
+                    self._refresh(model, p, cut[1], cfg=cfg, offset=at, horizon=horizon)
+                pos = stop
             if self._max_bucket.get((model, p)) != running:
                 self._max_bucket[(model, p)] = running
                 if any(b_ < horizon for b_ in self._traffic.get((model, p), {})):
                     self._prune(model, p, horizon)
+
+    def _decide(
+        self,
+        model: str,
+        p: int,
+        cols: _Cols,
+        chunk: npt.NDArray[np.intp],
+        *,
+        cfg: ModelConfig,
+        cb: npt.NDArray[np.int64],
+        horizon: int,
+    ) -> None:
+        """q*, pi and p_hat of ``chunk`` under the control in force at each record."""
+        for bk in np.unique(cb).tolist():
+            ctl = self._controls.get((model, p, int(bk)))
+            if bk < horizon or ctl is None:
+                continue  # too old: counted, never audited
+            sel = chunk[cb == bk]
+            stage = ctl.in_force(cols.offset[sel])
+            for j in np.unique(stage).tolist():
+                part = sel[stage == j]
+                q, prob, p_hat = selection_weights(
+                    cols.score[part], cols.pred[part], cfg.alpha, cfg.defensive, ctl.stage(j)
+                )
+                cols.qstar[part] = q
+                cols.pi[part] = prob
+                cols.phat[part] = p_hat
+
+    def _next_refresh(
+        self,
+        model: str,
+        p: int,
+        cols: _Cols,
+        chunk: npt.NDArray[np.intp],
+        *,
+        cfg: ModelConfig,
+        cb: npt.NDArray[np.int64],
+        horizon: int,
+    ) -> tuple[int, int] | None:
+        """The first refresh point in ``chunk``: (position in the chunk, bucket), if any.
+
+        The r-th refresh of a bucket is at its record number ``N 2^(r-1)`` (0-based, counting
+        the records aggregated in the bucket on this partition), ``N = refresh_records``; a
+        bucket already past that point without the refresh (a store written before refreshes
+        existed) takes the next power-of-two point beyond its count.
+        """
+        n_ref = cfg.refresh_records
+        if n_ref <= 0:
+            return None
+        hist = self._traffic.get((model, p), {})
+        counted = self._counted.get((model, p))
+        best: tuple[int, int] | None = None
+        for bk in np.unique(cb).tolist():
+            ctl = self._controls.get((model, p, int(bk)))
+            if bk < horizon or ctl is None:
+                continue
+            sel = np.flatnonzero(cb == bk)
+            if counted:  # records a replay brings again are not counted again
+                sel = sel[cols.offset[chunk[sel]] >= counted.get(int(bk), -1)]
+            agg = hist.get(int(bk))
+            n = 0 if agg is None else agg.n
+            threshold = n_ref << len(ctl.refreshes)
+            if threshold < n:
+                threshold = n_ref << max(len(ctl.refreshes), (n // n_ref).bit_length())
+            need = threshold - n
+            if need < len(sel) and (best is None or int(sel[need]) < best[0]):
+                best = (int(sel[need]), int(bk))
+        return best
+
+    def _refresh(
+        self, model: str, p: int, bucket: int, *, cfg: ModelConfig, offset: int, horizon: int
+    ) -> None:
+        """Refresh the control of (model, p, bucket) from the record at ``offset`` on.
+
+        From the latest earlier bucket within the horizon plus the bucket's records so far, over
+        the time they span (``control_for_bucket`` with ``covered_s``); kappa re-solved from the
+        share of uncapped requests so far in the bucket under the control in force.
+        """
+        key = (model, p, bucket)
+        ctl = self._controls[key]
+        bucket_s = self.config.windows.bucket_s
+        history = self._traffic.get((model, p), {})
+        cur = history.get(bucket, TrafficAggregate.zero())
+        start = float(bucket * bucket_s)
+        now = min(max(cur.ts_max, start), start + bucket_s)
+        span = max(0.0, now - max(start, cur.ts_min))
+        agg = cur
+        earlier = [b for b in history if horizon <= b < bucket]
+        if earlier:
+            prev = max(earlier)
+            pagg = history[prev]
+            p_start = float(prev * bucket_s)
+            p_cov = p_start + bucket_s - max(p_start, pagg.ts_min)
+            span += max(p_cov, MIN_COVERAGE * bucket_s)
+            agg = pagg + cur
+        ratio = cap_ratio(ctl.latest, cur.n, cur.qstar_total, cur.pi_total, cfg.defensive)
+        new = control_for_bucket(
+            n=agg.n,
+            n_pred=agg.n_pred,
+            pred_score_total=agg.pred_phat_total,
+            score_total=agg.phat_total,
+            mean_qstar=agg.mean_qstar,
+            ts_min=agg.ts_min,
+            prev_bucket=bucket,
+            alpha=cfg.alpha,
+            labels_per_hour=cfg.labels_per_hour,
+            bucket_s=bucket_s,
+            n_partitions=self.n_partitions,
+            calibration=self.calibration.get(model, NO_CALIBRATION),
+            cap_ratio=ratio,
+            covered_s=span,
+            expected_records_per_hour=cfg.expected_records_per_hour,
+        )
+        self._controls[key] = ctl.refreshed(offset, new)
+        self._changes.controls[key] = self._controls[key]
 
     def _aggregate(
         self,

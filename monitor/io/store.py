@@ -28,7 +28,13 @@ from monitor.core.messages import AuditRequest, LabelResult
 from monitor.core.sampler import PartKey, SamplerChanges
 from monitor.core.windows import TrafficAggregate
 from monitor.errors import StoreError
-from monitor.stats.budget import NO_CALIBRATION, Calibration, Control
+from monitor.stats.budget import (
+    NO_CALIBRATION,
+    Calibration,
+    Control,
+    refreshes_to_list,
+    with_refreshes,
+)
 
 SCHEMA_VERSION = "1"
 DB_NAME = "monitor.sqlite"
@@ -49,6 +55,9 @@ CREATE TABLE IF NOT EXISTS controls (
 CREATE TABLE IF NOT EXISTS control_maps (
     model TEXT NOT NULL, partition INTEGER NOT NULL, bucket INTEGER NOT NULL,
     calibration TEXT NOT NULL, PRIMARY KEY (model, partition, bucket));
+CREATE TABLE IF NOT EXISTS control_refreshes (
+    model TEXT NOT NULL, partition INTEGER NOT NULL, bucket INTEGER NOT NULL,
+    refreshes TEXT NOT NULL, PRIMARY KEY (model, partition, bucket));
 CREATE TABLE IF NOT EXISTS segments (
     model TEXT NOT NULL, segment TEXT NOT NULL, PRIMARY KEY (model, segment));
 CREATE TABLE IF NOT EXISTS straffic (
@@ -166,6 +175,10 @@ class Store:
                 math.nan if mq is None else float(mq),
                 calibration=maps.get(key, NO_CALIBRATION),
             )
+        for m, p, b, r in db.execute("SELECT * FROM control_refreshes"):
+            key = (m, int(p), int(b))
+            if key in st.controls:
+                st.controls[key] = with_refreshes(st.controls[key], json.loads(r))
         for m, s in db.execute("SELECT model, segment FROM segments"):
             st.segments.setdefault(m, set()).add(s)
         for m, s, b, agg in db.execute("SELECT model, segment, bucket, agg FROM straffic"):
@@ -260,12 +273,23 @@ class Store:
                 if c.calibration.version > 0
             ],
         )
+        db.executemany(
+            "INSERT OR REPLACE INTO control_refreshes VALUES (?, ?, ?, ?)",
+            [
+                (m, p, b, json.dumps(refreshes_to_list(c)))
+                for (m, p, b), c in sampler.controls.items()
+                if c.refreshes
+            ],
+        )
         db.executemany("INSERT OR IGNORE INTO segments VALUES (?, ?)", sorted(sampler.segments))
         for (m, p), horizon in sampler.prune.items():
             args = (m, p, horizon)
             db.execute("DELETE FROM ptraffic WHERE model=? AND partition=? AND bucket<?", args)
             db.execute("DELETE FROM controls WHERE model=? AND partition=? AND bucket<?", args)
             db.execute("DELETE FROM control_maps WHERE model=? AND partition=? AND bucket<?", args)
+            db.execute(
+                "DELETE FROM control_refreshes WHERE model=? AND partition=? AND bucket<?", args
+            )
         db.executemany(
             "INSERT OR REPLACE INTO straffic VALUES (?, ?, ?, ?)",
             [(m, s, b, json.dumps(a.to_list())) for (m, s, b), a in estimator.traffic.items()],

@@ -10,14 +10,27 @@ the latest earlier bucket only (so it depends on the stream, not on batch bounda
 
 - ``g = G_theta = sum(f s) / (alpha sum(f) + (1 - alpha) sum(s))`` of that bucket,
 - ``mean_qstar`` = mean of q* over that bucket,
-- ``kappa = (labels_per_hour * bucket_s / 3600 / n_partitions) / N_hat`` where ``N_hat`` is the
+- ``kappa = (labels_per_hour * bucket_s / 3600 * share) / N_hat`` where ``N_hat`` is the
   bucket's record count scaled to a whole bucket when the partition only started during it
   (``N_hat = n * bucket_s / max(covered_s, bucket_s / 4)``), divided by that bucket's share of
   uncapped requests when caps at pi = 1 bound there (``cap_ratio``).
+- ``share`` is the partition's share of the budget. A partition cannot see the other partitions'
+  traffic deterministically (they are consumed by other samplers, at other times), so it
+  measures its own rate against the configured total ``E = expected_records_per_hour``:
+  ``share = max(1 / n_partitions, min(1, N_hat / E_bucket))``. An even or light partition keeps
+  the equal split (as before; never less); a partition busier than its even share of ``E``
+  takes its measured share, so the budget follows the traffic to hot partitions and their kappa
+  approaches the common ``labels / E`` (Poisson sampling's optimum has one kappa for all
+  records). With one partition ``share = 1``. When ``E`` underestimates the total traffic, hot
+  partitions over-spend by at most the factor ``traffic / E``.
 
-Without history (first bucket of a partition) q = 1 (uniform) and
-``kappa = labels_per_hour / expected_records_per_hour``. Any kappa keeps the Horvitz-Thompson
-estimate unbiased; the controller only decides how many labels are spent.
+Without history (first records of a partition) q = 1 (uniform) and
+``kappa = labels_per_hour / expected_records_per_hour``. Controls also refresh inside a bucket
+(``monitor.core.sampler``, :class:`Refresh`): at the partition's ``N``-th, ``2N``-th, ``4N``-th ...
+record of the bucket a new control is computed by the same formula from the latest earlier bucket
+plus the bucket's records so far (``covered_s`` then the time they span), so a new deployment
+leaves uniform sampling after ``N`` records. Any kappa keeps the Horvitz-Thompson estimate
+unbiased; the controller only decides how many labels are spent.
 
 Recalibration (DESIGN.md, "Learning from the labels"): a control may carry a versioned
 calibration map (:class:`Calibration`: the Platt map of ``monitor.stats.calibration`` fitted
@@ -31,7 +44,7 @@ stream, so the control records it: a replay reads the stored control and decides
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +60,8 @@ MIN_COVERAGE = 0.25
 # cap ratios this close to 1 are rounding, not caps; kappa is raised at most 1 / MIN_CAP_RATIO
 CAP_TOLERANCE = 1e-3
 MIN_CAP_RATIO = 0.01
+# the span of records a refresh extrapolates from is at least this long (seconds)
+MIN_REFRESH_SPAN_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -86,18 +101,87 @@ class Control:
     """The inputs of every audit decision in one (model, partition, bucket).
 
     ``mean_qstar`` is NaN for the uniform control (no history): then q = 1 for every record.
-    ``calibration`` is the map q* is evaluated at (version 0: the raw scores).
+    ``calibration`` is the map q* is evaluated at (version 0: the raw scores). ``refreshes``
+    are the controls that replaced it later in the bucket, in log order: a record at offset
+    ``o`` is decided under the last refresh with ``offset <= o`` (:meth:`in_force`).
     """
 
     g: float
     kappa: float
     mean_qstar: float
     calibration: Calibration = NO_CALIBRATION
+    refreshes: tuple[Refresh, ...] = ()
 
     @property
     def uniform(self) -> bool:
         """Whether this control samples uniformly (no earlier bucket to learn from)."""
         return math.isnan(self.mean_qstar)
+
+    @property
+    def latest(self) -> Control:
+        """The control in force after the last refresh (itself without refreshes)."""
+        return self.refreshes[-1].control if self.refreshes else self
+
+    def in_force(self, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
+        """Per offset, 0 for this control or ``j`` for ``refreshes[j - 1]``."""
+        starts = np.array([r.offset for r in self.refreshes], dtype=np.int64)
+        return np.searchsorted(starts, offsets, side="right").astype(np.intp)
+
+    def stage(self, j: int) -> Control:
+        """The control :meth:`in_force` numbers ``j``."""
+        return self if j == 0 else self.refreshes[j - 1].control
+
+    def refreshed(self, offset: int, control: Control) -> Control:
+        """This control with ``control`` in force from ``offset`` on."""
+        return replace(self, refreshes=(*self.refreshes, Refresh(offset, control)))
+
+
+@dataclass(frozen=True)
+class Refresh:
+    """A control computed inside a bucket, in force from the record at ``offset`` on."""
+
+    offset: int
+    control: Control
+
+
+def control_to_list(ctl: Control) -> list[object]:
+    """``[g, kappa, mean_q* | None(, calibration)]`` (refreshes not included)."""
+    out: list[object] = [ctl.g, ctl.kappa, None if math.isnan(ctl.mean_qstar) else ctl.mean_qstar]
+    if ctl.calibration.version > 0:
+        out.append(ctl.calibration.to_list())
+    return out
+
+
+def control_from_list(ctl: object) -> Control:
+    """The control written by :func:`control_to_list`; ``ValueError`` when ``ctl`` is not one."""
+    if not isinstance(ctl, list) or len(ctl) not in (3, 4):
+        msg = "a control is [g, kappa, mean_q*] or [g, kappa, mean_q*, calibration]"
+        raise ValueError(msg)
+    g, kappa, mq = (math.nan if x is None else float(x) for x in ctl[:3])
+    cal = Calibration.from_list(ctl[3]) if len(ctl) == 4 else NO_CALIBRATION
+    return Control(g, kappa, mq, calibration=cal)
+
+
+def refreshes_to_list(ctl: Control) -> list[object]:
+    """``[[offset, g, kappa, mean_q*(, calibration)], ...]`` of the control's refreshes."""
+    return [[r.offset, *control_to_list(r.control)] for r in ctl.refreshes]
+
+
+def with_refreshes(ctl: Control, v: object) -> Control:
+    """``ctl`` with the refreshes written by :func:`refreshes_to_list`; ``ValueError`` if bad."""
+    if not isinstance(v, list):
+        msg = "a control's refreshes are a list of [offset, g, kappa, mean_q*(, calibration)]"
+        raise ValueError(msg)
+    out = ctl
+    for r in v:
+        if not isinstance(r, list) or not r or type(r[0]) is not int:
+            msg = "a refresh is [offset, g, kappa, mean_q*(, calibration)]"
+            raise ValueError(msg)
+        if out.refreshes and r[0] <= out.refreshes[-1].offset:
+            msg = "a control's refreshes must be in increasing offset order"
+            raise ValueError(msg)
+        out = out.refreshed(r[0], control_from_list(r[1:]))
+    return out
 
 
 def uniform_control(labels_per_hour: float, expected_records_per_hour: float) -> Control:
@@ -121,6 +205,8 @@ def control_for_bucket(
     n_partitions: int,
     calibration: Calibration = NO_CALIBRATION,
     cap_ratio: float = 1.0,
+    covered_s: float | None = None,
+    expected_records_per_hour: float | None = None,
 ) -> Control:
     """The control of the next bucket from the aggregate of the latest earlier bucket.
 
@@ -134,16 +220,29 @@ def control_for_bucket(
     kappa is divided by it, so the budget the caps left unspent is spread over the uncapped
     records; a feedback step per bucket (deterministic: a function of the stream and the
     stored controls). Ratios above ``1 - CAP_TOLERANCE`` count as 1 (no cap bound).
+
+    ``covered_s``, when given, is the time the ``n`` records span (a refresh inside a bucket);
+    otherwise the span of ``prev_bucket`` from ``max(start, ts_min)`` to its end, at least
+    ``MIN_COVERAGE`` of a bucket. ``expected_records_per_hour``, when given, lets the budget follow
+    the partition's measured share of the traffic (module docstring); otherwise it is split
+    equally over ``n_partitions``.
     """
     g = intrinsic_falpha_from_sums(pred_score_total, float(n_pred), score_total, alpha)
     if not math.isfinite(g):
         g = G_PRIOR
     mq = mean_qstar if math.isfinite(mean_qstar) and mean_qstar > 0 else 1.0
-    start = prev_bucket * bucket_s
-    covered = start + bucket_s - max(float(start), ts_min)
-    covered = max(covered, MIN_COVERAGE * bucket_s)
+    if covered_s is None:
+        start = prev_bucket * bucket_s
+        covered = start + bucket_s - max(float(start), ts_min)
+        covered = max(covered, MIN_COVERAGE * bucket_s)
+    else:
+        covered = max(covered_s, MIN_REFRESH_SPAN_S)
     n_hat = n * bucket_s / covered
-    budget = labels_per_hour * bucket_s / 3600.0 / max(1, n_partitions)
+    share = 1.0 / max(1, n_partitions)
+    if expected_records_per_hour is not None and expected_records_per_hour > 0:
+        expected = expected_records_per_hour * bucket_s / 3600.0
+        share = max(share, min(1.0, n_hat / expected))
+    budget = labels_per_hour * bucket_s / 3600.0 * share
     kappa = budget / n_hat if n_hat > 0 else 1.0
     if math.isfinite(cap_ratio) and 0.0 < cap_ratio < 1.0 - CAP_TOLERANCE:
         kappa /= max(cap_ratio, MIN_CAP_RATIO)

@@ -27,7 +27,9 @@ TOPICS = Config().kafka.topics
 
 
 def _config(data_dir: Path) -> Config:
-    model = ModelConfig(name="default", labels_per_hour=40.0, expected_records_per_hour=500.0)
+    model = ModelConfig(
+        name="default", labels_per_hour=40.0, expected_records_per_hour=500.0, refresh_records=100
+    )
     return Config(
         models={"default": model},
         data_dir=data_dir,

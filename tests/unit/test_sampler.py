@@ -63,10 +63,13 @@ def test_decision_is_the_hash_against_pi(rng: np.random.Generator) -> None:
         assert r.request_id == request_id_for("activeaudit", "default", r.id)
         assert r.bucket == int(bucket_of(np.array([r.ts]), 3600)[0])
         assert r.deadline == r.ts + cfg.label_deadline_s
-    # a record not chosen in the first bucket had u >= kappa (uniform control there)
-    first = bucket_of(s.ts, 3600) == bucket_of(s.ts[:1], 3600)[0]
+    # a record not chosen in the first bucket before its first refresh had u >= kappa
+    # (uniform control there)
     ctl = sampler.control("default", 0, int(bucket_of(s.ts[:1], 3600)[0]))
-    assert ctl is not None and ctl.uniform
+    assert ctl is not None and ctl.uniform and ctl.refreshes
+    first = bucket_of(s.ts, 3600) == bucket_of(s.ts[:1], 3600)[0]
+    first &= s.offset < ctl.refreshes[0].offset
+    assert np.count_nonzero(first) == cfg.model("default").refresh_records
     for j in np.flatnonzero(first).tolist():
         assert (s.ids[j] in chosen) == (u[j] < ctl.kappa)
 

@@ -33,7 +33,9 @@ TP = tuple[str, int]
 
 
 def _config(data_dir: Path, poll: int = 300) -> Config:
-    model = ModelConfig(name="default", labels_per_hour=60.0, expected_records_per_hour=800.0)
+    model = ModelConfig(
+        name="default", labels_per_hour=60.0, expected_records_per_hour=800.0, refresh_records=25
+    )
     return Config(
         models={"default": model},
         data_dir=data_dir,
