@@ -17,12 +17,13 @@ the latest earlier bucket only (so it depends on the stream, not on batch bounda
 - ``share`` is the partition's share of the budget. A partition cannot see the other partitions'
   traffic deterministically (they are consumed by other samplers, at other times), so it
   measures its own rate against the configured total ``E = expected_records_per_hour``:
-  ``share = max(1 / n_partitions, min(1, N_hat / E_bucket))``. An even or light partition keeps
-  the equal split (as before; never less); a partition busier than its even share of ``E``
-  takes its measured share, so the budget follows the traffic to hot partitions and their kappa
-  approaches the common ``labels / E`` (Poisson sampling's optimum has one kappa for all
-  records). With one partition ``share = 1``. When ``E`` underestimates the total traffic, hot
-  partitions over-spend by at most the factor ``traffic / E``.
+  ``share = min(1, N_hat / E_bucket)`` when the model's traffic has several partitions (with one,
+  ``share = 1``: the measured rate alone). Every partition then gets the same kappa, about
+  ``labels / E`` (Poisson sampling's optimum has one kappa for all records), and a cold
+  partition no longer holds budget it cannot spend. The price: the budget is spent in the
+  proportion ``traffic / E``, so ``E`` must be the model's total traffic (an equal split, the
+  alternative, spends the budget whatever ``E`` but gives each partition its own kappa and
+  under-spends when a partition has fewer records than its share of labels).
 
 Without history (first records of a partition) q = 1 (uniform) and
 ``kappa = labels_per_hour / expected_records_per_hour``. Controls also refresh inside a bucket
@@ -239,9 +240,8 @@ def control_for_bucket(
         covered = max(covered_s, MIN_REFRESH_SPAN_S)
     n_hat = n * bucket_s / covered
     share = 1.0 / max(1, n_partitions)
-    if expected_records_per_hour is not None and expected_records_per_hour > 0:
-        expected = expected_records_per_hour * bucket_s / 3600.0
-        share = max(share, min(1.0, n_hat / expected))
+    if n_partitions > 1 and expected_records_per_hour is not None and expected_records_per_hour > 0:
+        share = min(1.0, n_hat / (expected_records_per_hour * bucket_s / 3600.0))
     budget = labels_per_hour * bucket_s / 3600.0 * share
     kappa = budget / n_hat if n_hat > 0 else 1.0
     if math.isfinite(cap_ratio) and 0.0 < cap_ratio < 1.0 - CAP_TOLERANCE:

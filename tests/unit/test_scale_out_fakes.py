@@ -239,10 +239,13 @@ def test_bucket_state_round_trip(workload: Workload, tmp_path: Path) -> None:
     _drain(engine, source, FakeSink(log))
     records = log.records(TOPICS.aggregates)
     assert records
+    refreshed = 0
     for key, value in records:
         pk, state = aggregates.decode(key, value)
         assert state is not None and state.key == pk
         assert aggregates.encode_key(pk) == key and aggregates.encode(state) == value
+        refreshed += state.control is not None and len(state.control.refreshes) > 0
+    assert refreshed > 0  # the hand-over tests below cross refresh points inside buckets
     # every scored partition's states are on aggregates partition p % 3
     for p, part in enumerate(log.topics[TOPICS.aggregates]):
         assert {json.loads(k or b"")[1] % 3 for k, _, _ in part} <= {p}

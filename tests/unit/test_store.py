@@ -44,6 +44,9 @@ def test_state_round_trips_and_restored_services_continue_identically(
     store = Store(tmp_path)
     st = store.load()
     assert st.offsets == {("scored", 0): half}
+    # the controls come back with the refreshes inside their buckets
+    assert any(c.refreshes for c in st.controls.values())
+    assert st.controls == {k: sampler.control(*k) for k in st.controls}
     sampler2 = SamplerService(CFG, traffic=st.ptraffic, controls=st.controls, segments=st.segments)
     est2 = EstimatorService(
         CFG, traffic=st.straffic, requests=st.requests, parked=st.parked, watermarks=st.watermarks
