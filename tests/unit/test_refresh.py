@@ -6,13 +6,16 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from monitor.config.load import parse_config
 from monitor.config.schema import Config, ModelConfig
 from monitor.core.messages import AuditRequest
 from monitor.core.sampler import SamplerService
 from monitor.core.windows import GroupKey, TrafficAggregate, bucket_of
+from monitor.errors import ConfigError
 from tests.unit.engine_streams import Stream, make_stream
 
 HOUR0 = 1_700_000_000 - 1_700_000_000 % 3600
@@ -130,3 +133,19 @@ def test_budget_is_spent_when_caps_bind(rng: np.random.Generator) -> None:
     spent = _spent(traffic)
     for b in sorted(spent):
         assert abs(spent[b] - 400.0) < 0.10 * 400.0, (b, spent[b])
+
+
+def test_refresh_records_is_read_and_checked() -> None:
+    cfg = parse_config({"models": {"m": {"refresh_records": 250}}}, "t.yaml")
+    assert cfg.model("m").refresh_records == 250
+    assert parse_config({}, "t.yaml").model("default").refresh_records == 1000
+    with pytest.raises(ConfigError, match="refresh_records"):
+        parse_config({"models": {"m": {"refresh_records": -1}}}, "t.yaml")
+
+
+def test_refreshes_off_keep_one_control_per_bucket(rng: np.random.Generator) -> None:
+    s = make_stream(rng, 3000, start=HOUR0, span_s=3000.0)
+    sampler, reqs, _ = _run(_config(0, labels=600.0, expected=3600.0), s, [np.arange(len(s))])
+    ctl = sampler.control("default", 0, int(bucket_of(s.ts[:1], 3600)[0]))
+    assert ctl is not None and ctl.uniform and not ctl.refreshes
+    assert {r.pi for r in reqs} == {ctl.kappa}
