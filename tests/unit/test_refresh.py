@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +18,7 @@ from monitor.core.messages import AuditRequest
 from monitor.core.sampler import SamplerService
 from monitor.core.windows import GroupKey, TrafficAggregate, bucket_of
 from monitor.errors import ConfigError
+from monitor.stats.budget import MIN_REFRESH_SPAN_S, control_for_bucket
 from tests.unit.engine_streams import Stream, make_stream
 
 HOUR0 = 1_700_000_000 - 1_700_000_000 % 3600
@@ -149,3 +152,54 @@ def test_refreshes_off_keep_one_control_per_bucket(rng: np.random.Generator) -> 
     ctl = sampler.control("default", 0, int(bucket_of(s.ts[:1], 3600)[0]))
     assert ctl is not None and ctl.uniform and not ctl.refreshes
     assert {r.pi for r in reqs} == {ctl.kappa}
+
+
+@pytest.mark.parametrize(
+    ("n", "partitions", "expected", "kappa"),
+    [
+        (5000, 1, 1e6, 20.0 / 5000),  # one partition: the measured rate alone, E unused
+        (5000, 4, 20_000.0, 20.0 / 20_000),  # a quarter of E: a quarter of the budget
+        (1000, 4, 20_000.0, 20.0 / 20_000),  # a quiet partition: the same kappa
+        (50_000, 4, 20_000.0, 20.0 / 50_000),  # busier than all of E: the whole budget
+    ],
+)
+def test_budget_share_is_the_measured_traffic_against_expected(
+    n: int, partitions: int, expected: float, kappa: float
+) -> None:
+    ctl = control_for_bucket(
+        n=n,
+        n_pred=n // 10,
+        pred_score_total=n / 15,
+        score_total=n / 10,
+        mean_qstar=0.3,
+        ts_min=0.0,
+        prev_bucket=0,
+        alpha=0.5,
+        labels_per_hour=20.0,
+        bucket_s=3600,
+        n_partitions=partitions,
+        expected_records_per_hour=expected,
+    )
+    assert math.isclose(ctl.kappa, kappa)
+
+
+def test_a_refresh_extrapolates_from_the_span_of_its_records() -> None:
+    kw: dict[str, Any] = {
+        "n": 1000,
+        "n_pred": 100,
+        "pred_score_total": 70.0,
+        "score_total": 100.0,
+        "mean_qstar": 0.3,
+        "ts_min": 0.0,
+        "prev_bucket": 0,
+        "alpha": 0.5,
+        "labels_per_hour": 20.0,
+        "bucket_s": 3600,
+        "n_partitions": 1,
+    }
+    # 1000 records in 60 s: 60,000 an hour
+    assert math.isclose(control_for_bucket(**kw, covered_s=60.0).kappa, 20.0 / 60_000)
+    # no span (identical timestamps): at least MIN_REFRESH_SPAN_S
+    assert math.isclose(
+        control_for_bucket(**kw, covered_s=0.0).kappa, 20.0 / (1000 * 3600 / MIN_REFRESH_SPAN_S)
+    )
