@@ -60,10 +60,12 @@ def _yaml(
     max_poll_records: int | None = None,
     labels_per_hour: float = LABELS_PER_HOUR,
     records_per_hour: float = 2400,
+    refresh_records: int | None = None,
     extra: str = "",
 ) -> str:
     """A daemon configuration for tests (fast group joins); ``extra`` is appended YAML."""
     mpr = "" if max_poll_records is None else f"\n  max_poll_records: {max_poll_records}"
+    refresh = "" if refresh_records is None else f"\n    refresh_records: {refresh_records}"
     return f"""
 kafka:
   bootstrap_servers: ["{broker.bootstrap}"]
@@ -88,7 +90,7 @@ labels:
 models:
   default:
     labels_per_hour: {labels_per_hour}
-    expected_records_per_hour: {records_per_hour}
+    expected_records_per_hour: {records_per_hour}{refresh}
 {extra}"""
 
 

@@ -116,6 +116,11 @@ def test_sigkill_at_failpoints_with_torn_wal_equals_uninterrupted_run(
     text = run.config_path.read_text()
     run.config_path.write_text(
         text.replace("poll_timeout_ms: 200", "poll_timeout_ms: 200\n  max_poll_records: 50")
+        # 500 records an hour: controls refreshed at records 100, 200, 400 of each hour
+        .replace(
+            "    expected_records_per_hour:",
+            "    refresh_records: 100\n    expected_records_per_hour:",
+        )
     )
     run.config = load_config(run.config_path)
     topics = run.config.kafka.topics

@@ -70,6 +70,7 @@ def deploy(
             max_poll_records=150,
             labels_per_hour=60,
             records_per_hour=1000,
+            refresh_records=40,  # ~250 records per partition-hour: refreshes at 40, 80, 160
             extra="sampling:\n  max_segments_per_model: 8\n",
         )
         path.write_text(text)
