@@ -14,9 +14,11 @@ The pool-based mode of seed 000 (Algorithm 1), useful on its own for a one-off e
 3. ``monitor estimate`` returns G_hat = sum(v l w) / sum(v w) (seed 000, Eq. 4, v = 1/pi or
    1/(n q)) for F_alpha, precision and recall, with confidence intervals
    (``monitor.stats.interval``), the model likelihood (seed 002, Sec. 4.1), the effective sample
-   size and the confusion counts of the pool.
+   size and the confusion counts of the pool. With ``--pool`` it adds the model-assisted (GREG)
+   estimate, the pool's scores as a control variate (``monitor.offline.assisted``).
 
-The plan records in its ``# key=value`` header what the estimate needs: design, alpha, budget,
+The plan file is a plain CSV; its sidecar ``PLAN.meta.json`` (``monitor.offline.poolfile``)
+records what the estimate needs: design, alpha, budget,
 seed and salt, defensive lambda, threshold, ``pool_size`` and ``pool_predicted_positives`` (the
 known stratum sizes N1, N0 = pool_size - N1; the confusion counts are post-stratified to them:
 tp = N1 sum_{f=1}(v y) / sum_{f=1}(v), fn = N0 sum_{f=0}(v y) / sum_{f=0}(v)), the intrinsic F,
@@ -38,9 +40,26 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.errors import InputFileError
-from monitor.offline.poolfile import DESIGNS, Plan, Pool, read_plan, read_pool, write_plan
-from monitor.offline.rounds import Known, known_labels, next_round_weights, rounds_sample
+from monitor.offline.assisted import Assisted, assisted_estimate, check_pool
+from monitor.offline.poolfile import (
+    DESIGNS,
+    Plan,
+    Pool,
+    read_plan,
+    read_pool,
+    sidecar_path,
+    write_plan,
+)
+from monitor.offline.rounds import (
+    Known,
+    known_labels,
+    next_round_weights,
+    rounds_sample,
+    split_rounds,
+)
 from monitor.sim.simulate import calibrated_pool
+from monitor.stats.calibration import IDENTITY
+from monitor.stats.design import recalibrate
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import falpha_exact, intrinsic_falpha
 from monitor.stats.measures import Measures, measure_all
@@ -173,6 +192,7 @@ class PlanEstimate:
     labels: int
     pending: int
     warnings: list[str]
+    assisted: Assisted | None = None
 
 
 def plan_sample(plan: Plan) -> LabeledSample:
@@ -200,7 +220,7 @@ def _meta_int(plan: Plan, key: str, path: str) -> int | None:
     except ValueError:
         value = -1
     if value < 0:
-        msg = f"{path}: header '{key}={text}': expected a whole number >= 0"
+        msg = f"{path}: plan meta '{key}={text}': expected a whole number >= 0"
         raise InputFileError(msg)
     return value
 
@@ -211,14 +231,17 @@ def plan_alpha(plan: Plan, override: float | None, path: str) -> float:
         return override
     text = plan.meta.get("alpha")
     if text is None:
-        msg = f"{path}: the plan header records no alpha (no '# alpha=...' line); pass --alpha"
+        msg = (
+            f"{path}: no alpha recorded for this plan (no {sidecar_path(path).name} beside it); "
+            "pass --alpha"
+        )
         raise InputFileError(msg)
     try:
         alpha = float(text)
     except ValueError:
         alpha = math.nan
     if not 0.0 <= alpha <= 1.0:
-        msg = f"{path}: header 'alpha={text}': expected a number in [0, 1]"
+        msg = f"{path}: plan meta 'alpha={text}': expected a number in [0, 1]"
         raise InputFileError(msg)
     return alpha
 
@@ -311,7 +334,36 @@ def estimate_json(result: PlanEstimate, plan: Plan) -> dict[str, Any]:
     out["confusion"] = (
         None if c is None else {k: _num(getattr(c, k)) for k in ("tp", "fp", "fn", "tn")}
     )
+    out["ratio"] = {
+        "estimator": "Horvitz-Thompson ratio (Hajek), from the labels alone",
+        **_estimate_fields(m.f, m.precision, m.recall),
+    }
+    a = result.assisted
+    out["model_assisted"] = (
+        None
+        if a is None
+        else {
+            "estimator": "GREG: regression on the recalibrated score per prediction stratum, "
+            "pool totals from --pool",
+            "calibration_map": {"a": a.cal_map.a, "b": a.cal_map.b, "labels": a.cal_map.n_labels},
+            **_estimate_fields(a.f, a.precision, a.recall),
+        }
+    )
     out["warnings"] = result.warnings
+    return out
+
+
+def _estimate_fields(f: Estimate, precision: Estimate, recall: Estimate) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "estimate": _num(f.value),
+        "ci_low": _num(f.lower),
+        "ci_high": _num(f.upper),
+        "se": _num(f.se),
+    }
+    for name, est in (("precision", precision), ("recall", recall)):
+        out[name] = _num(est.value)
+        out[f"{name}_ci_low"] = _num(est.lower)
+        out[f"{name}_ci_high"] = _num(est.upper)
     return out
 
 
@@ -325,16 +377,23 @@ def estimate_table(result: PlanEstimate, plan: Plan, path: str) -> str:
     """The human-readable report of ``monitor estimate``."""
     m = result.measures
     pct = f"{100 * result.level:g}%"
+    fname = f"{measure_name(result.alpha)} (alpha={result.alpha:g})"
     lines = [
         f"{path}: {plan.design} design, {result.labels} labels used, {result.pending} pending",
-        f"{'measure':<16} estimate  {pct} interval",
+        f"ratio (Horvitz-Thompson) estimate from the labels alone, {pct} interval:",
     ]
-    for name, est in (
-        (f"{measure_name(result.alpha)} (alpha={result.alpha:g})", m.f),
-        ("precision", m.precision),
-        ("recall", m.recall),
-    ):
-        lines.append(f"{name:<16} {_interval(est)}")
+    for name, est in ((fname, m.f), ("precision", m.precision), ("recall", m.recall)):
+        lines.append(f"  {name:<16} {_interval(est)}")
+    a = result.assisted
+    if a is not None:
+        how = (
+            "the raw scores"
+            if a.cal_map.is_identity
+            else f"scores recalibrated on {a.cal_map.n_labels} earlier labels"
+        )
+        lines.append(f"model-assisted (GREG) estimate, pool {how}, {pct} interval:")
+        for name, est in ((fname, a.f), ("precision", a.precision), ("recall", a.recall)):
+            lines.append(f"  {name:<16} {_interval(est)}")
     lines.append(f"model likelihood {m.likelihood:.4f}, effective sample size {m.ess:.1f}")
     c = result.confusion
     if c is not None:
@@ -361,12 +420,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         known=known,
         pool_path=args.pool,
     )
-    write_plan(args.out, plan, ["fill in label with 0 or 1; leave it empty while pending"])
+    write_plan(args.out, plan)
     if plan.design == "poisson":
         what = f"{len(plan)} items to audit (expected {args.budget})"
     else:
         what = f"{len(plan)} distinct items to audit for {args.budget} draws"
     print(f"{args.out}: {what} out of {len(pool)} in {args.pool}")
+    print(
+        f"fill in its label column with 0 or 1 (empty = pending); {sidecar_path(args.out)} "
+        "records what monitor estimate needs: keep it beside the plan under the same name"
+    )
     if plan.meta["selection"] != "active":
         print(
             f"note: the intrinsic {measure_name(args.alpha)} of the pool is undefined; "
@@ -375,14 +438,38 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_estimate_pool(path: str, plans: list[tuple[str, Plan]]) -> Pool:
+    """The ``--pool`` of ``estimate``, pred as the plans had it, checked against them."""
+    text = plans[-1][1].meta.get("threshold", "0.5")
+    try:
+        threshold = float(text)
+    except ValueError:  # "pred column": the pool file gives pred
+        threshold = 0.5
+    pool = read_pool(path, threshold)
+    check_pool(pool, plans, path)
+    return pool
+
+
 def _cmd_estimate(args: argparse.Namespace) -> int:
     plans = [(p, read_plan(p)) for p in args.labels]
+    pool = None if args.pool is None else _read_estimate_pool(args.pool, plans)
     if len(plans) == 1 and plans[0][1].meta.get("known_labels", "0") == "0":
         path, plan = plans[0]
-        result = estimate_plan(plan, path, args.alpha, args.level)
+        sample = plan_sample(plan)
+        cal_map = IDENTITY  # no earlier labels to fit a map on
     else:  # rounds; a later round alone is refused (its earlier labels are part of the total)
         sample, plan, path = rounds_sample(plans)
-        result = estimate_plan(plan, path, args.alpha, args.level, sample)
+        cal_map = recalibrate(split_rounds(plans)[2].sample).cal_map  # the map that chose it
+    result = estimate_plan(plan, path, args.alpha, args.level, sample)
+    missing = [p for p, pl in plans if not pl.meta]
+    if missing:
+        result.warnings.append(
+            f"no sidecar {sidecar_path(missing[0])} (written by monitor plan beside the plan): "
+            "alpha, pool totals and round are unknown; copy it beside the labelled file"
+        )
+    if pool is not None:
+        assisted = assisted_estimate(sample, pool, result.alpha, args.level, cal_map)
+        result = replace(result, assisted=assisted)
     if args.format == "json":
         print(json.dumps(estimate_json(result, plan), allow_nan=False))
     else:
@@ -616,6 +703,12 @@ def register(sub: Any) -> None:
     )
     e.add_argument(
         "--level", type=open_unit_interval, default=0.95, help="confidence level (default 0.95)"
+    )
+    e.add_argument(
+        "--pool",
+        default=None,
+        metavar="POOL.csv",
+        help="the pool the plans were made from: adds the model-assisted (GREG) estimate",
     )
     e.add_argument("--format", choices=("table", "json"), default="table")
     e.set_defaults(func=_cmd_estimate)
