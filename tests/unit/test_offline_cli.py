@@ -56,7 +56,7 @@ def _fill(plan: Path, out: Path, truth: dict[str, int], keep_pending: int = 0) -
     The plan's sidecar is copied beside ``out`` under its name, as the README asks.
     """
     side = sidecar_path(plan)
-    if side.exists():
+    if side.exists() and side != sidecar_path(out):
         shutil.copyfile(side, sidecar_path(out))
     lines = plan.read_text().splitlines()
     done = 0
