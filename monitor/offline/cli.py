@@ -138,7 +138,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         write_plan(out / "plan.csv", unlabelled)
         write_plan(out / "plan_labelled.csv", r.plan)
         print(f"\nwrote {out}/pool.csv, plan.csv and plan_labelled.csv; try:")
-        print(f"  monitor estimate --labels {out}/plan_labelled.csv")
+        print(f"  monitor estimate --labels {out}/plan_labelled.csv --pool {out}/pool.csv")
     return 0
 
 

@@ -232,11 +232,11 @@ def estimate_table(result: PlanEstimate, plan: Plan, path: str) -> str:
     a = result.assisted
     if a is not None:
         how = (
-            "the raw scores"
+            "raw scores"
             if a.cal_map.is_identity
             else f"scores recalibrated on {a.cal_map.n_labels} earlier labels"
         )
-        lines.append(f"model-assisted (GREG) estimate, pool {how}, {pct} interval:")
+        lines.append(f"model-assisted (GREG) estimate on the pool's {how}, {pct} interval:")
         for name, est in ((fname, a.f), ("precision", a.precision), ("recall", a.recall)):
             lines.append(f"  {name:<16} {_interval(est)}")
     lines.append(f"model likelihood {m.likelihood:.4f}, effective sample size {m.ess:.1f}")

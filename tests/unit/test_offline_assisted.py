@@ -123,7 +123,7 @@ def test_estimate_with_pool_gives_ratio_and_model_assisted(
     assert main(["estimate", "--labels", str(plan), "--pool", str(pool)]) == 0
     out = capsys.readouterr().out
     assert "ratio (Horvitz-Thompson) estimate" in out
-    assert "model-assisted (GREG) estimate, pool the raw scores" in out
+    assert "model-assisted (GREG) estimate on the pool's raw scores" in out
 
 
 def test_model_assisted_over_rounds_uses_the_earlier_map(
