@@ -19,7 +19,7 @@ import numpy as np
 
 from monitor.errors import InputFileError
 from monitor.offline.assisted import assisted_estimate, check_pool
-from monitor.offline.demo import demo_report, run_demo
+from monitor.offline.demo import demo_report, run_offline_demo
 from monitor.offline.estimate import estimate_json, estimate_plan, estimate_table, plan_sample
 from monitor.offline.plan import DEFAULT_DEFENSIVE, make_plan, measure_name
 from monitor.offline.poolfile import (
@@ -121,7 +121,7 @@ def _write_pool(path: Path, pool: Pool) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    r = run_demo(
+    r = run_offline_demo(
         seed=args.seed,
         budget=args.budget,
         positive_rate=args.positive_rate,

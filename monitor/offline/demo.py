@@ -38,7 +38,7 @@ def fill_labels(plan: Plan, pool: Pool, truth: npt.NDArray[np.int8]) -> Plan:
     return replace(plan, label=truth[rows].astype(np.int8), labelled=np.ones(len(plan), np.bool_))
 
 
-def run_demo(
+def run_offline_demo(
     *,
     seed: int,
     budget: int,

@@ -51,7 +51,7 @@ def measure_name(alpha: float) -> str:
     return f"F{beta:.3g}"
 
 
-def selection_weights(
+def pool_selection_weights(
     score: npt.NDArray[np.float64], pred: npt.NDArray[np.int8], alpha: float, defensive: float
 ) -> tuple[npt.NDArray[np.float64], float, bool]:
     """Selection weights q (mean 1 over the pool), the intrinsic F and whether q* was usable.
@@ -85,7 +85,7 @@ def make_plan(
     With ``known`` (the labelled rows of earlier rounds, ``monitor.offline.rounds``) the next
     round is planned: Poisson only, known items excluded, q* at the recalibrated scores.
     """
-    q, g, active = selection_weights(pool.score, pool.pred, alpha, defensive)
+    q, g, active = pool_selection_weights(pool.score, pool.pred, alpha, defensive)
     extra: dict[str, str] = {}
     if known is not None:
         if design != "poisson":

@@ -158,7 +158,7 @@ class Run:
             store.close()
         est = EstimatorService(
             self.config,
-            traffic=st.straffic,
+            traffic=st.segment_traffic,
             requests=st.requests,
             parked=st.parked,
             watermarks=st.watermarks,
@@ -347,7 +347,7 @@ def test_replay_with_auditor_bad_input_budget_and_sigterm(
     st = store.load()
     store.close()
     est = EstimatorService(
-        run.config, traffic=st.straffic, requests=st.requests, watermarks=st.watermarks
+        run.config, traffic=st.segment_traffic, requests=st.requests, watermarks=st.watermarks
     )
     row = next(x for x in est.snapshot().windows if x.window == "24h" and x.segment == "")
     truth = truth_of(workload.pred, workload.label, 0.5)
