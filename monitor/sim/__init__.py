@@ -1,0 +1,1 @@
+"""Simulated and local infrastructure for the demo, the tests and the benchmarks."""
