@@ -165,7 +165,7 @@ def answers_api_versions(port: int, timeout_s: float = 1.0) -> bool:
     except OSError:
         return False
     _, got_correlation, error = struct.unpack(">iih", head)
-    return got_correlation == correlation and error == 0
+    return bool(got_correlation == correlation and error == 0)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
