@@ -1,6 +1,6 @@
 """End to end: a degraded stream pages via Prometheus and Alertmanager; a healthy one does not.
 
-Everything real, everything on 127.0.0.1: the Tansu broker, the daemon (``python -m monitor
+Everything real, everything on 127.0.0.1: Apache Kafka, the daemon (``python -m monitor
 run`` in a subprocess), the simulated audit team answering from the ground truth, a Prometheus
 server scraping the daemon every second with the rules of ``deploy/prometheus/rules``, and an
 Alertmanager (``deploy/alertmanager/alertmanager.yml``) that Prometheus and the daemon itself
@@ -58,10 +58,11 @@ import yaml
 from monitor.auditors import AuditPolicy, SimulatedAuditTeam
 from monitor.config import TopicsConfig, load_config
 from monitor.demo import Daemon, Metrics, Streamer, scrape
-from monitor.embedded_broker import EmbeddedBroker, free_port
+from monitor.embedded_broker import free_port
 from monitor.workload import Workload, WorkloadSpec, generate, truth_of
+from tests.conftest import Broker
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
@@ -400,7 +401,7 @@ def active_alerts(m: Metrics) -> list[tuple[str, str]]:
 def running_stack(
     drift: tuple[float, float],
     *,
-    broker: EmbeddedBroker,
+    broker: Broker,
     topics: TopicsConfig,
     prometheus_bin: Path,
     alertmanager_bin: Path,
@@ -491,7 +492,7 @@ def poll(what: str, check: Callable[[], Any], timeout_s: float, explain: Callabl
 
 
 def test_degradation_fires_in_the_daemon_prometheus_and_alertmanager(
-    broker: EmbeddedBroker,
+    broker: Broker,
     make_topics: Callable[..., TopicsConfig],
     prometheus_bin: Path,
     alertmanager_bin: Path,
@@ -640,7 +641,7 @@ def test_degradation_fires_in_the_daemon_prometheus_and_alertmanager(
 
 
 def test_no_degradation_raises_no_alert_anywhere(
-    broker: EmbeddedBroker,
+    broker: Broker,
     make_topics: Callable[..., TopicsConfig],
     prometheus_bin: Path,
     alertmanager_bin: Path,

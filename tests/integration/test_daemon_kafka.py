@@ -1,4 +1,4 @@
-"""``monitor run`` as a subprocess against the real Kafka-protocol broker (Tansu).
+"""``monitor run`` as a subprocess against real brokers: Apache Kafka and Tansu.
 
 The expected requests are predicted in-process by the same engine over in-memory fakes: the
 daemon must produce exactly those bytes, and labels for them can be produced before the daemon
@@ -29,14 +29,20 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config import Config, TopicsConfig, load_config
 from monitor.daemon import Engine
-from monitor.embedded_broker import EmbeddedBroker, free_port
+from monitor.embedded_broker import free_port
 from monitor.estimator import EstimatorService
 from monitor.exporter import Exporter
 from monitor.kafka_io import FakeLog, FakeSink, FakeSource
 from monitor.store import Store
 from monitor.workload import Workload, WorkloadSpec, generate, truth_of
+from tests.conftest import Broker
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+# seconds each: on both brokers (the longer integration tests run on Apache Kafka only)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.brokers("tansu", "kafka"),
+    pytest.mark.timeout(180),
+]
 
 HOURS = 10
 LABELS_PER_HOUR = 40.0
@@ -49,7 +55,7 @@ def workload() -> Workload:
 
 
 def _yaml(
-    broker: EmbeddedBroker,
+    broker: Broker,
     topics: TopicsConfig,
     data_dir: Path,
     group: str,
@@ -166,7 +172,7 @@ class Run:
 
 @pytest.fixture
 def deploy(
-    broker: EmbeddedBroker,
+    broker: Broker,
     make_topics: Callable[..., TopicsConfig],
     tmp_path: Path,
     client_library: str,
@@ -190,7 +196,7 @@ def deploy(
             run.proc.wait()
 
 
-def _produce(broker: EmbeddedBroker, topic: str, values: list[bytes]) -> None:
+def _produce(broker: Broker, topic: str, values: list[bytes]) -> None:
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20)
     for v in values:
         producer.send(topic, v)
@@ -198,7 +204,7 @@ def _produce(broker: EmbeddedBroker, topic: str, values: list[bytes]) -> None:
     producer.close()
 
 
-def _read(broker: EmbeddedBroker, topic: str, n: int, timeout_s: float = 30.0) -> list[bytes]:
+def _read(broker: Broker, topic: str, n: int, timeout_s: float = 30.0) -> list[bytes]:
     consumer = KafkaConsumer(
         topic, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest"
     )
@@ -268,7 +274,7 @@ def _scrape(run: Run, metric: str, want: float, timeout_s: float = 10.0) -> str:
 
 @pytest.mark.parametrize("client_library", ["kafka-python", "confluent-kafka"])
 def test_replay_with_auditor_bad_input_budget_and_sigterm(
-    broker: EmbeddedBroker,
+    broker: Broker,
     deploy: Callable[..., Run],
     workload: Workload,
     tmp_path: Path,
@@ -352,7 +358,7 @@ def test_replay_with_auditor_bad_input_budget_and_sigterm(
 
 
 def test_sigkill_mid_replay_then_restart_equals_uninterrupted_run(
-    broker: EmbeddedBroker, deploy: Callable[..., Run], workload: Workload, tmp_path: Path
+    broker: Broker, deploy: Callable[..., Run], workload: Workload, tmp_path: Path
 ) -> None:
     clean = deploy(name="clean")
     crashy = deploy(name="crashy")
