@@ -253,7 +253,12 @@ class KafkaSource:
                 self._next[key] = off
 
     def lag(self) -> dict[TP, int]:
-        """High watermark minus next offset, for partitions where both are known."""
+        """High watermark minus next offset, for partitions where both are known.
+
+        The next offset is the consumer's position when that is further: a transactional
+        producer's commit marker takes an offset but is never returned as a record, so after the
+        last record of a transaction the next offset alone would leave a lag of 1 for good.
+        """
         out: dict[TP, int] = {}
         for tp in self._consumer.assignment():
             hw = self._consumer.highwater(tp)
@@ -261,6 +266,8 @@ class KafkaSource:
                 hw = self._ends.get((tp.topic, tp.partition))
             nxt = self._next.get((tp.topic, tp.partition))
             if hw is not None and nxt is not None:
+                with contextlib.suppress(KafkaError):
+                    nxt = max(nxt, int(self._consumer.position(tp, timeout_ms=0) or 0))
                 out[(tp.topic, tp.partition)] = max(0, int(hw) - nxt)
             elif hw is not None and int(hw) == 0:
                 out[(tp.topic, tp.partition)] = 0

@@ -38,7 +38,7 @@ KAFKA_VERSION = "4.1.1"
 POM = Path(__file__).resolve().parents[2] / "scripts" / "kafka" / "pom.xml"
 
 # Broker settings a production single-node deployment needs too: deploy/compose.yaml sets the same
-# values (tests/unit/test_kafka_broker_settings.py compares them).
+# values (tests/unit/test_kafka_settings.py compares them).
 DEPLOY_SETTINGS: Mapping[str, str] = {
     # one node: the internal topics cannot have more replicas than that
     "offsets.topic.replication.factor": "1",
