@@ -35,7 +35,7 @@ from monitor.kafka_io import read_topic
 from monitor.sim.kafka_broker import KafkaBroker
 from monitor.workload import Workload, WorkloadSpec, generate
 from tests.conftest import Broker
-from tests.contract.test_kafka_io import CLASSES, TEST_CLIENT, _drain
+from tests.contract.test_kafka_io import CLASSES, KAFKA_TEST_CLIENT, _drain
 from tests.integration import test_daemon_kafka as kafka_tests
 from tests.integration.test_daemon_kafka import (
     Run,
@@ -216,7 +216,7 @@ def test_a_transactions_commit_marker_is_not_lag(
             bootstrap_servers=(broker.bootstrap,),
             group_id=f"tx-{uuid.uuid4().hex[:8]}",
             topics=topics,
-            client=TEST_CLIENT,
+            client=KAFKA_TEST_CLIENT,
             client_library=library,
         )
     )
