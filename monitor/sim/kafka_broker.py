@@ -180,8 +180,15 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 
 def _cluster_id() -> str:
-    """A random Kafka cluster id (a UUID in URL-safe base64 without padding, as Kafka writes)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A random Kafka cluster id: a UUID in URL-safe base64 without padding, as Kafka writes.
+
+    Like Kafka's ``Uuid.randomUuid`` it never starts with "-", which a command line would take
+    for an option.
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
 
 
 class KafkaBroker:
