@@ -168,9 +168,15 @@ class KafkaSource:
         try:
             self._consumer = KafkaConsumer(**options)
             t = kc.topics
-            self._consumer.subscribe(
-                list(topics or (t.scored, t.requests, t.labels)), listener=_Seeker(self)
-            )
+            subscribed = list(topics or (t.scored, t.requests, t.labels))
+            # Know the topics' partitions before the first JoinGroup. Apache Kafka answers that
+            # join before a fresh consumer's metadata arrives, so the leader's range assignor
+            # assigned nothing and the metadata then forced a second rebalance; kafka-python
+            # (3.0.12) drops the assignment of such a rebalance when a poll times out during its
+            # SyncGroup, and the consumer sat with no partitions (tests/contract, on Kafka).
+            for topic in subscribed:
+                self._consumer.partitions_for_topic(topic)
+            self._consumer.subscribe(subscribed, listener=_Seeker(self))
         except KafkaError as exc:
             msg = "cannot connect the consumer"
             raise BrokerUnavailable.on(msg, exc) from exc

@@ -418,9 +418,10 @@ def test_crash_loop_then_the_daemon_consumes_again(
     run.proc.wait()
     before = run.offsets().get((topics.scored, 0), 0)
     _produce(broker, topics.scored, values[5000:])  # 5,000 records or more wait
+    starts = len(run.events("started"))
     t0 = time.monotonic()
     run.start()
-    started = _wait_for("the start-up", lambda: bool(run.events("started")), run, 60)
+    started = _wait_for("the start-up", lambda: len(run.events("started")) > starts, run, 60)
     took = _wait_for(
         "consumption", lambda: run.offsets().get((topics.scored, 0), 0) > before, run, 120
     )
