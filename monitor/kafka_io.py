@@ -181,6 +181,21 @@ class KafkaSource:
             msg = "cannot connect the consumer"
             raise BrokerUnavailable.on(msg, exc) from exc
 
+    def _resume_pending_join(self) -> None:
+        """Finish a rebalance that kafka-python (3.0.12) would otherwise abandon.
+
+        A poll that times out during a JoinGroup/SyncGroup leaves the attempt in flight for the
+        next poll, which only resumes it while the coordinator says a rejoin is needed. After a
+        rebalance that a metadata change started, the group leader already counts the new
+        metadata as assigned, so it says none is: the attempt is dropped and the consumer keeps
+        no partitions (seen on Apache Kafka, whose joins are fast). Asking for the rejoin again
+        makes the next poll complete it.
+        """
+        coordinator: Any = getattr(self._consumer, "_coordinator", None)
+        if getattr(coordinator, "_join_task", None) is not None and not coordinator.need_rejoin():
+            log.info("resuming a rebalance", extra={"event": "rebalance_resumed"})
+            coordinator.request_rejoin()
+
     def seek_assigned(self, assigned: Sequence[TopicPartition]) -> None:
         """Seek newly assigned partitions to the stored offsets (beginning when none)."""
         if self._on_assigned is not None:
@@ -193,6 +208,7 @@ class KafkaSource:
 
     def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
         """Poll once; records in offset order per partition."""
+        self._resume_pending_join()
         try:
             polled = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         except KafkaError as exc:

@@ -261,12 +261,16 @@ class KafkaBroker:
         }
 
     def _write_config(self) -> tuple[Path, Path]:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         props = self.data_dir / "server.properties"
+        log4j = self._log4j()
         props.write_text("".join(f"{k}={v}\n" for k, v in self.server_properties().items()))
+        return props, log4j
+
+    def _log4j(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         log4j = self.data_dir / "log4j2.properties"
         log4j.write_text(LOG4J2)
-        return props, log4j
+        return log4j
 
     def _java(self, jars: Path, log4j: Path) -> list[str]:
         return [
@@ -334,6 +338,33 @@ class KafkaBroker:
             return " (pass log_path to see its log)"
         tail = self.log_path.read_text(errors="replace")[-2000:]
         return f"; last lines of {self.log_path}:\n{tail}"
+
+    def log_batches(self, topic: str, partition: int) -> list[dict[str, str]]:
+        """Every record batch in a partition's log segments, as Kafka's DumpLogSegments prints it.
+
+        One dict per batch with the tool's fields (``baseOffset``, ``lastOffset``,
+        ``producerId``, ``producerEpoch``, ``baseSequence``, ``lastSequence``, ``isControl``, ...):
+        what the broker itself stored, e.g. whether a producer was idempotent.
+        """
+        seg_dir = self.log_dir / f"{topic}-{partition}"
+        segments = sorted(str(p) for p in seg_dir.glob("*.log"))
+        if not segments:
+            return []
+        cmd = [*self._java(kafka_jars(self.version), self._log4j()), "kafka.tools.DumpLogSegments"]
+        done = subprocess.run(
+            [*cmd, "--files", ",".join(segments)], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            msg = f"DumpLogSegments failed on {seg_dir}:\n{done.stderr[-1500:]}"
+            raise MonitorError(msg)
+        batches = []
+        for line in done.stdout.splitlines():
+            if line.startswith("baseOffset:"):
+                words = line.split()
+                batches.append(
+                    {k.rstrip(":"): v for k, v in zip(words[::2], words[1::2], strict=False)}
+                )
+        return batches
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the broker: SIGTERM (a controlled shutdown), SIGKILL after ``timeout_s``."""

@@ -8,7 +8,11 @@
 - the aggregates topic really is compacted, and a sampler that rebuilds from the compacted topic
   decides exactly what one ``--role all`` process decides;
 - a crash loop (SIGKILL three times a second apart): how long until the daemon consumes again,
-  with dynamic and with static group membership (``kafka.client.group_instance_id``).
+  with dynamic and with static group membership (``kafka.client.group_instance_id``);
+- the audit-request producer is idempotent (the broker's own log: producer ids, no sequence
+  stored twice), so a retry never writes a request twice. A daemon that crashes between its
+  flush and its store commit does produce the same requests again after its restart (same key,
+  same bytes, a new producer id): consumers deduplicate by ``request_id``, which is the contract.
 
 The broker restarts use the session's broker (``own_kafka``); they are skipped against a cluster
 named by ``MONITOR_TEST_KAFKA_BOOTSTRAP``.
@@ -132,6 +136,17 @@ def test_broker_restart_mid_stream_equals_the_undisturbed_run(
     assert set(requests) == set(expected)
     # ... and the estimates of the undisturbed run
     assert run.snapshot_repr() == predicted
+    # the requests producer is idempotent: every batch the broker stored carries a producer id,
+    # and no (producer, epoch, sequence) was stored twice, so a retry across the restart did not
+    # write a request twice (a replay after a crash does, with the same bytes: see the module doc)
+    batches = [b for b in own_kafka.log_batches(topics.requests, 0) if b["isControl"] == "false"]
+    assert batches and all(int(b["producerId"]) >= 0 for b in batches), batches[:3]
+    stored = [
+        (b["producerId"], b["producerEpoch"], seq)
+        for b in batches
+        for seq in range(int(b["baseSequence"]), int(b["lastSequence"]) + 1)
+    ]
+    assert len(stored) == len(set(stored)) >= len(set(requests))
 
 
 # ---------------------------------------------------------------------------- consumer lag
