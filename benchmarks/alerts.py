@@ -3,7 +3,7 @@
 Many simulated streams of one model, checked hourly over a simulated month:
 
 - Traffic: ``--records-per-hour`` records per hour drawn from a calibrated pool
-  (``monitor.simulate.calibrated_pool``), predictions ``score >= 0.5``.
+  (``monitor.sim.simulate.calibrated_pool``), predictions ``score >= 0.5``.
 - Audits: Poisson sampling with pi = min(1, kappa q), q = defensive mix (lambda 0.1) of q* for
   F1 (``monitor.stats.selection``), kappa solved for ``--budget`` labels per hour. Labels are
   answered within the hour. Exact and cheap: the number audited in an hour is
@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from monitor.alerts import AlertConfig, AlertEvaluator, AlertStatus
-from monitor.config import Config, ModelConfig, WindowsConfig
-from monitor.simulate import calibrated_pool
-from monitor.snapshot import Snapshot, WindowEstimate
+from monitor.config.schema import AlertConfig, Config, ModelConfig, WindowsConfig
+from monitor.core.alerts import AlertEvaluator, AlertStatus
+from monitor.core.snapshot import Snapshot, WindowEstimate
+from monitor.sim.simulate import calibrated_pool
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import estimate_falpha, intrinsic_falpha
 from monitor.stats.likelihood import effective_sample_size, model_likelihood
@@ -388,7 +388,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run every budget and print the table."""
     args = parse_args(argv)
-    logging.getLogger("monitor.alerts").setLevel(logging.ERROR)  # one line per firing is noise
+    logging.getLogger("monitor.core.alerts").setLevel(logging.ERROR)  # one line per firing is noise
     rng = np.random.default_rng(args.seed)
     rows: list[Row] = []
     f0s: dict[float, float] = {}

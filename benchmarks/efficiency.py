@@ -26,7 +26,7 @@ Label-savings factor: 800 / (labels the method needs to reach the MAE that unifo
 reaches with 800 labels), interpolating MAE linearly in log(n) -- log(MAE) on the budget grid and
 extrapolating beyond it with the 1/sqrt(n) law. Above 1 the method saves labels; below 1 it loses.
 
-Cases: simulated calibrated pools (``monitor.simulate.calibrated_pool``) with 1%, 5% and 20%
+Cases: simulated calibrated pools (``monitor.sim.simulate.calibrated_pool``) with 1%, 5% and 20%
 positives, for recall (alpha = 0), F1 (0.5) and precision (1); the same pools scored by an
 over-confident model (logits x3 and x10); and a real covariate-shift case from scikit-learn's
 bundled digits: a logistic regression trained on blurred, noisy images to recognise the digit 3,
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from monitor.simulate import calibrated_pool
+from monitor.sim.simulate import calibrated_pool
 from monitor.stats.falpha import (
     estimate_falpha,
     falpha_exact,

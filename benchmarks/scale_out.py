@@ -1,6 +1,6 @@
 """Scale-out benchmark: records per second of one ``--role sampler`` process against two.
 
-One command, its own broker (Tansu on 127.0.0.1, ``monitor.embedded_broker``)::
+One command, its own broker (Tansu on 127.0.0.1, ``monitor.sim.embedded_broker``)::
 
     .venv/bin/python -m benchmarks.scale_out              # 1M records, ~70 s
     .venv/bin/python -m benchmarks.scale_out --quick      # 60k records
@@ -12,7 +12,7 @@ records took 7.6 s, too close to the seconds a join or a rebalance takes).
 
 Phases:
 
-1. **Produce**: ``--records`` N records (``monitor.workload``: event times over 24 hours, four
+1. **Produce**: ``--records`` N records (``monitor.sim.workload``: event times over 24 hours, four
    segments, about 135 bytes of JSON each) to a scored topic with 4 partitions, record ``i`` to
    partition ``i % 4``, all BEFORE any sampler starts: the runs measure consumption only.
 2. **Runs**, one per ``--samplers`` entry (default ``1,2``): that many ``python -m monitor run
@@ -72,7 +72,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.throughput import bulk_producer, create_topics, write_daemon_config
-from monitor.embedded_broker import EmbeddedBroker, free_port
+from monitor.sim.embedded_broker import EmbeddedBroker, free_port
 
 PARTITIONS = 4
 HOURS = 24.0  # event time covered by the scored records
@@ -186,7 +186,7 @@ def produce_scored(bootstrap: str, n: int, seed: int) -> tuple[str, dict[int, in
     """Create the scored topic and fill it; (topic, end offset per partition, s, mean bytes)."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
-    from monitor.workload import WorkloadSpec, generate
+    from monitor.sim.workload import WorkloadSpec, generate
 
     topic = f"predictions-{uuid.uuid4().hex[:8]}"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)

@@ -1,6 +1,6 @@
 """Throughput benchmark: the daemon's ingest path against the raw kafka-python ceiling.
 
-One command, its own brokers on 127.0.0.1: Tansu (``monitor.embedded_broker``) and Apache Kafka
+One command, its own brokers on 127.0.0.1: Tansu (``monitor.sim.embedded_broker``) and Apache Kafka
 (``monitor.sim.kafka_broker``), one after the other, each with the same records and phases::
 
     .venv/bin/python -m benchmarks.throughput                    # 2M records, ~12 min
@@ -15,7 +15,7 @@ spread over 24 hours so controls are recomputed at each bucket):
 1. **Ceiling**: a bare kafka-python consumer (assigned partition, no group) that polls and
    decodes every value and does nothing else: ``json.loads`` with kafka-python's default
    fetch settings (THE ceiling, first row), then ``json.loads`` and ``orjson.loads`` with the
-   daemon's fetch settings (``monitor.kafka_io.FETCH_OPTIONS``, 5000 records per poll).
+   daemon's fetch settings (``monitor.io.kafka_io.FETCH_OPTIONS``, 5000 records per poll).
 2. **Daemon**: the real loop (``monitor.daemon.Daemon`` around ``Engine`` with the real
    ``KafkaSource``/``KafkaSink``, SQLite ``Store``, ``Exporter`` metrics, alert hook, JSON
    logging to a file, ``tune_gc``) in this process, once per ``--variants`` entry
@@ -64,9 +64,10 @@ from typing import Any
 
 import numpy as np
 
-from monitor.config import Config, TopicsConfig, load_config
-from monitor.embedded_broker import EmbeddedBroker, free_port
-from monitor.records import RawRecord
+from monitor.config.load import load_config
+from monitor.config.schema import Config, TopicsConfig
+from monitor.core.messages import RawRecord
+from monitor.sim.embedded_broker import EmbeddedBroker, free_port
 from monitor.sim.kafka_broker import KAFKA_VERSION, KafkaBroker
 
 BASE_TS = 1_763_700_000.0  # event time of the first record (2025-11-21)
@@ -135,7 +136,7 @@ def create_topics(
     bootstrap: str, tag: str, *, scored: str | None = None, partitions: int = 1
 ) -> TopicsConfig:
     """A fresh set of the daemon's topics named ``...-{tag}``, over ``scored`` when given."""
-    from monitor.kafka_io import ensure_topics
+    from monitor.io.kafka_io import ensure_topics
 
     topics = TopicsConfig().tagged(tag)
     if scored is not None:
@@ -312,7 +313,7 @@ def run_ceiling_confluent(bootstrap: str, topic: str, n: int, *, name: str) -> R
 @contextlib.contextmanager
 def json_decoder(decoder: str) -> Iterator[None]:
     """Run the daemon's decoder as shipped (``orjson``) or with stdlib ``json.loads`` only."""
-    from monitor import records
+    from monitor.core import records
 
     saved = records._loads, records._parse_all
     if decoder == "json":
@@ -355,10 +356,11 @@ class _DaemonRun:
     """The real daemon loop in this process until ``target`` scored records were consumed."""
 
     def __init__(self, config: Config, target: int, log_path: Path) -> None:
-        from monitor.daemon import Daemon, Engine, _alert_hook, kafka_connect, tune_gc
-        from monitor.exporter import Exporter
+        from monitor.daemon import Daemon, _alert_hook, kafka_connect, tune_gc
+        from monitor.io.exporter import Exporter
+        from monitor.io.store import Store
         from monitor.logs import setup_logging
-        from monitor.store import Store
+        from monitor.runtime.engine import Engine
 
         setup_logging("INFO")
         self._log_file = log_path.open("a")
@@ -667,9 +669,10 @@ def rss_mb() -> tuple[float, float]:
 
 def memory_child(checkpoints: list[int], per_hour: float) -> list[dict[str, float]]:
     """Run ``Engine.step`` over the synthetic source; RSS at start-up and each checkpoint."""
-    from monitor.daemon import Engine, _alert_hook, tune_gc
-    from monitor.exporter import Exporter
-    from monitor.store import Store
+    from monitor.daemon import _alert_hook, tune_gc
+    from monitor.io.exporter import Exporter
+    from monitor.io.store import Store
+    from monitor.runtime.engine import Engine
 
     out: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -812,7 +815,7 @@ def new_broker(kind: str) -> EmbeddedBroker | KafkaBroker:
 
 
 def run_kafka_phases(args: argparse.Namespace, kind: str) -> None:
-    from monitor import kafka_io
+    from monitor.io import kafka_io
 
     fetch = getattr(kafka_io, "FETCH_OPTIONS", {"max_poll_records": 500})
     n = int(args.records)

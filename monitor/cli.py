@@ -16,7 +16,12 @@ from collections.abc import Sequence
 from monitor import __version__
 from monitor.errors import ConfigError, InputFileError, StoreError
 
-COMMAND_MODULES = ("monitor.offline", "monitor.daemon", "monitor.auditors", "monitor.demo")
+COMMAND_MODULES = (
+    "monitor.offline.plan",
+    "monitor.daemon",
+    "monitor.sim.auditors",
+    "monitor.sim.demo",
+)
 
 EXIT_OK = 0
 EXIT_CRASH = 1

@@ -1,6 +1,6 @@
 """Errors the monitor raises, and the reasons a record is rejected to the dead-letter topic.
 
-Bad input records are data, not exceptions: they become a ``Reject`` (see ``monitor.records``)
+Bad input records are data, not exceptions: they become a ``Reject`` (see ``monitor.core.records``)
 with one of the ``RejectReason`` values below, go to the dead-letter topic and increment
 ``monitor_invalid_records_total{reason}``. Exceptions are kept for faults of the process itself.
 """
@@ -12,8 +12,6 @@ import enum
 
 class MonitorError(Exception):
     """Base class of every error the monitor raises on purpose."""
-
-    retriable: bool = False
 
 
 class ConfigError(MonitorError):
@@ -30,8 +28,6 @@ class StoreError(MonitorError):
 
 class BrokerUnavailable(MonitorError):
     """The Kafka broker cannot be reached; retrying later makes sense."""
-
-    retriable = True
 
     @classmethod
     def on(cls, what: str, exc: BaseException) -> BrokerUnavailable:

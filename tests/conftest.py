@@ -25,10 +25,10 @@ from typing import Protocol
 import numpy as np
 import pytest
 
-from monitor.config import TopicsConfig
-from monitor.embedded_broker import EmbeddedBroker
+from monitor.config.schema import TopicsConfig
 from monitor.errors import MonitorError
-from monitor.kafka_io import ensure_topics
+from monitor.io.kafka_io import ensure_topics
+from monitor.sim.embedded_broker import EmbeddedBroker
 from monitor.sim.kafka_broker import KafkaBroker
 
 REQUIRE_REAL = os.environ.get("CI", "").lower() == "true" or os.environ.get(

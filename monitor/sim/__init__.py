@@ -1,1 +1,1 @@
-"""Simulated and local infrastructure for the demo, the tests and the benchmarks."""
+"""The demo and simulations: local brokers (Tansu, Apache Kafka), scored workload, audit team."""

@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from monitor.embedded_broker import free_port
 from monitor.errors import MonitorError
+from monitor.sim.embedded_broker import free_port
 
 KAFKA_VERSION = "4.1.1"
 POM = Path(__file__).resolve().parents[2] / "scripts" / "kafka" / "pom.xml"

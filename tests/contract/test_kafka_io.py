@@ -10,12 +10,13 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from monitor.config import Config, KafkaConfig, TopicsConfig
-from monitor.confluent_io import ConfluentSink, ConfluentSource
-from monitor.daemon import Sink, Source
-from monitor.embedded_broker import EmbeddedBroker
-from monitor.kafka_io import FakeLog, FakeSink, FakeSource, KafkaSink, KafkaSource, ensure_topics
-from monitor.records import RawRecord
+from monitor.config.schema import Config, KafkaConfig, TopicsConfig
+from monitor.core.messages import RawRecord
+from monitor.io.confluent_io import ConfluentSink, ConfluentSource
+from monitor.io.kafka_io import KafkaSink, KafkaSource, ensure_topics
+from monitor.runtime.ports import Sink, Source
+from monitor.sim.embedded_broker import EmbeddedBroker
+from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
 from tests.conftest import Broker
 
 TP = tuple[str, int]

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from monitor.alertmanager import AlertmanagerPusher
-from monitor.alerts import AlertStatus
+from monitor.core.alerts import AlertStatus
+from monitor.io.alertmanager import AlertmanagerPusher
 
 pytestmark = pytest.mark.integration
 

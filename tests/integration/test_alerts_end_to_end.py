@@ -12,7 +12,7 @@ evaluated each second and the quality alerts that mirror the daemon's decision
 ones (asserted). The operational alerts keep their ``for`` of 10 minutes or more, so they
 cannot fire within the test.
 
-The stream (``monitor.workload``, seed 7): 48 hours of event time, 48,000 records, 3%
+The stream (``monitor.sim.workload``, seed 7): 48 hours of event time, 48,000 records, 3%
 positives, calibrated scores, played in ~30 s of wall time. With a degradation half-way
 (positives' feature shifted by -1.0, noise 0.5) the true F1 falls from 0.82 to 0.51; the
 model's floor is the midpoint of the two true values (F1 = tp / (tp + (fp + fn) / 2), seed 000
@@ -55,11 +55,12 @@ import numpy as np
 import pytest
 import yaml
 
-from monitor.auditors import AuditPolicy, SimulatedAuditTeam
-from monitor.config import TopicsConfig, load_config
-from monitor.demo import Daemon, Metrics, Streamer, scrape
-from monitor.embedded_broker import free_port
-from monitor.workload import Workload, WorkloadSpec, generate, truth_of
+from monitor.config.load import load_config
+from monitor.config.schema import TopicsConfig
+from monitor.sim.auditors import AuditPolicy, SimulatedAuditTeam
+from monitor.sim.demo import DaemonProcess, Metrics, Streamer, scrape
+from monitor.sim.embedded_broker import free_port
+from monitor.sim.workload import Workload, WorkloadSpec, generate, truth_of
 from tests.conftest import Broker
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
@@ -290,7 +291,7 @@ class Stack:
     """Everything one test started; ``close`` stops all of it (also when the test fails)."""
 
     workload: Workload
-    daemon: Daemon
+    daemon: DaemonProcess
     prometheus: Server
     alertmanager: Server
     team: SimulatedAuditTeam
@@ -439,7 +440,7 @@ def running_stack(
             encoding="utf-8",
         )
         load_config(config_path)  # a bad generated configuration fails here, not in the child
-        daemon = Daemon(config_path, broker.bootstrap, port, tmp_path / "data")
+        daemon = DaemonProcess(config_path, broker.bootstrap, port, tmp_path / "data")
         stack.callback(daemon.stop)
         prometheus = start_prometheus(prometheus_bin, tmp_path, port, am)
         stack.callback(prometheus.stop)

@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from monitor.auditors import (
+from monitor.config.schema import TopicsConfig
+from monitor.errors import InputFileError
+from monitor.sim.auditors import (
     AuditPolicy,
     SimulatedAuditTeam,
     load_truth,
     request_uniform,
     write_truth,
 )
-from monitor.config import TopicsConfig
-from monitor.embedded_broker import EmbeddedBroker
-from monitor.errors import InputFileError
+from monitor.sim.embedded_broker import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
 

@@ -27,14 +27,16 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from monitor.config import Config, TopicsConfig, load_config
-from monitor.daemon import Engine
-from monitor.embedded_broker import free_port
-from monitor.estimator import EstimatorService
-from monitor.exporter import Exporter
-from monitor.kafka_io import FakeLog, FakeSink, FakeSource
-from monitor.store import Store
-from monitor.workload import Workload, WorkloadSpec, generate, truth_of
+from monitor.config.load import load_config
+from monitor.config.schema import Config, TopicsConfig
+from monitor.core.estimator import EstimatorService
+from monitor.io.exporter import Exporter
+from monitor.io.kafka_io import read_topic
+from monitor.io.store import Store
+from monitor.runtime.engine import Engine
+from monitor.sim.embedded_broker import free_port
+from monitor.sim.workload import Workload, WorkloadSpec, generate, truth_of
+from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
 from tests.conftest import Broker
 
 # seconds each: on both brokers (the longer integration tests run on Apache Kafka only)
@@ -217,6 +219,11 @@ def _read(broker: Broker, topic: str, n: int, timeout_s: float = 30.0) -> list[b
     finally:
         consumer.close()
     return out
+
+
+def _read_all(config: Config, topic: str) -> list[bytes]:
+    """Every record value of ``topic``, read to the broker's end offsets."""
+    return [v for _, _, v in read_topic(config, topic, range) if v is not None]
 
 
 def _scored(w: Workload) -> list[bytes]:

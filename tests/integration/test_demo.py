@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from monitor.cli import main
-from monitor.demo import Metrics, parse_metrics
-from monitor.embedded_broker import EmbeddedBroker
+from monitor.sim.demo import Metrics, parse_metrics
+from monitor.sim.embedded_broker import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from monitor.config import load_config
-from monitor.embedded_broker import EmbeddedBroker, free_port
-from monitor.workload import WorkloadSpec, generate
+from monitor.config.load import load_config
+from monitor.sim.embedded_broker import EmbeddedBroker, free_port
+from monitor.sim.workload import WorkloadSpec, generate
 from tests.integration import test_daemon_kafka as kafka_tests
 from tests.integration.test_daemon_kafka import Run, _predict, _produce
 from tests.integration.test_faults_outage import _cpu_seconds, _readyz

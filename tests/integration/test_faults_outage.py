@@ -22,18 +22,19 @@ from pathlib import Path
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from monitor.config import TopicsConfig, load_config
-from monitor.embedded_broker import EmbeddedBroker, free_port
+from monitor.config.load import load_config
+from monitor.config.schema import TopicsConfig
 from monitor.errors import MonitorError
+from monitor.sim.embedded_broker import EmbeddedBroker, free_port
 from monitor.sim.kafka_broker import KafkaBroker
-from monitor.workload import WorkloadSpec, generate
+from monitor.sim.workload import WorkloadSpec, generate
 from tests.conftest import broker_kinds, missing_component
 from tests.integration.test_daemon_kafka import (
     Run,
     _labels,
     _predict,
     _produce,
-    _read,
+    _read_all,
     _scored,
     _yaml,
 )
@@ -135,7 +136,7 @@ def test_thirty_second_outage_mid_stream(
     labels = _labels(w, expected)
     _produce(broker, topics.labels, labels)
     run.wait_offsets({(topics.labels, 0): len(labels)}, 60)
-    requests = _read(broker, topics.requests, run.offsets()[(topics.requests, 0)])
+    requests = _read_all(run.config, topics.requests)
     code, _ = run.stop()
     assert code == 0, run.log_tail()
     print(

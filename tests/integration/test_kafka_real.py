@@ -34,10 +34,11 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.config import Config, KafkaConfig, TopicsConfig, load_config
-from monitor.kafka_io import read_topic
+from monitor.config.load import load_config
+from monitor.config.schema import Config, KafkaConfig, TopicsConfig
+from monitor.io.kafka_io import read_topic
 from monitor.sim.kafka_broker import KafkaBroker
-from monitor.workload import Workload, WorkloadSpec, generate
+from monitor.sim.workload import Workload, WorkloadSpec, generate
 from tests.conftest import Broker
 from tests.contract.test_kafka_io import CLASSES, KAFKA_TEST_CLIENT, _drain
 from tests.integration import test_daemon_kafka as kafka_tests
@@ -46,7 +47,7 @@ from tests.integration.test_daemon_kafka import (
     _labels,
     _predict,
     _produce,
-    _read,
+    _read_all,
     _scored,
     _yaml,
 )
@@ -122,7 +123,7 @@ def test_broker_restart_mid_stream_equals_the_undisturbed_run(
     labels = _labels(w, expected)
     _produce(own_kafka, topics.labels, labels)
     run.wait_offsets({(topics.labels, 0): len(labels)}, 60)
-    requests = _read(own_kafka, topics.requests, run.offsets()[(topics.requests, 0)])
+    requests = _read_all(run.config, topics.requests)
     code, _ = run.stop()
     assert code == 0, run.log_tail()
     print(
@@ -195,7 +196,7 @@ def test_exported_lag_is_the_brokers_end_minus_committed_offsets(
     run.start()
     run.wait_offsets({(topics.scored, p): n for p, n in sizes.items()})
     tps = [(topics.scored, p) for p in range(PARTITIONS)]
-    tps += [(topics.requests, 0), (topics.labels, 0)]
+    tps.append((topics.labels, 0))
     group = run.config.kafka.group_id
 
     def agrees() -> bool:

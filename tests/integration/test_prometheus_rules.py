@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 import yaml
 
-from monitor.config import TopicsConfig
-from monitor.embedded_broker import EmbeddedBroker
+from monitor.config.schema import TopicsConfig
 from monitor.errors import RejectReason
+from monitor.sim.embedded_broker import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
 

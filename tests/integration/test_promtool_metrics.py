@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from monitor.alerts import AlertStatus
-from monitor.config import Config, ModelConfig
+from monitor.config.schema import Config, ModelConfig
+from monitor.core.alerts import AlertStatus
+from monitor.core.snapshot import Snapshot, WindowEstimate
 from monitor.errors import RejectReason
-from monitor.exporter import Exporter
-from monitor.snapshot import Snapshot, WindowEstimate
+from monitor.io.exporter import Exporter
 from monitor.stats.estimate import Confusion, Estimate
 
 pytestmark = pytest.mark.integration

@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from monitor.config import TopicsConfig, load_config
-from monitor.daemon import Failpoint
-from monitor.embedded_broker import free_port
-from monitor.kafka_io import read_topic
-from monitor.workload import Workload, WorkloadSpec, generate
+from monitor.config.load import load_config
+from monitor.config.schema import TopicsConfig
+from monitor.io.kafka_io import read_topic
+from monitor.runtime.failpoint import Failpoint
+from monitor.sim.embedded_broker import free_port
+from monitor.sim.workload import Workload, WorkloadSpec, generate
 from tests.conftest import Broker
 from tests.integration.test_daemon_kafka import Run, _labels, _produce, _yaml
 

@@ -29,16 +29,16 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from monitor.config import Config
-from monitor.daemon import Engine
-from monitor.embedded_broker import EmbeddedBroker
+from monitor.config.schema import Config
+from monitor.core.messages import request_id_for, request_token
+from monitor.core.records import MAX_FUTURE_S, MIN_TS
 from monitor.errors import RejectReason
-from monitor.exporter import Exporter
-from monitor.kafka_io import FakeLog, FakeSink, FakeSource
-from monitor.records import MAX_FUTURE_S, MIN_TS
-from monitor.sampler import request_id_for, request_token
-from monitor.store import Store
-from monitor.workload import Workload, WorkloadSpec, generate
+from monitor.io.exporter import Exporter
+from monitor.io.store import Store
+from monitor.runtime.engine import Engine
+from monitor.sim.embedded_broker import EmbeddedBroker
+from monitor.sim.workload import Workload, WorkloadSpec, generate
+from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
 from tests.integration import test_daemon_kafka as kafka_tests
 from tests.integration.test_daemon_kafka import Run, _labels, _predict, _produce, _read, _scored
 from tests.property.test_records_fuzz import encode, huge_text, json_values, odd_text

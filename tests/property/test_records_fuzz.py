@@ -15,20 +15,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from monitor.config import Config, ModelConfig
-from monitor.errors import RejectReason
-from monitor.records import (
+from monitor.config.schema import Config, ModelConfig
+from monitor.core.messages import RawRecord
+from monitor.core.records import (
     MAX_FUTURE_S,
     MAX_ID_CHARS,
     MAX_SEGMENT_CHARS,
     MAX_VALUE_BYTES,
     MIN_TS,
-    RawRecord,
     deadletter_value,
     decode_labels,
     decode_scored,
     parse_timestamp,
 )
+from monitor.errors import RejectReason
 
 NOW = 1_790_000_000.0
 CONFIG = Config(

@@ -1,7 +1,7 @@
 """Coverage and bias of the F_alpha interval on simulated calibrated pools (DESIGN.md checks).
 
 For each positive rate (1%, 5%, 20%, 50%) one calibrated pool of POOL_SIZE items is simulated
-(``monitor.simulate.calibrated_pool``; its true F_alpha is ``falpha_exact`` on the pool). For
+(``monitor.sim.simulate.calibrated_pool``; its true F_alpha is ``falpha_exact`` on the pool). For
 each alpha in {0, 0.5, 1} and budget in {100, 400} the audit design is the product's:
 ``pi = inclusion_for_budget(defensive_mix(q_star_falpha(s, f, alpha, G_theta), LAMBDA), budget)``
 with G_theta the pool's intrinsic F. REPS independent Poisson samples are drawn and the 95%
@@ -62,7 +62,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from monitor.simulate import calibrated_pool
+from monitor.sim.simulate import calibrated_pool
 from monitor.stats.falpha import estimate_falpha, falpha_exact, intrinsic_falpha
 from monitor.stats.sample import LabeledSample
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from monitor.records import ScoredBatch
+from monitor.core.records import ScoredBatch
 
 
 @dataclass

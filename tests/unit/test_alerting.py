@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from monitor.simulate import calibrated_pool
+from monitor.sim.simulate import calibrated_pool
 from monitor.stats.alerting import (
     disagreement,
     drop_bound,

@@ -10,16 +10,13 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from monitor.alertmanager import AlertmanagerPusher
-from monitor.alerts import (
-    AlertConfig,
-    AlertEvaluator,
-    AlertStatus,
-    alert_config_from_mapping,
-)
-from monitor.config import Config, ModelConfig
-from monitor.exporter import Exporter
-from monitor.snapshot import Snapshot, WindowEstimate
+from monitor.config.load import parse_config
+from monitor.config.schema import AlertConfig, Config, ModelConfig
+from monitor.core.alerts import AlertEvaluator, AlertStatus
+from monitor.core.snapshot import Snapshot, WindowEstimate
+from monitor.errors import ConfigError
+from monitor.io.alertmanager import AlertmanagerPusher
+from monitor.io.exporter import Exporter
 from monitor.stats.alerting import drop_bound, look_error, upper_bound
 from monitor.stats.estimate import Confusion, Estimate
 
@@ -67,7 +64,6 @@ def _snap(hour: int, *windows: WindowEstimate) -> Snapshot:
 def _evaluator(**settings: object) -> AlertEvaluator:
     settings.setdefault("looks_per_window", 0)  # one look per hour unless a test says otherwise
     cfg = AlertConfig(**settings)  # type: ignore[arg-type]
-    assert cfg.problems() == []
     return AlertEvaluator(CONFIG, {"m": cfg})
 
 
@@ -269,30 +265,36 @@ def test_state_survives_a_restart_through_json() -> None:
     assert after["f_below_floor"].since == before["f_below_floor"].since == 10.0
 
 
+def _alerts(block: object) -> AlertConfig:
+    config = parse_config({"models": {"fraud": {"alerts": block}}}, "test.yaml")
+    return config.models["fraud"].alerts
+
+
 def test_alert_config_from_yaml_mapping() -> None:
-    cfg, problems = alert_config_from_mapping(
+    cfg = _alerts(
         {"floor": 0.7, "baseline": 0.82, "baseline_se": 0.01, "min_labels": 50,
-         "windows": ["24h", "7d"], "false_alarm_rate": 0.01, "spending": "anytime"}
+         "windows": ["24h", "7d"], "false_alarm_rate": 0.01, "spending": "anytime",
+         "likelihood_floor": None}
     )  # fmt: skip
-    assert problems == []
     assert cfg.floor == 0.7
     assert cfg.windows == ("24h", "7d")
     assert cfg.spending == "anytime"
-    _, problems = alert_config_from_mapping(
-        {"flor": 0.7, "floor": 1.5, "min_labels": True, "measure": "auc", "spending": "x"},
-        "models.fraud.alerts",
-    )
-    assert "models.fraud.alerts.flor: unknown key" in problems[0]
-    joined = "\n".join(problems)
-    assert "models.fraud.alerts.min_labels: must be int, got bool" in joined
-    assert "models.fraud.alerts.floor: must be in [0, 1], got 1.5" in joined
-    assert "models.fraud.alerts.measure: must be one of f, precision, recall" in joined
-    assert "models.fraud.alerts.spending" in joined
-    assert AlertConfig(windows=("24h", "30d")).problems("a", ["1h", "24h", "7d"]) == [
-        "a.windows: unknown window (reported: 1h, 24h, 7d), got ['30d']"
-    ]
-    assert alert_config_from_mapping(None) == (AlertConfig(), [])
-    assert alert_config_from_mapping([1])[1] == ["alerts: must be a mapping, got list"]
+    assert cfg.likelihood_floor is None  # an explicit null turns the check off
+    assert _alerts(None) == AlertConfig()
+    with pytest.raises(ConfigError) as info:
+        _alerts({"flor": 0.7, "floor": 1.5, "min_labels": True, "measure": "auc", "spending": "x",
+                 "windows": ["24h", "30d"], "horizon_s": 60})  # fmt: skip
+    text = str(info.value)
+    assert "test.yaml: 7 problems" in text
+    assert "models.fraud.alerts.flor: unknown key (did you mean 'floor'?)" in text
+    assert "models.fraud.alerts.min_labels: expected an integer, got true (a boolean)" in text
+    assert "models.fraud.alerts.floor: must be in [0, 1], got 1.5" in text
+    assert "models.fraud.alerts.measure: expected one of f, precision, recall, got 'auc'" in text
+    assert "models.fraud.alerts.spending: expected one of horizon, anytime, got 'x'" in text
+    assert "models.fraud.alerts.horizon_s: must be >= check_interval_s (3600), got 60" in text
+    assert "models.fraud.alerts.windows: unknown window '30d' (reported: 1h, 24h, 7d)" in text
+    with pytest.raises(ConfigError, match=r"models.fraud.alerts: expected a mapping, got a list"):
+        _alerts([1])
 
 
 def test_evaluator_output_is_what_the_exporter_renders() -> None:

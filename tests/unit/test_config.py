@@ -9,16 +9,10 @@ from typing import Any
 
 import pytest
 
-from monitor.config import (
-    Config,
-    KafkaConfig,
-    TopicsConfig,
-    confluent_client_options,
-    kafka_client_options,
-    load_config,
-    parse_config,
-    parse_duration,
-)
+from monitor.config.kafka_client import confluent_client_options, kafka_client_options
+from monitor.config.load import load_config, parse_config
+from monitor.config.schema import Config, KafkaConfig, TopicsConfig
+from monitor.config.validate import parse_duration
 from monitor.errors import ConfigError
 
 REFERENCE = Path(__file__).resolve().parents[2] / "config" / "monitor.yaml"
@@ -43,7 +37,7 @@ def test_reference_config_loads_and_matches_the_documented_defaults() -> None:
 
 
 def test_reference_config_mentions_every_key_the_loader_accepts() -> None:
-    from monitor import config as module
+    from monitor.config import load as module
 
     text = REFERENCE.read_text()
     keys = (

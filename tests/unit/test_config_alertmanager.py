@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from monitor.config import AlertmanagerConfig, Config, load_config, parse_config
+from monitor.config.load import load_config, parse_config
+from monitor.config.schema import AlertmanagerConfig, Config
 from monitor.errors import ConfigError
 
 REFERENCE = Path(__file__).resolve().parents[2] / "config" / "monitor.yaml"

@@ -14,13 +14,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from monitor.cli import main
-from monitor.config import Config, KafkaConfig, ModelConfig
-from monitor.daemon import Daemon, Engine
+from monitor.config.schema import Config, KafkaConfig, ModelConfig
+from monitor.daemon import Daemon
 from monitor.errors import BrokerUnavailable, StoreError
-from monitor.exporter import Exporter
-from monitor.kafka_io import FakeLog, FakeSink, FakeSource
-from monitor.store import Store
-from monitor.workload import Workload, WorkloadSpec, generate
+from monitor.io.exporter import Exporter
+from monitor.io.store import Store
+from monitor.runtime.engine import Engine
+from monitor.sim.workload import Workload, WorkloadSpec, generate
+from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
 
 TOPICS = Config().kafka.topics
 
@@ -263,7 +264,7 @@ def test_daemon_retries_with_backoff_logs_once_and_stops(
     daemon = Daemon(engine, connect, stop)
     timer = threading.Timer(5.0, stop.set)
     timer.start()
-    with caplog.at_level(logging.INFO, logger="monitor.daemon"):
+    with caplog.at_level(logging.INFO, logger="monitor"):
         daemon.run()
     timer.cancel()
     events = [getattr(r, "event", "") for r in caplog.records]
@@ -319,7 +320,7 @@ def test_idle_daemon_notices_a_lost_broker_and_recovers(
 
     driver = threading.Thread(target=script)
     driver.start()
-    with caplog.at_level(logging.INFO, logger="monitor.daemon"):
+    with caplog.at_level(logging.INFO, logger="monitor"):
         Daemon(engine, connect, stop).run()
     driver.join()
     events = [getattr(r, "event", "") for r in caplog.records]

@@ -1,7 +1,7 @@
 """The deploy/ kit: every file loads, the pieces are wired to each other, and every metric a rule
 or a dashboard panel queries is one the daemon really exports.
 
-The exported names are collected from ``monitor.exporter.Exporter`` itself (a realistic Snapshot
+The exported names are collected from ``monitor.io.exporter.Exporter`` itself (a realistic Snapshot
 and alert list rendered through its registry), so a renamed metric breaks this test, not the
 on-call person's dashboard. Binaries (promtool, amtool) are exercised in
 tests/integration/test_prometheus_rules.py.
@@ -22,13 +22,14 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from monitor.alerts import AlertStatus
 from monitor.cli import build_parser
 from monitor.cli import main as cli_main
-from monitor.config import Config, ModelConfig, load_config
-from monitor.daemon import FLUSH_TIMEOUT_S
-from monitor.exporter import Exporter
-from monitor.snapshot import Snapshot, WindowEstimate
+from monitor.config.load import load_config
+from monitor.config.schema import Config, ModelConfig
+from monitor.core.alerts import AlertStatus
+from monitor.core.snapshot import Snapshot, WindowEstimate
+from monitor.io.exporter import Exporter
+from monitor.runtime.engine import FLUSH_TIMEOUT_S
 from monitor.stats.estimate import Confusion, Estimate
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,11 +2,11 @@ import math
 
 import numpy as np
 
-from monitor.config import Config, ModelConfig
+from monitor.config.schema import Config, ModelConfig
+from monitor.core.estimator import EstimatorService
+from monitor.core.messages import LabelResult, RawRecord
+from monitor.core.sampler import SamplerResult, SamplerService
 from monitor.errors import RejectReason
-from monitor.estimator import EstimatorService
-from monitor.records import LabelResult, RawRecord
-from monitor.sampler import SamplerResult, SamplerService
 from monitor.stats.measures import measure_all
 from monitor.stats.sample import LabeledSample
 from tests.unit.engine_streams import Stream, make_stream

@@ -12,11 +12,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from monitor import __version__
-from monitor.alerts import AlertStatus
-from monitor.config import Config, MetricsConfig, ModelConfig
+from monitor.config.schema import Config, MetricsConfig, ModelConfig
+from monitor.core.alerts import AlertStatus
+from monitor.core.snapshot import Snapshot, WindowEstimate
 from monitor.errors import ConfigError, RejectReason
-from monitor.exporter import Exporter, alpha_label
-from monitor.snapshot import Snapshot, WindowEstimate
+from monitor.io.exporter import Exporter, alpha_label
 from monitor.stats.estimate import Confusion, Estimate
 
 W = {"model": "fraud", "segment": "eu", "window": "24h"}

@@ -1,6 +1,6 @@
 """Crash anywhere, in process: a failpoint "kills" the engine between any two effects of a step.
 
-The kill is an exception raised by ``monitor.daemon.Failpoint`` at its stage (the real daemon
+The kill is an exception raised by ``Failpoint`` at its stage (the real daemon
 SIGKILLs itself instead, see tests/integration/test_faults_crash.py); the harness then drops
 everything in memory, closes the store (an open transaction rolls back) and restarts from the
 store over the same in-memory log. Labels are delayed: half are answered only after a third
@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.config import Config
-from monitor.daemon import Failpoint
-from monitor.kafka_io import FakeLog
-from monitor.workload import Workload
+from monitor.config.schema import Config
+from monitor.runtime.failpoint import Failpoint
+from monitor.sim.workload import Workload
+from monitor.testing.fakes import FakeLog
 from tests.unit import test_daemon_loop as loop_tests
 from tests.unit.test_daemon_loop import (
     TOPICS,

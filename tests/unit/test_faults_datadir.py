@@ -16,16 +16,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from monitor.estimator import EstimatorChanges
-from monitor.sampler import SamplerChanges
-from monitor.store import DB_NAME, Store
+from monitor.core.estimator import EstimatorChanges
+from monitor.core.sampler import SamplerChanges
+from monitor.io.store import DB_NAME, Store
 
 CHILD = """
 import os, signal, sys
 from pathlib import Path
-from monitor.estimator import EstimatorChanges
-from monitor.sampler import SamplerChanges
-from monitor.store import Store
+from monitor.core.estimator import EstimatorChanges
+from monitor.core.sampler import SamplerChanges
+from monitor.io.store import Store
 store = Store(Path(sys.argv[1]))
 for i in range(1, int(sys.argv[2]) + 1):
     store.commit(SamplerChanges(), EstimatorChanges(), {("scored", 0): i, ("labels", 0): 2 * i})

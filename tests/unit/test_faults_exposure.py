@@ -17,10 +17,11 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from monitor.config import Config, load_config
-from monitor.embedded_broker import free_port
-from monitor.exporter import Exporter
-from monitor.workload import WorkloadSpec, generate
+from monitor.config.load import load_config
+from monitor.config.schema import Config
+from monitor.io.exporter import Exporter
+from monitor.sim.embedded_broker import free_port
+from monitor.sim.workload import WorkloadSpec, generate
 from tests.property.test_daemon_fuzz import _run
 from tests.unit.test_daemon_loop import TOPICS, _config
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from monitor.config import Config, ModelConfig
-from monitor.workload import WorkloadSpec, generate
+from monitor.config.schema import Config, ModelConfig
+from monitor.sim.workload import WorkloadSpec, generate
 from tests.property.test_daemon_fuzz import _run
 from tests.unit.test_daemon_loop import TOPICS
 

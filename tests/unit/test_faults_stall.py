@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from monitor.daemon import Daemon, Engine
-from monitor.exporter import Exporter
-from monitor.kafka_io import FakeLog, FakeSink, FakeSource
-from monitor.store import Store
-from monitor.workload import Workload
+from monitor.daemon import Daemon
+from monitor.io.exporter import Exporter
+from monitor.io.store import Store
+from monitor.runtime.engine import Engine
+from monitor.sim.workload import Workload
+from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
 from tests.unit import test_daemon_loop as loop_tests
 from tests.unit.test_daemon_loop import TOPICS, _config, _fill
 
@@ -72,7 +73,7 @@ def test_blocked_flush_is_not_ready_and_logged_once(
 
     driver = threading.Thread(target=script)
     driver.start()
-    with caplog.at_level(logging.INFO, logger="monitor.daemon"):
+    with caplog.at_level(logging.INFO, logger="monitor"):
         daemon.run()
     driver.join()
     events = [getattr(r, "event", "") for r in caplog.records]

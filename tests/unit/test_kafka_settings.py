@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from monitor.kafka_io import AGGREGATES_TOPIC_CONFIG
+from monitor.io.kafka_io import AGGREGATES_TOPIC_CONFIG
 from monitor.sim.kafka_broker import DEPLOY_SETTINGS, KAFKA_VERSION, POM, TEST_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from monitor.cli import main
-from monitor.poolfile import read_plan
-from monitor.simulate import calibrated_pool
+from monitor.offline.poolfile import read_plan
+from monitor.sim.simulate import calibrated_pool
 from monitor.stats.falpha import falpha_exact
 
 JSON_KEYS = {

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from monitor.errors import InputFileError
-from monitor.poolfile import Plan, read_plan, read_pool, write_plan
+from monitor.offline.poolfile import Plan, read_plan, read_pool, write_plan
 
 
 def _write(tmp_path: Path, name: str, text: str | bytes) -> Path:

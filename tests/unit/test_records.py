@@ -11,18 +11,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from monitor.config import Config, ModelConfig
-from monitor.errors import RejectReason
-from monitor.records import (
+from monitor.config.schema import Config, ModelConfig
+from monitor.core.messages import RawRecord, Reject
+from monitor.core.records import (
     DEADLETTER_VALUE_BYTES,
     MAX_VALUE_BYTES,
-    RawRecord,
-    Reject,
     deadletter_value,
     decode_labels,
     decode_scored,
     parse_timestamp,
 )
+from monitor.errors import RejectReason
 
 NOW = 1_790_000_000.0  # 2026-09-21
 KAFKA_MS = 1_780_000_000_000

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from monitor.records import RawRecord, _loads, _parse, _parse_all
+from monitor.core.messages import RawRecord
+from monitor.core.records import _loads, _parse, _parse_all
 
 TRICKY = [
     b"123456789012345678901234567890",

@@ -6,10 +6,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from monitor.config import Config, ModelConfig, WindowsConfig
-from monitor.sampler import OTHER_SEGMENT, AuditRequest, SamplerService, request_id_for
+from monitor.config.schema import Config, ModelConfig, WindowsConfig
+from monitor.core.messages import AuditRequest, request_id_for
+from monitor.core.sampler import OTHER_SEGMENT, SamplerService
+from monitor.core.windows import GroupKey, TrafficAggregate, bucket_of
 from monitor.stats.selection import hash_uniform
-from monitor.windows import GroupKey, TrafficAggregate, bucket_of
 from tests.unit.engine_streams import Stream, make_stream, random_cuts
 
 

@@ -17,15 +17,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from monitor import aggregates
-from monitor.config import Config, KafkaConfig, ModelConfig
-from monitor.daemon import Engine
-from monitor.exporter import Exporter
-from monitor.kafka_io import FakeLog, FakeSink, FakeSource
-from monitor.sampler_role import Entry, ReadAggregates, SamplerEngine
-from monitor.snapshot import Snapshot
-from monitor.store import Store
-from monitor.workload import Workload, WorkloadSpec, generate
+from monitor.config.schema import Config, KafkaConfig, ModelConfig
+from monitor.core import aggregates
+from monitor.core.snapshot import Snapshot
+from monitor.io.exporter import Exporter
+from monitor.io.store import Store
+from monitor.runtime.engine import Engine
+from monitor.runtime.sampler_role import Entry, ReadAggregates, SamplerEngine
+from monitor.sim.workload import Workload, WorkloadSpec, generate
+from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
 
 TOPICS = Config().kafka.topics
 PARTITIONS = 4

@@ -4,12 +4,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.config import Config, ModelConfig
+from monitor.config.schema import Config, ModelConfig
+from monitor.core.estimator import EstimatorService
+from monitor.core.messages import LabelResult, RawRecord
+from monitor.core.sampler import SamplerService
 from monitor.errors import StoreError
-from monitor.estimator import EstimatorService
-from monitor.records import LabelResult, RawRecord
-from monitor.sampler import SamplerService
-from monitor.store import Store
+from monitor.io.store import Store
 from tests.unit.engine_streams import make_stream
 
 CFG = Config(

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import fbeta_score, precision_score, recall_score
 
-from monitor.workload import (
+from monitor.sim.workload import (
     Workload,
     WorkloadSpec,
     bucket_truth,

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from monitor.simulate import calibrated_pool, logit_mean_for_rate
+from monitor.sim.simulate import calibrated_pool, logit_mean_for_rate
 from monitor.stats.falpha import estimate_falpha, falpha_exact
 from monitor.stats.measures import confusion_estimate, measure_all
 from monitor.stats.sample import LabeledSample

@@ -4,9 +4,9 @@ What runs (everything on 127.0.0.1, everything stopped at the end, even on Ctrl-
 
 1. a Tansu Kafka-protocol broker (``EmbeddedBroker``) with the daemon's topics;
 2. the real daemon, ``python -m monitor run`` in a subprocess, with a generated configuration;
-3. a simulated audit team (``monitor.auditors.SimulatedAuditTeam``) answering the daemon's label
+3. a simulated audit team (``monitor.sim.auditors.SimulatedAuditTeam``) answering the daemon's label
    requests from the ground truth, after a delay, with a few dropped and a few wrong answers;
-4. a scored stream (``monitor.workload``): 48 hours of event time compressed into
+4. a scored stream (``monitor.sim.workload``): 48 hours of event time compressed into
    ``--duration-s`` seconds of wall time, ~3% positives, calibrated scores, and a degradation
    half-way (positives start to look harmless; the true F1 falls from ~0.82 to ~0.64).
 
@@ -15,16 +15,14 @@ the demo waits until the daemon has consumed everything and every answer has bee
 the daemon's ``/metrics`` and compares each reported window (the buckets ``(W_b - k, W_b]``
 anchored at the watermark's bucket W_b, CONTRACTS "Stream design") with the true F_alpha
 = tp / (alpha (tp + fp) + (1 - alpha)(tp + fn)) of the same buckets (seed 000, Cor. 1), computed
-from the truth by ``monitor.workload.window_truth``.
+from the truth by ``monitor.sim.workload.window_truth``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import re
 import shutil
 import signal
 import socket
@@ -42,12 +40,14 @@ from typing import Any
 
 import numpy as np
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.auditors import AuditPolicy, AuditStats, SimulatedAuditTeam, write_truth
-from monitor.config import TopicsConfig, load_config
-from monitor.embedded_broker import EmbeddedBroker, free_port
+from monitor.config.load import load_config
+from monitor.config.schema import TopicsConfig
 from monitor.errors import MonitorError
-from monitor.workload import (
+from monitor.sim.auditors import AuditPolicy, AuditStats, SimulatedAuditTeam, write_truth
+from monitor.sim.embedded_broker import EmbeddedBroker, free_port
+from monitor.sim.workload import (
     HOUR_S,
     Truth,
     Workload,
@@ -72,26 +72,21 @@ LABEL_REJECTS = ("unknown_request", "duplicate_label", "conflicting_label", "exp
 
 
 Sample = tuple[str, Mapping[str, str], float]
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 def parse_metrics(text: str) -> list[Sample]:
-    """Samples of a Prometheus text exposition: (name, labels, value); comments skipped."""
-    out: list[Sample] = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if m is None:
-            continue
-        labels = {
-            k: v.replace(r"\"", '"').replace(r"\n", "\n").replace("\\\\", "\\")
-            for k, v in _LABEL.findall(m.group(2) or "")
-        }
-        with contextlib.suppress(ValueError):
-            out.append((m.group(1), labels, float(m.group(3))))
-    return out
+    """Samples of a Prometheus text exposition: (name, labels, value).
+
+    Read with ``prometheus_client.parser``; a text it cannot parse gives no samples.
+    """
+    try:
+        return [
+            (s.name, s.labels, s.value)
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        ]
+    except ValueError:
+        return []
 
 
 @dataclass(frozen=True)
@@ -169,7 +164,7 @@ def demo_config(args: argparse.Namespace, topics: TopicsConfig, per_hour: float)
     }
 
 
-class Daemon:
+class DaemonProcess:
     """``python -m monitor run`` as a child process in its own session (Ctrl-C goes to us)."""
 
     def __init__(self, config_path: Path, bootstrap: str, port: int, data_dir: Path) -> None:
@@ -389,7 +384,7 @@ class DemoRun:
     work_dir: Path
     keep: bool
     broker: EmbeddedBroker | None = None
-    daemon: Daemon | None = None
+    daemon: DaemonProcess | None = None
     team: SimulatedAuditTeam | None = None
     streamer: Streamer | None = None
     failed: bool = False
@@ -538,7 +533,7 @@ def _run(args: argparse.Namespace, run: DemoRun, started: float) -> None:
     run.broker = EmbeddedBroker(log_path=run.work_dir / "tansu.log")
     _start_broker(run.broker)
     topics = TopicsConfig()
-    from monitor.kafka_io import ensure_topics  # noqa: PLC0415 - kafka only once it is needed
+    from monitor.io.kafka_io import ensure_topics  # noqa: PLC0415 - kafka only once it is needed
 
     ensure_topics(run.broker.bootstrap, topics, args.partitions)
     say(
@@ -553,7 +548,7 @@ def _run(args: argparse.Namespace, run: DemoRun, started: float) -> None:
     )
     _validate_config(config_path)
     port = _metrics_port(args.metrics_port)
-    run.daemon = Daemon(config_path, run.broker.bootstrap, port, run.work_dir / "data")
+    run.daemon = DaemonProcess(config_path, run.broker.bootstrap, port, run.work_dir / "data")
     run.daemon.start()
     say(
         f"daemon: pid {run.daemon.proc.pid if run.daemon.proc else '?'}, ready; "

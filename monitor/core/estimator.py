@@ -18,7 +18,6 @@ Segment "" aggregates all the model's traffic; other rows are per segment.
 
 from __future__ import annotations
 
-import hmac
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -27,23 +26,23 @@ from operator import attrgetter
 
 import numpy as np
 
-from monitor.config import Config, ModelConfig
-from monitor.errors import RejectReason
-from monitor.records import LabelResult, Reject
-from monitor.sampler import AuditRequest, request_id_for, request_token, retention_buckets
-from monitor.snapshot import Snapshot, WindowEstimate
-from monitor.stats.drift import psi
-from monitor.stats.estimate import Confusion, Estimate
-from monitor.stats.falpha import intrinsic_falpha_from_sums, intrinsic_falpha_se_from_sums
-from monitor.stats.measures import measure_all
-from monitor.stats.sample import LabeledSample
-from monitor.windows import (
+from monitor.config.schema import Config, ModelConfig
+from monitor.core.messages import AuditRequest, LabelResult, Reject, request_id_for, token_matches
+from monitor.core.sampler import retention_buckets
+from monitor.core.snapshot import Snapshot, WindowEstimate
+from monitor.core.windows import (
     GroupKey,
     TrafficAggregate,
     bucket_of,
     preceding_buckets,
     window_buckets,
 )
+from monitor.errors import RejectReason
+from monitor.stats.drift import psi
+from monitor.stats.estimate import Confusion, Estimate
+from monitor.stats.falpha import intrinsic_falpha_from_sums, intrinsic_falpha_se_from_sums
+from monitor.stats.measures import measure_all
+from monitor.stats.sample import LabeledSample
 
 SegKey = tuple[str, str, int]  # (model, segment, bucket)
 _REQUEST_ID = attrgetter("request.request_id")
@@ -133,7 +132,7 @@ class EstimatorService:
         return self._watermarks.get(model, -math.inf)
 
     def _model(self, model: str) -> ModelConfig:
-        return self.config.models.get(model) or ModelConfig(name=model)
+        return self.config.model(model)
 
     def _horizon(self, model: str) -> int | None:
         wm = self._watermarks.get(model)
@@ -271,12 +270,8 @@ class EstimatorService:
     def _apply(self, state: RequestState, lab: LabelResult) -> Reject | None:
         req = state.request
         secret = self.config.label_token_secret
-        if secret:
-            expected = request_token(secret, req.request_id).encode("ascii")
-            given = (lab.token or "").encode("utf-8", "surrogatepass")
-            # constant time; bytes, as compare_digest refuses non-ASCII str
-            if lab.token is None or not hmac.compare_digest(given, expected):
-                return Reject(RejectReason.BAD_TOKEN, "token does not match", lab.source)
+        if secret and not token_matches(secret, req.request_id, lab.token):
+            return Reject(RejectReason.BAD_TOKEN, "token does not match", lab.source)
         if (lab.record_id is not None and lab.record_id != req.id) or (
             lab.model is not None and lab.model != req.model
         ):

@@ -33,15 +33,14 @@ not flap. Fewer than ``min_labels`` labels never change the state.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from monitor.config.schema import AlertConfig
 from monitor.stats.alerting import (
-    SPENDING_RULES,
     disagreement,
     drop_bound,
     look_error,
@@ -49,8 +48,8 @@ from monitor.stats.alerting import (
 )
 
 if TYPE_CHECKING:
-    from monitor.config import Config
-    from monitor.snapshot import Snapshot, WindowEstimate
+    from monitor.config.schema import Config
+    from monitor.core.snapshot import Snapshot, WindowEstimate
     from monitor.stats.estimate import Estimate
 
 log = logging.getLogger(__name__)
@@ -60,7 +59,6 @@ ALERT_SEVERITY: dict[str, str] = {
     "f_dropped": "warning",
     "model_untrustworthy": "warning",
 }
-MEASURES = ("f", "precision", "recall")
 #: a likelihood alert clears once the likelihood is this far above its floor again
 LIKELIHOOD_BAND = 0.02
 
@@ -94,149 +92,6 @@ class AlertStatus:
     def key(self) -> tuple[str, str, str, str]:
         """``(alert, model, segment, window)``."""
         return (self.alert, self.model, self.segment, self.window)
-
-
-@dataclass(frozen=True)
-class AlertConfig:
-    """The ``alerts:`` block of one model (YAML keys are the field names)."""
-
-    measure: str = "f"  # f (the model's F_alpha) | precision | recall
-    floor: float | None = None  # f_below_floor off when None
-    baseline: float | None = None  # f_dropped reference value
-    baseline_se: float = 0.0  # its standard error (0: a known constant)
-    reference_lag_s: int = 0  # else compare with the same window this long ago (0: off)
-    drop_tolerance: float = 0.0  # drops up to this are not alerted
-    likelihood_floor: float | None = 0.5  # below: scores not trustworthy (None: off)
-    check_calibration: bool = True  # intrinsic F outside the audited interval -> untrustworthy
-    min_labels: int = 30  # fewer labels in the window: no decision
-    false_alarm_rate: float = 0.05  # any false alarm per (model, segment) and horizon
-    spending: str = "horizon"  # horizon | anytime (see monitor.stats.alerting)
-    horizon_s: int = 30 * 86_400
-    check_interval_s: int = 3600  # at most one look per this much event time
-    looks_per_window: int = 8  # re-test a window when 1/8 of it is new (0: every interval)
-    windows: tuple[str, ...] = ()  # reported windows to alert on (empty: all)
-
-    def problems(self, path: str = "alerts", windows: Collection[str] | None = None) -> list[str]:
-        """Every invalid value as ``path.key: reason, got value`` (empty when valid).
-
-        Args:
-            path: Key path of this block in the YAML file, for the messages.
-            windows: Names of the reported windows, to check ``windows`` against (optional).
-        """
-        out: list[str] = []
-
-        def bad(key: str, reason: str, value: object) -> None:
-            out.append(f"{path}.{key}: {reason}, got {value!r}")
-
-        if self.measure not in MEASURES:
-            bad("measure", f"must be one of {', '.join(MEASURES)}", self.measure)
-        for key in ("floor", "baseline"):
-            value = getattr(self, key)
-            if value is not None and not 0.0 <= value <= 1.0:
-                bad(key, "must be in [0, 1]", value)
-        if self.likelihood_floor is not None and not 0.0 < self.likelihood_floor < 1.0:
-            bad("likelihood_floor", "must be in (0, 1)", self.likelihood_floor)
-        if not 0.0 <= self.baseline_se < 1.0:
-            bad("baseline_se", "must be in [0, 1)", self.baseline_se)
-        if not 0.0 <= self.drop_tolerance < 1.0:
-            bad("drop_tolerance", "must be in [0, 1)", self.drop_tolerance)
-        if self.reference_lag_s < 0:
-            bad("reference_lag_s", "must be >= 0", self.reference_lag_s)
-        if self.min_labels < 2:
-            bad("min_labels", "must be >= 2", self.min_labels)
-        if not 0.0 < self.false_alarm_rate <= 0.5:
-            bad("false_alarm_rate", "must be in (0, 0.5]", self.false_alarm_rate)
-        if self.spending not in SPENDING_RULES:
-            bad("spending", f"must be one of {', '.join(SPENDING_RULES)}", self.spending)
-        if self.looks_per_window < 0:
-            bad("looks_per_window", "must be >= 0", self.looks_per_window)
-        if self.check_interval_s <= 0:
-            bad("check_interval_s", "must be > 0", self.check_interval_s)
-        elif self.horizon_s < self.check_interval_s:
-            bad(
-                "horizon_s",
-                f"must be >= check_interval_s ({self.check_interval_s})",
-                self.horizon_s,
-            )
-        unknown = [w for w in self.windows if windows is not None and w not in windows]
-        if unknown:
-            bad("windows", f"unknown window (reported: {', '.join(windows or ())})", unknown)
-        return out
-
-    def tests(self, n_windows: int) -> int:
-        """A W: enabled alerts times alerted windows (``n_windows`` reported), at least 1."""
-        alerts = (
-            (self.floor is not None)
-            + (self.baseline is not None or self.reference_lag_s > 0)
-            + (self.likelihood_floor is not None or self.check_calibration)
-        )
-        windows = len(self.windows) if self.windows else n_windows
-        return max(1, alerts * windows)
-
-    def interval_s(self, window_s: int | None) -> int:
-        """Event time between two looks at a window of ``window_s`` seconds."""
-        if window_s is None or self.looks_per_window <= 0:
-            return max(self.check_interval_s, 1)
-        return max(self.check_interval_s, window_s // self.looks_per_window, 1)
-
-    def horizon_looks(self, window_s: int | None) -> int:
-        """H: looks at a window of ``window_s`` seconds per horizon."""
-        return max(1, self.horizon_s // self.interval_s(window_s))
-
-
-_TYPES: dict[str, tuple[type, ...]] = {
-    "measure": (str,),
-    "floor": (int, float, type(None)),
-    "baseline": (int, float, type(None)),
-    "baseline_se": (int, float),
-    "reference_lag_s": (int,),
-    "drop_tolerance": (int, float),
-    "likelihood_floor": (int, float, type(None)),
-    "check_calibration": (bool,),
-    "min_labels": (int,),
-    "false_alarm_rate": (int, float),
-    "spending": (str,),
-    "horizon_s": (int,),
-    "check_interval_s": (int,),
-    "looks_per_window": (int,),
-    "windows": (list, tuple),
-}
-
-
-def alert_config_from_mapping(data: Any, path: str = "alerts") -> tuple[AlertConfig, list[str]]:
-    """Build an :class:`AlertConfig` from a parsed YAML mapping, collecting every problem.
-
-    Unknown keys, wrong types and impossible values are reported as ``path.key: reason``; the
-    returned config then holds the defaults for the bad keys. Integers are accepted for floats;
-    booleans are not accepted for numbers.
-    """
-    if data is None:
-        return AlertConfig(), []
-    if not isinstance(data, Mapping):
-        return AlertConfig(), [f"{path}: must be a mapping, got {type(data).__name__}"]
-    problems: list[str] = []
-    values: dict[str, Any] = {}
-    for key, value in data.items():
-        types = _TYPES.get(str(key))
-        if types is None:
-            problems.append(f"{path}.{key}: unknown key (allowed: {', '.join(_TYPES)})")
-            continue
-        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
-            names = "/".join("null" if t is type(None) else t.__name__ for t in types)
-            problems.append(f"{path}.{key}: must be {names}, got {type(value).__name__}")
-            continue
-        if isinstance(value, list | tuple):
-            if not all(isinstance(w, str) for w in value):
-                problems.append(f"{path}.windows: must be a list of window names")
-                continue
-            values[str(key)] = tuple(value)
-        elif isinstance(value, int) and float in types and not isinstance(value, bool):
-            values[str(key)] = float(value)
-        else:
-            values[str(key)] = value
-    config = AlertConfig(**values)
-    problems += config.problems(path)
-    return (config if not problems else AlertConfig()), problems
 
 
 @dataclass
@@ -307,9 +162,7 @@ class AlertEvaluator:
         """The alert settings of ``model``."""
         if self.alert_configs is not None and model in self.alert_configs:
             return self.alert_configs[model]
-        model_config = self.config.models.get(model)
-        found = getattr(model_config, "alerts", None)
-        return found if isinstance(found, AlertConfig) else AlertConfig()
+        return self.config.model(model).alerts
 
     def evaluate(self, snapshot: Snapshot) -> list[AlertStatus]:
         """Decide every enabled alert of every window in ``snapshot`` (at most once per check).
@@ -516,8 +369,3 @@ def _untrusted(w: WindowEstimate, cfg: AlertConfig, error: float) -> _Decision:
         f"interval bound {_fmt(bound)} at error {error:.2g}"
     )
     return _Decision(fires, clears, bound, w.intrinsic_f, text)
-
-
-def status_dict(status: AlertStatus) -> dict[str, Any]:
-    """A status as a plain dict (for logs and JSON output)."""
-    return dataclasses.asdict(status) | {"severity": status.severity}

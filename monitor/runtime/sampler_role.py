@@ -3,7 +3,7 @@
 Samplers join the consumer group ``<kafka.group_id>-sampler`` over the scored topic and keep no
 local state. One poll is one step::
 
-    poll -> decode -> sampler -> produce requests, bucket states (monitor.aggregates),
+    poll -> decode -> sampler -> produce requests, bucket states (monitor.core.aggregates),
          dead letters -> [every FLUSH_EVERY_S, when idle, on SIGTERM: flush -> Kafka commit]
 
 Flushing and committing every half second rather than every poll keeps the sampler from
@@ -11,7 +11,7 @@ waiting on two broker round trips per batch (the producer sends in the backgroun
 a crash replays at most that much, which the rebuild below makes harmless.
 
 After every assignment the sampler resumes at the group's committed offsets and rebuilds its
-partitions' state as of them from the aggregates topic (``monitor.aggregates.as_of``): the
+partitions' state as of them from the aggregates topic (``monitor.core.aggregates.as_of``): the
 controls in force and the traffic later controls learn from. Decisions are deterministic, so a
 partition handed from one sampler to another, even by a SIGKILL mid-flush or between a flush and
 its commit, yields the same requests (some twice, with the same key and bytes, which the
@@ -25,20 +25,13 @@ import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 
-from monitor.aggregates import SamplerLog, as_of
-from monitor.config import Config
-from monitor.daemon import (
-    FLUSH_TIMEOUT_S,
-    TP,
-    Failpoint,
-    Metrics,
-    Sink,
-    Source,
-    count_step,
-    split_poll,
-)
+from monitor.config.schema import Config
+from monitor.core.aggregates import BucketStates, as_of
+from monitor.core.records import deadletter_value, decode_scored
 from monitor.errors import BrokerUnavailable
-from monitor.records import deadletter_value, decode_scored
+from monitor.runtime.engine import FLUSH_TIMEOUT_S, count_step, split_poll
+from monitor.runtime.failpoint import Failpoint
+from monitor.runtime.ports import TP, Metrics, Sink, Source
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +65,8 @@ class SamplerEngine:
         self._last_flush = time.monotonic()
         self._n_aggregates = 1
         self._stale = False  # the state does not match the assignment: rebuild before a step
-        self.log = SamplerLog()
-        self.sampler = self.log.service(config, self.n_partitions)
+        self.published = BucketStates()
+        self.sampler = self.published.service(config, self.n_partitions)
 
     # ------------------------------------------------------------ assignment
     def offsets(self) -> dict[TP, int]:
@@ -99,8 +92,8 @@ class SamplerEngine:
             return {p % self._n_aggregates for p in at}
 
         records = self.read_aggregates(select)
-        self.log = SamplerLog(as_of(((k, v) for _, k, v in records), at))
-        self.sampler = self.log.service(self.config, self.n_partitions)
+        self.published = BucketStates(as_of(((k, v) for _, k, v in records), at))
+        self.sampler = self.published.service(self.config, self.n_partitions)
         source.seek(committed)
         self._stale = False
         log.info(
@@ -108,7 +101,7 @@ class SamplerEngine:
             extra={
                 "event": "sampler_rebuilt",
                 "partitions": sorted(at),
-                "buckets": len(self.log.states),
+                "buckets": len(self.published.states),
                 "records_read": len(records),
                 "seconds": round(time.monotonic() - started, 3),
             },
@@ -187,7 +180,7 @@ class SamplerEngine:
         res = self.sampler.process(batch)
         starts = {p: o for (_, p), o in first.items()}
         ends = {p: o for (_, p), o in offsets.items()}
-        messages = self.log.record(res.traffic, self.sampler.take_changes(), starts, ends)
+        messages = self.published.record(res.traffic, self.sampler.take_changes(), starts, ends)
         for req in res.requests:
             sink.produce(topics.requests, req.key, req.to_json())
         for p, key, value in messages:

@@ -1,6 +1,6 @@
 """Kafka in and out through confluent-kafka (librdkafka): ``kafka.client_library: confluent-kafka``.
 
-The same source and sink as ``monitor.kafka_io`` (same semantics, same contract tests), for the
+The same source and sink as ``monitor.io.kafka_io`` (same semantics, same contract tests), for the
 optional extra ``activeaudit-monitor[confluent]``: librdkafka fetches and parses in C threads, so
 a poll costs a fraction of kafka-python's CPU (``benchmarks/throughput.py``). ``kafka.client``
 keeps kafka-python's names; ``monitor.config.confluent_client_options`` translates them. Topic
@@ -27,21 +27,21 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from monitor.config import Config, confluent_client_options
+from monitor.config.kafka_client import confluent_client_options
+from monitor.config.schema import Config
+from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable
-from monitor.kafka_io import RECONNECT_BACKOFF_MAX_MS, Assigned
-from monitor.records import RawRecord
+from monitor.runtime.ports import RECONNECT_BACKOFF_MAX_MS, TP, Assigned
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 _SECOND = operator.itemgetter(1)
 _NEXT = functools.partial(operator.add, 1)
 METADATA_TIMEOUT_S = 5.0
 
 
 class ConfluentSource:
-    """One consumer over the daemon's input topics (see ``monitor.kafka_io.KafkaSource``)."""
+    """One consumer over the daemon's input topics (see ``monitor.io.kafka_io.KafkaSource``)."""
 
     def __init__(
         self,

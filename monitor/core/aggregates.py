@@ -41,10 +41,11 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from monitor.config import Config
-from monitor.sampler import PartKey, SamplerChanges, SamplerService
+from monitor.config.schema import Config
+from monitor.core.messages import RawRecord, Reject, decode_reason
+from monitor.core.sampler import PartKey, SamplerChanges, SamplerService
+from monitor.core.windows import GroupKey, TrafficAggregate
 from monitor.stats.budget import Control
-from monitor.windows import GroupKey, TrafficAggregate
 
 FORMAT_VERSION = 1
 
@@ -144,6 +145,20 @@ def decode(key: bytes | None, value: bytes | None) -> tuple[PartKey, BucketState
     return pk, state
 
 
+def decode_states(
+    records: Sequence[RawRecord],
+) -> tuple[list[tuple[PartKey, BucketState | None]], list[Reject]]:
+    """Bucket states read from the aggregates topic (malformed ones are rejected)."""
+    ok: list[tuple[PartKey, BucketState | None]] = []
+    bad: list[Reject] = []
+    for r in records:
+        try:
+            ok.append(decode(r.key, r.value))
+        except (ValueError, OverflowError, RecursionError) as exc:
+            bad.append(Reject(decode_reason(exc), f"not an aggregates state: {exc}"[:200], r))
+    return ok, bad
+
+
 def as_of(
     records: Iterable[tuple[bytes | None, bytes | None]], committed: Mapping[int, int]
 ) -> dict[PartKey, BucketState]:
@@ -188,7 +203,7 @@ Message = tuple[int, bytes, bytes | None]  # (scored partition, key, value or No
 
 
 @dataclass
-class SamplerLog:
+class BucketStates:
     """The sampler's side: the latest state of each of its buckets and the records to produce."""
 
     states: dict[PartKey, BucketState] = field(default_factory=dict)

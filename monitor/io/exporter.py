@@ -30,10 +30,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from monitor import __version__
-from monitor.alerts import AlertStatus
-from monitor.config import Config
+from monitor.config.schema import Config
+from monitor.core.alerts import AlertStatus
+from monitor.core.snapshot import Snapshot, WindowEstimate
 from monitor.errors import ConfigError, RejectReason
-from monitor.snapshot import Snapshot, WindowEstimate
 from monitor.stats.estimate import Estimate
 
 log = logging.getLogger(__name__)

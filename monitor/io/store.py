@@ -10,7 +10,6 @@ the lost work exactly.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
 import json
@@ -22,14 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from monitor import aggregates
-from monitor.aggregates import BucketState, FeedChanges
+from monitor.core import aggregates
+from monitor.core.aggregates import BucketState, FeedChanges
+from monitor.core.estimator import EstimatorChanges, ParkedLabel, RequestState
+from monitor.core.messages import AuditRequest, LabelResult
+from monitor.core.sampler import PartKey, SamplerChanges
+from monitor.core.windows import TrafficAggregate
 from monitor.errors import StoreError
-from monitor.estimator import EstimatorChanges, ParkedLabel, RequestState
-from monitor.records import LabelResult, RawRecord
-from monitor.sampler import AuditRequest, PartKey, SamplerChanges
 from monitor.stats.budget import Control
-from monitor.windows import TrafficAggregate
 
 SCHEMA_VERSION = "1"
 DB_NAME = "monitor.sqlite"
@@ -82,48 +81,13 @@ class LoadedState:
     feed: list[BucketState] = field(default_factory=list)
 
 
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode("ascii")
-
-
-def _unb64(text: str | None) -> bytes | None:
-    return None if text is None else base64.b64decode(text)
-
-
-def _parked_dump(item: ParkedLabel) -> str:
-    lab, src = item.label, item.label.source
-    return json.dumps(
-        {
-            "request_id": lab.request_id,
-            "record_id": lab.record_id,
-            "label": lab.label,
-            "labeler": lab.labeler,
-            "ts": lab.ts,
-            "token": lab.token,
-            "src": [src.topic, src.partition, src.offset, src.timestamp_ms],
-            "key": _b64(src.key),
-            "value": _b64(src.value),
-        }
-    )
-
-
-def _parked_load(request_id: str, parked_at: float, text: str) -> ParkedLabel:
-    v = json.loads(text)
-    topic, partition, offset, ts_ms = v["src"]
-    src = RawRecord(topic, partition, offset, ts_ms, _unb64(v["key"]), _unb64(v["value"]))
-    lab = LabelResult(
-        v["request_id"], v["record_id"], v["label"], v["labeler"], v["ts"], v["token"], src
-    )
-    return ParkedLabel(request_id, lab, parked_at)
-
-
 class Store:
     """The SQLite state of one daemon; ``commit`` is one transaction per poll."""
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = Path(data_dir)
         self._lock: IO[bytes] | None = None
-        # test hook (``monitor.daemon.Failpoint``): called inside the transaction, before COMMIT
+        # test hook (``monitor.runtime.failpoint``): called inside the transaction, before COMMIT
         self.before_commit: Callable[[], None] | None = None
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -203,7 +167,7 @@ class Store:
         for rid, at, body in db.execute(
             "SELECT request_id, parked_at, body FROM parked ORDER BY parked_at, rowid"
         ):
-            st.parked.append(_parked_load(rid, float(at), body))
+            st.parked.append(ParkedLabel(rid, LabelResult.from_json(body), float(at)))
         for m, ts in db.execute("SELECT model, ts FROM watermarks"):
             st.watermarks[m] = float(ts)
         for m, p, b, state in db.execute("SELECT model, partition, bucket, state FROM feed"):
@@ -308,7 +272,7 @@ class Store:
                     i.label.source.offset,
                     i.request_id,
                     i.parked_at,
-                    _parked_dump(i),
+                    i.label.to_json().decode("utf-8"),
                 )
                 for i in estimator.parked_added
             ],

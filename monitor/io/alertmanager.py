@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from monitor.alerts import AlertStatus
+from monitor.core.alerts import AlertStatus
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, str, str]

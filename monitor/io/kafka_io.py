@@ -14,23 +14,23 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata
 
-from monitor.config import Config, TopicsConfig, kafka_client_options
+from monitor.config.kafka_client import kafka_client_options
+from monitor.config.schema import Config, TopicsConfig
+from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable
-from monitor.records import RawRecord
+from monitor.runtime.ports import RECONNECT_BACKOFF_MAX_MS, TP, Assigned
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 
 # Consumer fetch sizes (``kafka.client`` may override them): larger fetches, fewer fetch round
 # trips per record. Measured by ``benchmarks/throughput.py`` (its ceiling rows).
@@ -44,76 +44,17 @@ _KEY = attrgetter("key")
 _VALUE = attrgetter("value")
 # kafka-python backs off reconnecting up to 30 s; cap it like the daemon's own backoff (10 s)
 # so the daemon is ready again within seconds of a broker coming back (kafka.client may override)
-RECONNECT_BACKOFF_MAX_MS = 10_000
 # a client that cannot reach any broker gives up after this (kafka-python: 30 s), so the
 # daemon's own loop retries with backoff and a SIGTERM is served within seconds
 BOOTSTRAP_TIMEOUT_MS = 5_000
 MAX_BLOCK_MS = 10_000  # a send waiting for metadata (kafka-python: 60 s)
-# the aggregates topic keeps the latest state per key (monitor.aggregates); hourly segments let
+# the aggregates topic keeps the latest state per key (monitor.core.aggregates); hourly segments let
 # the cleaner compact, since a sampler reads the uncompacted tail back on every rebalance
 AGGREGATES_TOPIC_CONFIG: Mapping[str, str] = {
     "cleanup.policy": "compact",
     "segment.ms": "3600000",
     "min.cleanable.dirty.ratio": "0.1",
 }
-
-
-class RecordSource(Protocol):
-    """Where the daemon's records come from."""
-
-    def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
-        """Up to ``max_records`` records, in offset order per partition."""
-        ...
-
-    def commit(self, offsets: Mapping[TP, int]) -> None:
-        """Record the next offsets to consume (after the state they produced is durable)."""
-        ...
-
-    def seek(self, offsets: Mapping[TP, int]) -> None:
-        """Go back to these next offsets (after a failed batch was rolled back)."""
-        ...
-
-    def lag(self) -> dict[TP, int]:
-        """Records not yet consumed per assigned partition (when known)."""
-        ...
-
-    def assigned(self) -> bool:
-        """Whether the source has partitions to read."""
-        ...
-
-    def caught_up(self, topics: Collection[str]) -> bool:
-        """Whether every assigned partition of ``topics`` is known to have lag 0."""
-        ...
-
-    def partitions_for(self, topic: str) -> int:
-        """Number of partitions of ``topic`` (1 when unknown)."""
-        ...
-
-    def probe(self, timeout_s: float) -> None:
-        """Ask the broker for end offsets; ``BrokerUnavailable`` when it does not answer."""
-        ...
-
-    def close(self) -> None:
-        """Leave the group and release the connection."""
-        ...
-
-
-class RecordSink(Protocol):
-    """Where requests and dead letters go."""
-
-    def produce(
-        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
-    ) -> None:
-        """Queue one record (to ``partition``, or by key hash when None)."""
-        ...
-
-    def flush(self, timeout_s: float) -> None:
-        """Wait until every queued record is acknowledged; ``BrokerUnavailable`` otherwise."""
-        ...
-
-    def close(self) -> None:
-        """Release the connection."""
-        ...
 
 
 class _Seeker(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -127,16 +68,13 @@ class _Seeker(ConsumerRebalanceListener):  # type: ignore[misc]
         self.source.seek_assigned(assigned)
 
 
-Assigned = Callable[[Sequence[TP]], None]
-
-
 class KafkaSource:
     """One consumer over the daemon's input topics (see module docstring).
 
     ``topics`` and ``group_id`` default to the ``--role all`` ones (scored, requests, labels in
     ``kafka.group_id``). With ``on_assigned`` the source does not seek on an assignment: it
     calls ``on_assigned`` with the partitions and they resume at the group's committed offsets
-    (a sampler rebuilds its state there, see ``monitor.sampler_role``).
+    (a sampler rebuilds its state there, see ``monitor.runtime.sampler_role``).
     """
 
     def __init__(
@@ -489,132 +427,3 @@ def read_topic(
     finally:
         with contextlib.suppress(KafkaError):
             consumer.close(autocommit=False)
-
-
-# ------------------------------------------------------------------ in-memory fakes
-@dataclass
-class FakeLog:
-    """Topics as lists of partitions of ``(key, value, timestamp_ms)`` records."""
-
-    topics: dict[str, list[list[tuple[bytes | None, bytes | None, int]]]] = field(
-        default_factory=dict
-    )
-    committed: dict[TP, int] = field(default_factory=dict)
-
-    def create(self, topic: str, partitions: int = 1) -> None:
-        """Create a topic if absent."""
-        self.topics.setdefault(topic, [[] for _ in range(partitions)])
-
-    def append(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None = None,
-        partition: int = 0,
-        ts_ms: int = 0,
-    ) -> None:
-        """Append one record."""
-        self.create(topic)
-        self.topics[topic][partition].append((key, value, ts_ms))
-
-    def records(self, topic: str) -> list[tuple[bytes | None, bytes]]:
-        """Every (key, value) of a topic, partition by partition (tombstones left out)."""
-        return [(k, v) for part in self.topics.get(topic, []) for k, v, _ in part if v is not None]
-
-
-class FakeSource:
-    """An in-memory consumer over a ``FakeLog``; starts at the stored offsets like the real one."""
-
-    def __init__(
-        self, log_: FakeLog, topics: Sequence[str], stored_offsets: Callable[[], Mapping[TP, int]]
-    ) -> None:
-        self.log = log_
-        self.topics = list(topics)
-        stored = stored_offsets()
-        self.pos: dict[TP, int] = {}
-        for t in self.topics:
-            log_.create(t)
-            for p in range(len(log_.topics[t])):
-                self.pos[(t, p)] = stored.get((t, p), 0)
-        self.fail_polls = 0
-        self.down = False
-
-    def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
-        """Like a fetch: records from the partitions in turn, at most ``max_records`` in all."""
-        if self.fail_polls:
-            self.fail_polls -= 1
-            msg = "fake broker down"
-            raise BrokerUnavailable(msg)
-        out: list[RawRecord] = []
-        for (t, p), off in self.pos.items():
-            take = self.log.topics[t][p][off : off + max_records - len(out)]
-            out.extend(RawRecord(t, p, off + i, ts, k, v) for i, (k, v, ts) in enumerate(take))
-            self.pos[(t, p)] = off + len(take)
-        return out
-
-    def commit(self, offsets: Mapping[TP, int]) -> None:
-        """Store the committed offsets in the log."""
-        self.log.committed.update(offsets)
-
-    def committed(self) -> dict[TP, int]:
-        """The offsets committed for this source's partitions."""
-        return {tp: o for tp, o in self.log.committed.items() if tp in self.pos}
-
-    def seek(self, offsets: Mapping[TP, int]) -> None:
-        """Rewind to stored offsets (0 where none)."""
-        for tp in self.pos:
-            self.pos[tp] = offsets.get(tp, 0)
-
-    def lag(self) -> dict[TP, int]:
-        """Records left per partition."""
-        return {(t, p): len(self.log.topics[t][p]) - off for (t, p), off in self.pos.items()}
-
-    def assigned(self) -> bool:
-        """Always assigned."""
-        return True
-
-    def caught_up(self, topics: Collection[str]) -> bool:
-        """Every partition of ``topics`` fully read."""
-        return all(v == 0 for (t, _), v in self.lag().items() if t in topics)
-
-    def partitions_for(self, topic: str) -> int:
-        """Partitions of a fake topic."""
-        return len(self.log.topics.get(topic, [[]]))
-
-    def probe(self, timeout_s: float) -> None:
-        """Fails while ``down`` is set."""
-        if self.down:
-            msg = "fake broker down"
-            raise BrokerUnavailable(msg)
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-class FakeSink:
-    """Appends produced records to a ``FakeLog`` on flush; can be told to fail."""
-
-    def __init__(self, log_: FakeLog) -> None:
-        self.log = log_
-        self._queue: list[tuple[str, bytes | None, bytes | None, int]] = []
-        self.fail_flushes = 0
-
-    def produce(
-        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
-    ) -> None:
-        """Queue one record (partition 0 unless given)."""
-        self._queue.append((topic, key, value, partition or 0))
-
-    def flush(self, timeout_s: float) -> None:
-        """Deliver the queue, or fail (dropping nothing: the batch will be replayed)."""
-        if self.fail_flushes:
-            self.fail_flushes -= 1
-            self._queue.clear()
-            msg = "fake flush failed"
-            raise BrokerUnavailable(msg)
-        for topic, key, value, partition in self._queue:
-            self.log.append(topic, value, key, partition)
-        self._queue.clear()
-
-    def close(self) -> None:
-        """Nothing to release."""

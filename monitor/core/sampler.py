@@ -9,7 +9,7 @@ a replay makes the same decisions and produces byte-identical requests.
 Controls are frozen at the first record of a bucket on a partition from that partition's
 aggregate of earlier buckets; a batch is cut at those first records so the aggregate used is
 exactly the traffic that preceded the record on its partition, wherever batches were cut.
-A sampler rebuilt from published bucket states (``monitor.aggregates``) is given, per bucket,
+A sampler rebuilt from published bucket states (``monitor.core.aggregates``) is given, per bucket,
 the offset below which the bucket's records are already counted: records a replay brings again
 are decided again (the same requests) but not aggregated twice.
 Records older than the retention horizon (``2 k`` buckets behind the partition's newest bucket,
@@ -18,39 +18,24 @@ Records older than the retention horizon (``2 k`` buckets behind the partition's
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import itertools
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from monitor.config import Config, ModelConfig
-from monitor.records import ScoredBatch
+from monitor.config.schema import Config, ModelConfig
+from monitor.core.messages import AuditRequest, request_id_for, request_token
+from monitor.core.records import ScoredBatch
+from monitor.core.windows import GroupKey, TrafficAggregate, bucket_of, group_traffic
 from monitor.stats.budget import Control, control_for_bucket, selection_weights, uniform_control
 from monitor.stats.selection import hash_uniform
-from monitor.windows import GroupKey, TrafficAggregate, bucket_of, group_traffic
 
 OTHER_SEGMENT = "__other__"
 
 PartKey = tuple[str, int, int]  # (model, partition, bucket)
-
-
-def request_id_for(salt: str, model: str, record_id: str) -> str:
-    """The request id of a record: ``blake2b(f"{salt}|{model}|{id}", digest_size=16)`` in hex."""
-    data = f"{salt}|{model}|{record_id}".encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
-def request_token(secret: str, request_id: str) -> str:
-    """The HMAC-SHA256 token (hex, 32 chars) a label must echo when a secret is configured."""
-    mac = hmac.new(secret.encode("utf-8"), request_id.encode("utf-8"), hashlib.sha256)
-    return mac.hexdigest()[:32]
 
 
 def retention_buckets(config: Config) -> int:
@@ -58,78 +43,6 @@ def retention_buckets(config: Config) -> int:
     bucket_s = config.windows.bucket_s
     k = max([math.ceil(w / bucket_s) for _, w in config.windows.report] + [1])
     return 2 * k
-
-
-@dataclass(frozen=True)
-class AuditRequest:
-    """One label request, as produced to the requests topic (key = ``request_id``)."""
-
-    request_id: str
-    id: str
-    model: str
-    segment: str
-    score: float
-    pred: int
-    pi: float
-    ts: float
-    bucket: int
-    deadline: float
-    payload: Any = None
-    token: str | None = None
-
-    def to_json(self) -> bytes:
-        """Deterministic JSON: sorted keys, compact separators (``token`` only when set)."""
-        body: dict[str, Any] = {
-            "request_id": self.request_id,
-            "id": self.id,
-            "model": self.model,
-            "segment": self.segment,
-            "score": self.score,
-            "pred": self.pred,
-            "pi": self.pi,
-            "ts": self.ts,
-            "bucket": self.bucket,
-            "deadline": self.deadline,
-            "payload": self.payload,
-        }
-        if self.token is not None:
-            body["token"] = self.token
-        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
-
-    @property
-    def key(self) -> bytes:
-        """The Kafka key: the request id in UTF-8."""
-        return self.request_id.encode("utf-8")
-
-    @classmethod
-    def from_json(cls, value: bytes) -> AuditRequest:
-        """Parse a request produced by ``to_json``; ``ValueError`` when it is not one."""
-        obj = json.loads(value)
-        if not isinstance(obj, dict):
-            msg = "a request must be a JSON object"
-            raise ValueError(msg)
-        try:
-            req = cls(
-                request_id=str(obj["request_id"]),
-                id=str(obj["id"]),
-                model=str(obj["model"]),
-                segment=str(obj["segment"]),
-                score=float(obj["score"]),
-                pred=int(obj["pred"]),
-                pi=float(obj["pi"]),
-                ts=float(obj["ts"]),
-                bucket=int(obj["bucket"]),
-                deadline=float(obj["deadline"]),
-                payload=obj.get("payload"),
-                token=obj.get("token"),
-            )
-        except (KeyError, TypeError) as exc:
-            msg = f"not a request: {exc!r}"
-            raise ValueError(msg) from exc
-        if not (0.0 < req.pi <= 1.0 and 0.0 <= req.score <= 1.0 and req.pred in (0, 1)):
-            msg = "request field out of range"
-            raise ValueError(msg)
-        return req
 
 
 @dataclass
@@ -185,7 +98,7 @@ class SamplerService:
 
     def model_config(self, model: str) -> ModelConfig:
         """The settings of ``model`` (defaults for a model not in the configuration)."""
-        return self.config.models.get(model) or ModelConfig(name=model)
+        return self.config.model(model)
 
     def control(self, model: str, partition: int, bucket: int) -> Control | None:
         """The frozen control of a (model, partition, bucket), if any."""

@@ -38,8 +38,8 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.errors import InputFileError
-from monitor.poolfile import DESIGNS, Plan, Pool, read_plan, read_pool, write_plan
-from monitor.simulate import calibrated_pool
+from monitor.offline.poolfile import DESIGNS, Plan, Pool, read_plan, read_pool, write_plan
+from monitor.sim.simulate import calibrated_pool
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import falpha_exact, intrinsic_falpha
 from monitor.stats.measures import Measures, measure_all

@@ -1,0 +1,228 @@
+"""The ``kafka.client`` section: settings passed through to kafka-python or librdkafka.
+
+Keys are kafka-python's names; they are checked against kafka-python's own defaults (type and
+existence), secrets are redacted from every ``repr``, and ``CONFLUENT_OPTIONS`` translates the
+supported ones for confluent-kafka.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterator, Mapping
+from typing import Any, Literal, cast
+
+from monitor.config.schema import KafkaConfig
+from monitor.config.validate import (
+    Problems,
+    as_mapping,
+    env_ref,
+    got,
+    join_key,
+    unknown_key,
+)
+
+_REDACTED = "<redacted>"
+
+# kafka-python settings the monitor sets itself: not accepted under ``kafka.client``
+_RESERVED_CLIENT: Mapping[str, str] = {
+    "bootstrap_servers": "set it with kafka.bootstrap_servers",
+    "group_id": "set it with kafka.group_id",
+    "max_poll_records": "set it with kafka.max_poll_records",
+    "enable_auto_commit": "the monitor commits offsets itself, after its state is durable",
+    "transactional_id": "the monitor does not use Kafka transactions",
+    "consumer_timeout_ms": "the monitor polls with kafka.poll_timeout_ms",
+    "key_deserializer": "the monitor decodes records itself",
+    "value_deserializer": "the monitor decodes records itself",
+    "key_serializer": "the monitor encodes records itself",
+    "value_serializer": "the monitor encodes records itself",
+    "default_offset_commit_callback": "not settable from a file",
+    "partition_assignment_strategy": "not settable from a file",
+    "partitioner": "not settable from a file",
+    "kafka_client": "not settable from a file",
+    "selector": "not settable from a file",
+    "metric_reporters": "not settable from a file",
+    "sasl_oauth_token_provider": "not settable from a file",
+    "ssl_context": "not settable from a file",
+    "socket_options": "not settable from a file",
+}
+
+
+class ClientSettings(Mapping[str, Any]):
+    """Read-only kafka-python settings whose secrets never show in ``repr`` or ``str``.
+
+    Values read from the environment, and every key naming a password, secret or token, are
+    shown as ``<redacted>``; the real values are only handed to kafka-python.
+    """
+
+    def __init__(self, values: Mapping[str, Any], secret_keys: Collection[str] = ()) -> None:
+        self._values = dict(values)
+        self._secret = frozenset(secret_keys) | {k for k in self._values if _secret_name(k)}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        shown = {k: (_REDACTED if k in self._secret else v) for k, v in self._values.items()}
+        return f"ClientSettings({shown!r})"
+
+    __str__ = __repr__
+
+
+def _secret_name(key: str) -> bool:
+    return any(word in key.lower() for word in ("password", "secret", "token"))
+
+
+def kafka_client_options(
+    kafka: KafkaConfig, role: Literal["consumer", "producer", "admin"]
+) -> dict[str, Any]:
+    """The ``kafka.client`` settings that apply to one kafka-python client class.
+
+    A key valid for the consumer only (``session_timeout_ms``) is left out of the producer's
+    settings and vice versa, since kafka-python rejects unknown settings.
+    """
+    return {k: v for k, v in kafka.client.items() if k in _client_defaults(role)}
+
+
+LIBRARIES = ("kafka-python", "confluent-kafka")
+_LIBRARY = re.compile("|".join(re.escape(x) for x in LIBRARIES))
+
+
+_BOTH = frozenset({"consumer", "producer"})
+_CONSUMER = frozenset({"consumer"})
+_PRODUCER = frozenset({"producer"})
+# kafka.client key (kafka-python's name) -> (librdkafka property, the clients it applies to)
+CONFLUENT_OPTIONS: Mapping[str, tuple[str, frozenset[str]]] = {
+    "security_protocol": ("security.protocol", _BOTH),
+    "sasl_mechanism": ("sasl.mechanism", _BOTH),
+    "sasl_plain_username": ("sasl.username", _BOTH),
+    "sasl_plain_password": ("sasl.password", _BOTH),
+    "ssl_cafile": ("ssl.ca.location", _BOTH),
+    "ssl_certfile": ("ssl.certificate.location", _BOTH),
+    "ssl_keyfile": ("ssl.key.location", _BOTH),
+    "ssl_password": ("ssl.key.password", _BOTH),
+    "client_id": ("client.id", _BOTH),
+    "reconnect_backoff_ms": ("reconnect.backoff.ms", _BOTH),
+    "reconnect_backoff_max_ms": ("reconnect.backoff.max.ms", _BOTH),
+    "retry_backoff_ms": ("retry.backoff.ms", _BOTH),
+    "session_timeout_ms": ("session.timeout.ms", _CONSUMER),
+    "heartbeat_interval_ms": ("heartbeat.interval.ms", _CONSUMER),
+    # static group membership: a restarted member with the same id takes its partitions back
+    # without waiting for its old session to expire (one id per process of a group)
+    "group_instance_id": ("group.instance.id", _CONSUMER),
+    "max_poll_interval_ms": ("max.poll.interval.ms", _CONSUMER),
+    "fetch_max_bytes": ("fetch.max.bytes", _CONSUMER),
+    "max_partition_fetch_bytes": ("max.partition.fetch.bytes", _CONSUMER),
+    "request_timeout_ms": ("request.timeout.ms", _PRODUCER),
+    "linger_ms": ("linger.ms", _PRODUCER),
+    "compression_type": ("compression.type", _PRODUCER),
+}
+
+
+def confluent_client_options(
+    kafka: KafkaConfig, role: Literal["consumer", "producer"]
+) -> dict[str, Any]:
+    """The ``kafka.client`` settings as librdkafka properties, for one client kind.
+
+    Keys are kafka-python's names (the same file serves both libraries); the configuration
+    refuses a key without a translation here when ``client_library`` is confluent-kafka.
+    """
+    out: dict[str, Any] = {}
+    for key, value in kafka.client.items():
+        name, roles = CONFLUENT_OPTIONS.get(key, ("", frozenset()))
+        if role in roles:
+            out[name] = value
+    return out
+
+
+def _client_defaults(role: str) -> Mapping[str, Any]:
+    if role == "consumer":
+        from kafka import KafkaConsumer  # noqa: PLC0415 - kafka only when a config is loaded
+
+        return cast(Mapping[str, Any], KafkaConsumer.DEFAULT_CONFIG)
+    if role == "producer":
+        from kafka import KafkaProducer  # noqa: PLC0415 - kafka only when a config is loaded
+
+        return cast(Mapping[str, Any], KafkaProducer.DEFAULT_CONFIG)
+    from kafka.admin import KafkaAdminClient  # noqa: PLC0415
+
+    return cast(Mapping[str, Any], KafkaAdminClient.DEFAULT_CONFIG)
+
+
+def client_settings(problems: Problems, value: Any) -> ClientSettings:
+    """The ``kafka.client`` section checked against kafka-python's own settings and types."""
+    path = "kafka.client"
+    found = as_mapping(problems, value, path) or {}
+    consumer, producer = _client_defaults("consumer"), _client_defaults("producer")
+    known = set(consumer) | set(producer)
+    out: dict[str, Any] = {}
+    secret: set[str] = set()
+    for key, raw in found.items():
+        where = join_key(path, key)
+        if key in _RESERVED_CLIENT:
+            problems.add(where, f"not allowed here: {_RESERVED_CLIENT[key]}")
+            continue
+        if key not in known:
+            problems.add(where, unknown_key(key, known - set(_RESERVED_CLIENT)))
+            continue
+        if raw is None:  # null: kafka-python's default
+            continue
+        item, from_env = env_ref(problems, raw, where)
+        if from_env:
+            secret.add(key)
+            if item is None:
+                continue
+        default = consumer.get(key, producer.get(key))
+        if _secret_name(key):
+            default = ""  # passwords and tokens are strings
+        checked = _client_value(item, default, from_env=from_env)
+        if checked is _BAD:
+            hidden = from_env or _secret_name(key)
+            expected = _expected_client_type(default)
+            problems.add(where, f"expected {expected}, {got(item, secret=hidden)}")
+            continue
+        out[key] = checked
+    return ClientSettings(out, secret)
+
+
+_BAD = object()
+
+
+def _client_value(value: Any, default: Any, *, from_env: bool) -> Any:
+    """The value coerced to the type of kafka-python's default, or ``_BAD``."""
+    if isinstance(default, bool):
+        if from_env and isinstance(value, str) and value.lower() in {"true", "false"}:
+            return value.lower() == "true"
+        return value if isinstance(value, bool) else _BAD
+    if isinstance(default, int | float):
+        if from_env and isinstance(value, str):
+            try:
+                return int(value) if isinstance(default, int) else float(value)
+            except ValueError:
+                return _BAD
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        if isinstance(default, int) and not isinstance(value, int):
+            return _BAD
+        return value if numeric else _BAD
+    if isinstance(default, str):
+        return value if isinstance(value, str) else _BAD
+    if isinstance(value, list):  # api_version: [2, 8, 0]
+        return tuple(value) if all(isinstance(v, int) for v in value) else _BAD
+    return value if value is None or isinstance(value, str | int | float) else _BAD
+
+
+def _expected_client_type(default: Any) -> str:
+    if isinstance(default, bool):
+        return "a boolean"
+    if isinstance(default, int):
+        return "an integer"
+    if isinstance(default, float):
+        return "a number"
+    if isinstance(default, str):
+        return "a string"
+    return "a string, number or list of integers"

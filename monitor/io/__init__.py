@@ -1,0 +1,1 @@
+"""Adapters to the outside world: Kafka clients, SQLite store, Prometheus exporter, Alertmanager."""

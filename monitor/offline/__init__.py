@@ -1,0 +1,1 @@
+"""The offline audit of a fixed pool: ``monitor plan`` and ``monitor estimate``."""

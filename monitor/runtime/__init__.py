@@ -1,0 +1,1 @@
+"""The process around the core: narrow ports, the step engines, failpoints."""

@@ -1,0 +1,298 @@
+"""The engine of ``--role all`` and ``--role estimator``: one poll is one step.
+
+In a fixed order::
+
+    poll -> decode -> sampler -> estimator (requests, labels, parked)
+         -> produce requests + dead letters, flush
+         -> ONE store transaction (state + next offsets) -> Kafka commit -> metrics
+
+Nothing is committed before it is durable: requests and dead letters are acknowledged before
+the transaction, and the transaction before the Kafka commit. After a broker failure the
+``Daemon`` calls ``rollback``: the in-memory state is reloaded from the store and the consumer
+seeks back to the stored offsets; the deterministic decisions then reproduce the same requests
+(idempotent by key and bytes).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
+from typing import TYPE_CHECKING
+
+from monitor.config.schema import Config
+from monitor.core import aggregates
+from monitor.core.aggregates import TrafficFeed
+from monitor.core.estimator import EstimatorService
+from monitor.core.messages import AuditRequest, RawRecord, Reject
+from monitor.core.records import deadletter_value, decode_labels, decode_requests, decode_scored
+from monitor.core.sampler import SamplerService
+from monitor.core.snapshot import Snapshot
+from monitor.errors import BrokerUnavailable
+from monitor.runtime.failpoint import Failpoint
+from monitor.runtime.ports import TP, Metrics, Sink, Source
+
+if TYPE_CHECKING:
+    from monitor.io.store import Store
+
+log = logging.getLogger(__name__)
+
+_TOPIC_PARTITION = attrgetter("topic", "partition")
+SNAPSHOT_EVERY_S = 1.0  # snapshots at most this often...
+SNAPSHOT_LABELS_S = 0.2  # ...or this often when labels arrived
+FLUSH_TIMEOUT_S = 30.0
+
+
+def split_poll(
+    raw: Sequence[RawRecord],
+) -> tuple[dict[str, list[RawRecord]], dict[TP, int], dict[TP, int]]:
+    """A poll's records by topic, and per topic-partition its first and its next offset.
+
+    A poll holds runs of records of one topic-partition in offset order: grouped by run, not
+    by record.
+    """
+    by_topic: dict[str, list[RawRecord]] = collections.defaultdict(list)
+    first: dict[TP, int] = {}
+    nxt: dict[TP, int] = {}
+    for (t, p), run in itertools.groupby(raw, _TOPIC_PARTITION):
+        recs = list(run)
+        by_topic[t].extend(recs)
+        first.setdefault((t, p), recs[0].offset)
+        nxt[(t, p)] = max(nxt.get((t, p), 0), recs[-1].offset + 1)
+    return by_topic, first, nxt
+
+
+def count_step(
+    metrics: Metrics,
+    records: Mapping[str, int],
+    requested: Mapping[str, int],
+    labels: Mapping[str, int],
+    rejects: Sequence[Reject],
+) -> None:
+    """Add one step's scored records, requests, accepted labels and rejects to the counters."""
+    if records:
+        metrics.count_records(records)
+    if requested:
+        metrics.count_requests(requested)
+    if labels:
+        metrics.count_labels(labels)
+    if rejects:
+        metrics.count_rejects(collections.Counter(r.reason for r in rejects))
+
+
+class Engine:
+    """The sampler, estimator and store of one daemon, driven one poll at a time.
+
+    ``role="all"`` (the default) reads the scored, requests and labels topics and runs both the
+    sampler and the estimator. ``role="estimator"`` reads the requests, labels and aggregates
+    topics instead: the traffic comes from samplers running elsewhere
+    (``monitor.runtime.sampler_role``) as bucket states, turned into exact deltas by a
+    ``TrafficFeed`` stored with the rest.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.time,
+        on_snapshot: Sequence[Callable[[Snapshot], None]] = (),
+        *,
+        failpoint: Failpoint | None = None,
+        role: str = "all",
+    ) -> None:
+        if role not in ("all", "estimator"):
+            msg = f"an Engine runs the all or estimator role, not {role!r}"
+            raise ValueError(msg)
+        self.config = config
+        self.role = role
+        self.store = store
+        self.failpoint = failpoint
+        if failpoint is not None:
+            store.before_commit = lambda: failpoint.hit("store")
+        self.metrics = metrics
+        self.clock = clock
+        self.on_snapshot = list(on_snapshot)
+        self.n_partitions = 1
+        self._last_snapshot = -1e18
+        self._dirty = True
+        self._capped: set[str] = set()  # models whose segment limit was reported
+        self._load()
+
+    def _load(self) -> None:
+        st = self.store.load()
+        self.sampler = SamplerService(
+            self.config,
+            n_partitions=self.n_partitions,
+            traffic=st.ptraffic,
+            controls=st.controls,
+            segments=st.segments,
+        )
+        self.estimator = EstimatorService(
+            self.config,
+            self.clock,
+            traffic=st.straffic,
+            requests=st.requests,
+            parked=st.parked,
+            watermarks=st.watermarks,
+        )
+        self.feed = TrafficFeed(st.feed) if self.role == "estimator" else None
+        self._dirty = True
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics this role reads.
+
+        ``all`` does not read the requests topic: it issued every request it awaits, and stored
+        each in the same transaction as the offsets of the record that caused it.
+        """
+        t = self.config.kafka.topics
+        if self.feed is None:
+            return [t.scored, t.labels]
+        return [t.aggregates, t.requests, t.labels]
+
+    def offsets(self) -> dict[TP, int]:
+        """Where each partition resumes: the offsets stored with the state."""
+        return self.store.offsets()
+
+    def set_partitions(self, n: int) -> None:
+        """The scored topic's partition count (the budget is split evenly across them)."""
+        self.n_partitions = max(1, n)
+        self.sampler.n_partitions = self.n_partitions
+
+    def rollback(self, source: Source) -> None:
+        """Forget in-memory changes since the last transaction and rewind the consumer."""
+        self._load()
+        source.seek(self.store.offsets())
+
+    def step(self, source: Source, sink: Sink) -> int:
+        """Poll once and process; return the number of records consumed."""
+        cfg = self.config
+        topics = cfg.kafka.topics
+        raw = source.poll(cfg.kafka.max_poll_records, cfg.kafka.poll_timeout_ms / 1000.0)
+        started = time.monotonic()
+        now = self.clock()
+        fp = self.failpoint
+        if fp is not None and raw:
+            fp.hit("decode")
+        by_topic, _, offsets = split_poll(raw)
+        rejects: list[Reject] = []
+        produced: list[AuditRequest] = []
+        records: dict[str, int] = {}
+        requested: dict[str, int] = {}
+        if by_topic[topics.scored]:
+            batch, bad = decode_scored(by_topic[topics.scored], cfg, now=now)
+            rejects.extend(bad)
+            res = self.sampler.process(batch)
+            produced, records, requested = res.requests, res.records, res.requested
+            if res.folded:
+                self.metrics.count_segments_folded(res.folded)
+            for model in sorted(set(res.folded) - self._capped):
+                self._capped.add(model)
+                log.warning(
+                    "segment limit reached: new segments are reported as __other__",
+                    extra={
+                        "event": "segments_capped",
+                        "model": model,
+                        "limit": cfg.max_segments_per_model,
+                    },
+                )
+            self.estimator.apply_traffic(res.traffic)
+            rejects.extend(self.estimator.upsert_requests(produced))
+        if self.feed is not None and by_topic[topics.aggregates]:
+            states, bad = aggregates.decode_states(by_topic[topics.aggregates])
+            rejects.extend(bad)
+            self.estimator.apply_traffic(self.feed.apply(states))
+        if by_topic[topics.requests]:
+            known, bad = decode_requests(by_topic[topics.requests], cfg)
+            rejects.extend(bad)
+            rejects.extend(self.estimator.upsert_requests(known))
+        if by_topic[topics.labels]:
+            labels, bad = decode_labels(by_topic[topics.labels], now=now)
+            rejects.extend(bad)
+            rejects.extend(self.estimator.handle_labels(labels))
+        lag = source.lag()
+        # a parked label is unknown only once every request it could match has been seen: the
+        # scored topic (role all: our own requests) or the requests topic (the samplers') is read
+        caught_up = source.caught_up((topics.scored,) if self.feed is None else (topics.requests,))
+        rejects.extend(self.estimator.expire_parked(requests_caught_up=caught_up))
+        sampler_changes = self.sampler.take_changes()
+        estimator_changes = self.estimator.take_changes()
+        feed_changes = None
+        if self.feed is not None:
+            for model, horizon in estimator_changes.prune.items():
+                self.feed.prune(model, horizon)
+            feed_changes = self.feed.take_changes()
+        changed = bool(
+            raw
+            or rejects
+            or estimator_changes.parked_removed
+            or estimator_changes.requests
+            or sampler_changes.controls
+        )
+        if changed:
+            for req in produced:
+                sink.produce(topics.requests, req.key, req.to_json())
+            for rej in rejects:
+                sink.produce(topics.deadletter, rej.record.key, deadletter_value(rej))
+            if fp is not None:
+                fp.hit("produce")
+            sink.flush(FLUSH_TIMEOUT_S)
+            if fp is not None:
+                fp.hit("flush")
+            self.store.commit(sampler_changes, estimator_changes, offsets, feed_changes)
+            self._dirty = True
+            try:
+                source.commit(offsets)
+            except BrokerUnavailable as exc:
+                # the store holds the offsets; Kafka's copy catches up on the next commit
+                log.warning(
+                    "offset commit failed", extra={"event": "commit_failed", "error": str(exc)}
+                )
+            if fp is not None:
+                fp.hit("commit")
+        labels_ok = self.estimator.take_label_counts()
+        count_step(self.metrics, records, requested, labels_ok, rejects)
+        for (t, p), v in lag.items():
+            self.metrics.set_lag(t, p, v)
+        if raw:
+            self.metrics.observe_batch(time.monotonic() - started)
+            log.info(
+                "batch processed",
+                extra={
+                    "event": "batch_processed",
+                    "records": len(raw),
+                    "scored": len(by_topic[topics.scored]),
+                    "requests": len(produced),
+                    "labels": sum(labels_ok.values()),
+                    "rejected": len(rejects),
+                    "offsets": {f"{t}/{p}": o for (t, p), o in sorted(offsets.items())},
+                },
+            )
+        self.maybe_publish(force=bool(labels_ok))
+        return len(raw)
+
+    def shutdown(self, source: Source | None, sink: Sink | None) -> None:
+        """Before closing: publish the last state (skipped when nothing changed)."""
+        self.maybe_publish(force=True)
+
+    def maybe_publish(self, force: bool = False) -> Snapshot | None:
+        """Publish a snapshot of changed state: every ~1 s, sooner (0.2 s) after new labels."""
+        t = time.monotonic()
+        wait = SNAPSHOT_LABELS_S if force else SNAPSHOT_EVERY_S
+        if not self._dirty or t - self._last_snapshot < wait:
+            return None
+        snap = self.estimator.snapshot()
+        self.metrics.publish(snap)
+        for hook in self.on_snapshot:
+            try:
+                hook(snap)
+            except Exception:  # a faulty consumer of snapshots must not stop the data path
+                log.exception("snapshot hook failed", extra={"event": "snapshot_hook_failed"})
+        # many segments make a snapshot costly: keep it under ~10% of the time
+        self._last_snapshot = t + 9.0 * (time.monotonic() - t)
+        self._dirty = False
+        return snap

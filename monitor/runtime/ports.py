@@ -1,0 +1,113 @@
+"""The narrow ports between the engines and the outside world: what a step needs of each.
+
+``monitor.io`` implements them with Kafka (kafka-python or confluent-kafka) and Prometheus;
+``monitor.testing.fakes`` in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from monitor.config.schema import Config
+    from monitor.core.messages import RawRecord
+    from monitor.core.snapshot import Snapshot
+    from monitor.errors import RejectReason
+
+TP = tuple[str, int]  # (topic, partition)
+Assigned = Callable[[Sequence[TP]], None]  # called with a consumer's new assignment
+# both Kafka clients retry a lost broker at most this far apart
+RECONNECT_BACKOFF_MAX_MS = 10_000
+
+
+class Source(Protocol):
+    """Where an engine's records come from: a consumer (``monitor.io.kafka_io`` and the like)."""
+
+    def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
+        """Up to ``max_records`` records, in offset order per partition."""
+        ...
+
+    def commit(self, offsets: Mapping[TP, int]) -> None:
+        """Record the next offsets to consume (after the state they produced is durable)."""
+        ...
+
+    def seek(self, offsets: Mapping[TP, int]) -> None:
+        """Go back to these next offsets (after a failed batch was rolled back)."""
+        ...
+
+    def committed(self) -> dict[TP, int]:
+        """The group's committed offsets of the assigned partitions."""
+        ...
+
+    def lag(self) -> dict[TP, int]:
+        """Records not yet consumed per assigned partition (when known)."""
+        ...
+
+    def assigned(self) -> bool:
+        """Whether the source has partitions to read."""
+        ...
+
+    def caught_up(self, topics: Collection[str]) -> bool:
+        """Whether every assigned partition of ``topics`` is known to have lag 0."""
+        ...
+
+    def partitions_for(self, topic: str) -> int:
+        """Number of partitions of ``topic`` (1 when unknown)."""
+        ...
+
+    def probe(self, timeout_s: float) -> None:
+        """Ask the broker for end offsets; ``BrokerUnavailable`` when it does not answer."""
+        ...
+
+    def close(self) -> None:
+        """Leave the group and release the connection."""
+        ...
+
+
+class Sink(Protocol):
+    """Where requests, dead letters and bucket states go (a producer)."""
+
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+    ) -> None:
+        """Queue one record (to ``partition``, or by key hash when None)."""
+        ...
+
+    def flush(self, timeout_s: float) -> None:
+        """Wait until every queued record is acknowledged; ``BrokerUnavailable`` otherwise."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection."""
+        ...
+
+
+class Metrics(Protocol):
+    """The exporter facade (``monitor.io.exporter.Exporter``) as the loop uses it."""
+
+    def publish(self, snapshot: Snapshot) -> None: ...  # noqa: D102
+    def count_records(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
+    def count_requests(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
+    def count_labels(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
+    def count_rejects(self, per_reason: Mapping[RejectReason, int]) -> None: ...  # noqa: D102
+    def count_segments_folded(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
+    def observe_batch(self, seconds: float) -> None: ...  # noqa: D102
+    def set_lag(self, topic: str, partition: int, lag: int) -> None: ...  # noqa: D102
+    def set_ready(self, ready: bool) -> None: ...  # noqa: D102
+
+
+class Loop(Protocol):
+    """What ``Daemon`` drives: an ``Engine`` or a ``monitor.runtime.sampler_role.SamplerEngine``."""
+
+    config: Config
+    metrics: Metrics
+
+    def offsets(self) -> Mapping[TP, int]: ...  # noqa: D102
+    def set_partitions(self, n: int) -> None: ...  # noqa: D102
+    def step(self, source: Source, sink: Sink) -> int: ...  # noqa: D102
+    def rollback(self, source: Source) -> None: ...  # noqa: D102
+    def shutdown(self, source: Source | None, sink: Sink | None) -> None: ...  # noqa: D102
+
+
+Connect = Callable[[Callable[[], Mapping[TP, int]]], tuple[Source, Sink]]

@@ -1,0 +1,142 @@
+"""An in-memory broker for fast tests: topics as lists, a ``Source`` and a ``Sink`` over them.
+
+They implement ``monitor.runtime.ports`` like the Kafka adapters do, with the same contract
+(``tests/contract/test_kafka_io.py`` runs both), so an engine is tested without a broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from monitor.core.messages import RawRecord
+from monitor.errors import BrokerUnavailable
+from monitor.runtime.ports import TP
+
+
+@dataclass
+class FakeLog:
+    """Topics as lists of partitions of ``(key, value, timestamp_ms)`` records."""
+
+    topics: dict[str, list[list[tuple[bytes | None, bytes | None, int]]]] = field(
+        default_factory=dict
+    )
+    committed: dict[TP, int] = field(default_factory=dict)
+
+    def create(self, topic: str, partitions: int = 1) -> None:
+        """Create a topic if absent."""
+        self.topics.setdefault(topic, [[] for _ in range(partitions)])
+
+    def append(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int = 0,
+        ts_ms: int = 0,
+    ) -> None:
+        """Append one record."""
+        self.create(topic)
+        self.topics[topic][partition].append((key, value, ts_ms))
+
+    def records(self, topic: str) -> list[tuple[bytes | None, bytes]]:
+        """Every (key, value) of a topic, partition by partition (tombstones left out)."""
+        return [(k, v) for part in self.topics.get(topic, []) for k, v, _ in part if v is not None]
+
+
+class FakeSource:
+    """An in-memory consumer over a ``FakeLog``; starts at the stored offsets like the real one."""
+
+    def __init__(
+        self, log_: FakeLog, topics: Sequence[str], stored_offsets: Callable[[], Mapping[TP, int]]
+    ) -> None:
+        self.log = log_
+        self.topics = list(topics)
+        stored = stored_offsets()
+        self.pos: dict[TP, int] = {}
+        for t in self.topics:
+            log_.create(t)
+            for p in range(len(log_.topics[t])):
+                self.pos[(t, p)] = stored.get((t, p), 0)
+        self.fail_polls = 0
+        self.down = False
+
+    def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
+        """Like a fetch: records from the partitions in turn, at most ``max_records`` in all."""
+        if self.fail_polls:
+            self.fail_polls -= 1
+            msg = "fake broker down"
+            raise BrokerUnavailable(msg)
+        out: list[RawRecord] = []
+        for (t, p), off in self.pos.items():
+            take = self.log.topics[t][p][off : off + max_records - len(out)]
+            out.extend(RawRecord(t, p, off + i, ts, k, v) for i, (k, v, ts) in enumerate(take))
+            self.pos[(t, p)] = off + len(take)
+        return out
+
+    def commit(self, offsets: Mapping[TP, int]) -> None:
+        """Store the committed offsets in the log."""
+        self.log.committed.update(offsets)
+
+    def committed(self) -> dict[TP, int]:
+        """The offsets committed for this source's partitions."""
+        return {tp: o for tp, o in self.log.committed.items() if tp in self.pos}
+
+    def seek(self, offsets: Mapping[TP, int]) -> None:
+        """Rewind to stored offsets (0 where none)."""
+        for tp in self.pos:
+            self.pos[tp] = offsets.get(tp, 0)
+
+    def lag(self) -> dict[TP, int]:
+        """Records left per partition."""
+        return {(t, p): len(self.log.topics[t][p]) - off for (t, p), off in self.pos.items()}
+
+    def assigned(self) -> bool:
+        """Always assigned."""
+        return True
+
+    def caught_up(self, topics: Collection[str]) -> bool:
+        """Every partition of ``topics`` fully read."""
+        return all(v == 0 for (t, _), v in self.lag().items() if t in topics)
+
+    def partitions_for(self, topic: str) -> int:
+        """Partitions of a fake topic."""
+        return len(self.log.topics.get(topic, [[]]))
+
+    def probe(self, timeout_s: float) -> None:
+        """Fails while ``down`` is set."""
+        if self.down:
+            msg = "fake broker down"
+            raise BrokerUnavailable(msg)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class FakeSink:
+    """Appends produced records to a ``FakeLog`` on flush; can be told to fail."""
+
+    def __init__(self, log_: FakeLog) -> None:
+        self.log = log_
+        self._queue: list[tuple[str, bytes | None, bytes | None, int]] = []
+        self.fail_flushes = 0
+
+    def produce(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+    ) -> None:
+        """Queue one record (partition 0 unless given)."""
+        self._queue.append((topic, key, value, partition or 0))
+
+    def flush(self, timeout_s: float) -> None:
+        """Deliver the queue, or fail (dropping nothing: the batch will be replayed)."""
+        if self.fail_flushes:
+            self.fail_flushes -= 1
+            self._queue.clear()
+            msg = "fake flush failed"
+            raise BrokerUnavailable(msg)
+        for topic, key, value, partition in self._queue:
+            self.log.append(topic, value, key, partition)
+        self._queue.clear()
+
+    def close(self) -> None:
+        """Nothing to release."""
