@@ -15,7 +15,14 @@ from typing import Any
 import yaml
 
 from monitor.io.kafka_io import AGGREGATES_TOPIC_CONFIG
-from monitor.sim.kafka_broker import DEPLOY_SETTINGS, KAFKA_VERSION, POM, TEST_SETTINGS
+from monitor.sim.kafka_broker import (
+    DEPLOY_SETTINGS,
+    KAFKA_VERSION,
+    POM,
+    TEST_SETTINGS,
+    KafkaBroker,
+    _cluster_id,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "deploy" / "compose.yaml"
@@ -68,3 +75,20 @@ def test_compose_creates_the_aggregates_topic_with_the_daemons_topic_config() ->
     line = next(x for x in script.splitlines() if "--topic audit-aggregates" in x)
     configs = dict(re.findall(r"--config ([\w.]+)=(\S+)", line))
     assert configs == dict(AGGREGATES_TOPIC_CONFIG)
+
+
+def test_the_test_broker_listens_on_loopback_only(tmp_path: Path) -> None:
+    broker = KafkaBroker(port=19092, advertised_port=19093, data_dir=tmp_path)
+    props = broker.server_properties()
+    endpoints = props["listeners"].split(",") + props["advertised.listeners"].split(",")
+    assert {e.split("://")[1].rsplit(":", 1)[0] for e in endpoints} == {"127.0.0.1"}
+    assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:19093"
+    assert props["controller.quorum.voters"] == f"1@127.0.0.1:{broker.controller_port}"
+    assert props["log.dirs"] == str(tmp_path / "logs")
+    assert broker.bootstrap == "127.0.0.1:19093"
+
+
+def test_cluster_ids_look_like_kafkas_and_never_read_as_an_option() -> None:
+    ids = {_cluster_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{22}", i) and not i.startswith("-") for i in ids)
