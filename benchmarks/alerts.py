@@ -5,12 +5,17 @@ Many simulated streams of one model, checked hourly over a simulated month:
 - Traffic: ``--records-per-hour`` records per hour drawn from a calibrated pool
   (``monitor.sim.simulate.calibrated_pool``), predictions ``score >= 0.5``.
 - Audits: Poisson sampling with pi = min(1, kappa q), q = defensive mix (lambda 0.1) of q* for
-  F1 (``monitor.stats.selection``), kappa solved for ``--budget`` labels per hour. Labels are
-  answered within the hour. Exact and cheap: the number audited in an hour is
-  Binomial(N, mean pi) and each audited record is a pool item drawn with probability
-  proportional to pi.
-- Estimates: the real estimator (``estimate_falpha``, model likelihood) on rolling windows of the
-  last 24 h and 7 d, fed as Snapshots to the real ``AlertEvaluator``.
+  F1 (``monitor.stats.selection``), kappa solved for ``--budget`` labels per hour. Exact and
+  cheap: the number audited in an hour is Binomial(N, mean pi) and each audited record is a
+  pool item drawn with probability proportional to pi.
+- Answers: by default every request is answered within its hour. ``--answer-rates a0,a1``
+  answers a request of a predicted negative with probability a0 and one of a predicted positive
+  with a1 (the rest are skipped: never answered), and ``--mean-delay-hours D`` delays each
+  answer by an Exponential(D) number of hours; a window is read at the end of each hour with
+  the answers arrived by then (the rest pending).
+- Estimates: the real estimator (``response_sample``: answers as a second phase of sampling;
+  ``estimate_falpha``, model likelihood and its se) on rolling windows of the last 24 h and
+  7 d, fed as Snapshots to the real ``AlertEvaluator``.
 - Drift: concept drift at ``--drift-day``: labels follow ``(1 - m) s + m mean(s)`` instead of the
   score s (same prevalence, same scores, so the model still *believes* its old F1), with m solved
   so that the expected F1 drops by exactly ``--drop`` (10 points).
@@ -28,6 +33,7 @@ hours after the drift and the median labels spent in that time.
 
     .venv/bin/python benchmarks/alerts.py            # full table (several minutes)
     .venv/bin/python benchmarks/alerts.py --quick    # < 1 min
+    .venv/bin/python benchmarks/alerts.py --answer-rates 0.5,0.9 --mean-delay-hours 6
 """
 
 from __future__ import annotations
@@ -49,8 +55,8 @@ from monitor.core.snapshot import Snapshot, WindowEstimate
 from monitor.sim.simulate import calibrated_pool
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import estimate_falpha, intrinsic_falpha
-from monitor.stats.likelihood import effective_sample_size, model_likelihood
-from monitor.stats.sample import LabeledSample
+from monitor.stats.likelihood import effective_sample_size, log_likelihood_se, model_likelihood
+from monitor.stats.response import response_sample
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
 
 HOUR = 3600
@@ -102,34 +108,53 @@ def make_pool(args: argparse.Namespace, budget: float, rng: np.random.Generator)
     return Pool(score, pred, pi, cum, float(pi.mean()), f0, mix)
 
 
+@dataclass(frozen=True)
+class Hour:
+    """The audited records of one hour and when (if ever) each answer arrives."""
+
+    idx: npt.NDArray[np.intp]  # pool items
+    label: npt.NDArray[np.int8]
+    arrival: FloatArray  # hour at which the answer arrives (inf: skipped)
+
+
 @dataclass
 class Stream:
-    """One simulated stream: its recent hourly labeled samples."""
+    """One simulated stream: its recent hourly audits."""
 
     drift_hour: int | None
     start_hour: int = 0  # hour of labels[0]
-    hours: deque[LabeledSample] = field(default_factory=lambda: deque(maxlen=168))
-    labels: list[int] = field(default_factory=list)  # labels received per hour
+    hours: deque[tuple[int, Hour]] = field(default_factory=lambda: deque(maxlen=168))
+    labels: list[int] = field(default_factory=list)  # requests issued per hour
 
-    def step(self, pool: Pool, hour: int, n_records: int, rng: np.random.Generator) -> None:
-        """Audit one hour of traffic."""
-        m = int(rng.binomial(n_records, pool.mean_pi))
+    def step(
+        self, pool: Pool, hour: int, args: argparse.Namespace, rng: np.random.Generator
+    ) -> None:
+        """Audit one hour of traffic; draw which answers come and when."""
+        m = int(rng.binomial(args.records_per_hour, pool.mean_pi))
         idx = np.minimum(np.searchsorted(pool.cum, rng.random(m)), pool.cum.size - 1)
         drifted = self.drift_hour is not None and hour >= self.drift_hour
         label = (rng.random(m) < pool.label_prob(idx, drifted)).astype(np.int8)
-        pi = pool.pi[idx]  # validated arrays: the dataclass directly (as .poisson builds it)
-        self.hours.append(LabeledSample(pool.score[idx], pool.pred[idx], label, 1.0 / pi, 1.0 - pi))
+        willing = rng.random(m) < np.asarray(args.answer_rates)[pool.pred[idx]]
+        delay = rng.exponential(args.mean_delay_hours, m) if args.mean_delay_hours > 0 else 0.0
+        arrival = np.where(willing, hour + rng.random(m) + delay, np.inf)
+        self.hours.append((hour, Hour(idx, label, arrival)))
         self.labels.append(m)
 
 
-def window_estimate(pool: Pool, segment: str, window: str, stream: Stream) -> WindowEstimate:
-    """The estimates the daemon would publish for one window of one stream."""
+def window_estimate(
+    pool: Pool, segment: str, window: str, stream: Stream, now: float
+) -> WindowEstimate:
+    """The estimates the daemon would publish for one window of one stream at hour ``now``."""
     k = WINDOW_HOURS[window]
     recent = list(stream.hours)[-k:]
-    sample = LabeledSample.concat(recent)
+    idx = np.concatenate([h.idx for _, h in recent])
+    answered = np.concatenate([h.arrival <= now for _, h in recent])
+    label = np.where(answered, np.concatenate([h.label for _, h in recent]), -1)
+    bucket = np.concatenate([np.full(h.idx.size, b) for b, h in recent])
+    sample = response_sample(pool.score[idx], pool.pred[idx], label, pool.pi[idx], bucket)
     f = estimate_falpha(sample, 0.5, 0.95)
     missing = Estimate.missing(0.95)
-    n = len(sample)
+    n = int(answered.sum())
     return WindowEstimate(
         model=MODEL,
         segment=segment,
@@ -140,12 +165,13 @@ def window_estimate(pool: Pool, segment: str, window: str, stream: Stream) -> Wi
         recall=missing,
         intrinsic_f=pool.f0,
         likelihood=model_likelihood(sample.score, sample.label, sample.v),
+        likelihood_log_se=log_likelihood_se(sample.score, sample.label, sample.v),
         ess=effective_sample_size(sample.v),
         confusion=Confusion(math.nan, math.nan, math.nan, math.nan),
         records=0,
-        requests=n,
+        requests=idx.size,
         labels=n,
-        pending=0,
+        pending=idx.size - n,
         missing=0,
         psi=math.nan,
     )
@@ -212,9 +238,11 @@ def run_streams(
     for hour in range(first_hour, hours):
         windows = []
         for i in sorted(live):
-            streams[i].step(pool, hour, args.records_per_hour, rng)
+            streams[i].step(pool, hour, args, rng)
             if hour >= estimate_from:
-                windows += [window_estimate(pool, str(i), w, streams[i]) for w in args.windows]
+                windows += [
+                    window_estimate(pool, str(i), w, streams[i], hour + 1.0) for w in args.windows
+                ]
         if not windows:
             continue
         snapshot = Snapshot(windows=tuple(windows), watermarks={MODEL: hour * HOUR + HOUR - 1.0})
@@ -326,7 +354,9 @@ def print_table(rows: list[Row], args: argparse.Namespace, f0s: dict[float, floa
         f"F1 drop of {args.drop:.2f} at day {args.drift_day} ({days_after} days to detect); "
         f"f_dropped reference: "
         + (f"same window {args.lag_days} d earlier" if args.reference == "lag" else "baseline")
-        + "."
+        + f"; answers: {args.answer_rates[0]:g} of predicted negatives', "
+        f"{args.answer_rates[1]:g} of predicted positives' requests, mean delay "
+        f"{args.mean_delay_hours:g} h."
     )
     for budget, f0 in f0s.items():
         print(f"budget {budget:g} labels/h: F1 before {f0:.3f}, after {f0 - args.drop:.3f}")
@@ -362,6 +392,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="f_dropped against a configured baseline (F1 before, se 0.01) or an earlier window",
     )
     p.add_argument("--lag-days", type=int, default=7, help="age of the earlier window (lag)")
+    p.add_argument(
+        "--answer-rates",
+        default="1,1",
+        help="share of requests ever answered for predicted negatives,positives (rest skipped)",
+    )
+    p.add_argument("--mean-delay-hours", type=float, default=0.0, help="mean answer delay")
     p.add_argument("--positive-rate", type=float, default=0.1)
     p.add_argument("--records-per-hour", type=int, default=2000)
     p.add_argument("--pool-size", type=int, default=50_000)
@@ -371,6 +407,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.streams, args.days, args.drift_day = min(args.streams, 24), 12, 4
         args.budgets, args.windows, args.rules = "40", "24h", "horizon,naive"
     args.budgets = [float(b) for b in str(args.budgets).split(",")]
+    args.answer_rates = [float(a) for a in str(args.answer_rates).split(",")]
+    if len(args.answer_rates) != 2 or not all(0.0 < a <= 1.0 for a in args.answer_rates):
+        p.error("--answer-rates takes two rates in (0, 1]: predicted negatives,positives")
+    if args.mean_delay_hours < 0:
+        p.error("--mean-delay-hours must be >= 0")
     args.windows = [w for w in str(args.windows).split(",") if w]
     args.rules = [r for r in str(args.rules).split(",") if r]
     unknown = [w for w in args.windows if w not in WINDOW_HOURS] + [

@@ -1,6 +1,10 @@
 """Label efficiency of active F_alpha estimation against uniform sampling (seed 000, Sec. 3).
 
 Run: ``.venv/bin/python -m benchmarks.efficiency [--reps R] [--quick] [--jobs J]``.
+With ``--designs``: the designs that learn from their labels (recalibrated q* in two rounds,
+with and without the model-assisted estimate) against today's, on the simulated pools and two
+real cases (``benchmarks.designs``); ``--stream``: the streaming controller over a simulated
+stream whose model turns over-confident after a drift (``benchmarks.stream``).
 
 For every case (a pool with true labels, a model's scores and an alpha) and every method, items
 are sampled from the pool with a budget of n labels, F_alpha is estimated with
@@ -415,8 +419,22 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--seed", type=int, default=2010)
     parser.add_argument("--design", choices=("poisson", "with-replacement"), default="poisson")
+    parser.add_argument(
+        "--designs", action="store_true", help="compare designs that learn from their labels"
+    )
+    parser.add_argument(
+        "--stream", action="store_true", help="the streaming controller through a drift"
+    )
     args = parser.parse_args(argv)
     reps = args.reps if args.reps is not None else (40 if args.quick else 1000)
+    if args.designs:
+        from benchmarks import designs
+
+        return designs.main(reps, args.quick, args.jobs, args.seed, echo)
+    if args.stream:
+        from benchmarks import stream
+
+        return stream.main(reps, args.quick, args.seed, echo)
     pool_size, n_pools = (10_000, 2) if args.quick else (20_000, 5)
     start = time.perf_counter()
     cases = build_cases(pool_size, n_pools, args.seed)

@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "monitor.daemon",
     "monitor.sim.auditors",
     "monitor.sim.demo",
+    "monitor.bridges.cli",
 )
 
 EXIT_OK = 0

@@ -1,4 +1,4 @@
-"""Shared fixtures: seeded randomness, the real brokers, the Prometheus binaries.
+"""Shared fixtures: seeded randomness, the real brokers, Prometheus, Label Studio.
 
 Tests that need a real component skip with a reason when it is missing on a laptop, but
 under CI (``CI=true``) or with ``MONITOR_REQUIRE_REAL=1`` a missing component is a failure.
@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 import pytest
 
+from monitor.bridges.ls_server import LabelStudioServer
 from monitor.config.schema import TopicsConfig
 from monitor.errors import MonitorError
 from monitor.io.kafka_io import ensure_topics
@@ -183,3 +184,30 @@ def prometheus_bin() -> Path:
 def alertmanager_bin() -> Path:
     """Path of Alertmanager (Debian package ``prometheus-alertmanager``)."""
     return _binary("prometheus-alertmanager")
+
+
+@pytest.fixture(scope="session")
+def labelstudio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabelStudioServer]:
+    """One real Label Studio on 127.0.0.1 for the session (its own venv).
+
+    Starts in ~10-20 s from the migrated template; the first start on a machine makes the
+    template (~90-110 s, ``monitor.bridges.ls_server``).
+
+    Tests make their own projects (one per model and test: titles carry a unique tag). With
+    ``MONITOR_TEST_LABELSTUDIO_PORT`` set, the tests use a server already running there that
+    ``monitor.bridges.ls_server`` started (same login and token), and leave it running.
+    """
+    attach = os.environ.get("MONITOR_TEST_LABELSTUDIO_PORT")
+    if attach:
+        server = LabelStudioServer(tmp_path_factory.mktemp("labelstudio"), int(attach))
+        if not server.healthy():
+            pytest.fail(f"no healthy Label Studio on 127.0.0.1:{attach}")
+        yield server
+        return
+    try:
+        server = LabelStudioServer(tmp_path_factory.mktemp("labelstudio")).start()
+    except MonitorError as exc:
+        missing_component(f"Label Studio: {exc}")
+        raise  # unreachable: missing_component skips or fails
+    yield server
+    server.stop()

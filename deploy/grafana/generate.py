@@ -268,7 +268,55 @@ def label_panels() -> list[Json]:
         unit="percentunit",
         unit_range=(0.0, 1.0),
     )
-    return [budget, spent, fate, completion]
+    answers = timeseries(
+        "Answer rate per prediction stratum",
+        "Answered / issued audit requests of the window, for predicted negatives and positives. "
+        "The estimate reweights each class of requests by its answer rate and assumes answers "
+        "are missing at random within a class: very different or low rates (auditors skipping "
+        "one stratum) make that assumption matter; compare with the worst-case bounds.",
+        targets((f"monitor_answer_rate{{{MSW}}}", "pred={{pred}}")),
+        unit="percentunit",
+        unit_range=(0.0, 1.0),
+    )
+    pending = timeseries(
+        "Pending share of the window's weight",
+        "Share of the window's sampling weight sum(1/pi) in requests not answered yet: how much "
+        "of the estimate still rests on labels to come.",
+        targets((f"monitor_pending_weight_ratio{{{MS}}}", "{{window}}")),
+        unit="percentunit",
+        unit_range=(0.0, 1.0),
+    )
+    worst = timeseries(
+        "F-measure: worst case over unanswered labels",
+        "The estimate with its confidence interval, and the lowest and highest value the "
+        "estimate could take whatever the unanswered labels turn out to be (no assumption on "
+        "why they are missing).",
+        targets(
+            (f"monitor_f_measure{{{MSW}}}", "estimate"),
+            (f"monitor_f_measure_worst_case_lower{{{MSW}}}", "worst case low"),
+            (f"monitor_f_measure_worst_case_upper{{{MSW}}}", "worst case high"),
+        ),
+        unit="percentunit",
+        unit_range=(0.0, 1.0),
+    )
+    latency = timeseries(
+        "Label latency (median, 90th percentile)",
+        "Event time from a record to its accepted label, over the last 6 h.",
+        targets(
+            (
+                "histogram_quantile(0.5, sum by (le) "
+                '(rate(monitor_label_latency_seconds_bucket{model="$model"}[6h])))',
+                "median",
+            ),
+            (
+                "histogram_quantile(0.9, sum by (le) "
+                '(rate(monitor_label_latency_seconds_bucket{model="$model"}[6h])))',
+                "p90",
+            ),
+        ),
+        unit="s",
+    )
+    return [budget, spent, fate, completion, answers, pending, worst, latency]
 
 
 def pipeline_panels() -> list[Json]:

@@ -63,6 +63,7 @@ _TOP_KEYS = (
     "sampling",
     "default_model",
     "models",
+    "labelstudio",  # read by `monitor queue labelstudio` (monitor.bridges.ls_config), not here
 )
 _KAFKA_KEYS = (
     "bootstrap_servers",
@@ -82,6 +83,7 @@ _MODEL_KEYS = (
     "labels_per_day",
     "defensive",
     "expected_records_per_hour",
+    "recalibrate",
     "alerts",
 )
 _LABEL_KEYS = ("deadline_s", "token_secret", "park_grace_s", "max_parked")
@@ -441,6 +443,10 @@ def _model(problems: Problems, name: str, spec: Any, path: str) -> ModelConfig:
     if "labels_per_day" in sec and "labels_per_hour" not in sec:
         per_hour = sec.number("labels_per_day", 24 * per_hour, 0.0, lo_open=True) / 24.0
     alerts = _alerts(problems, sec.get("alerts"), sec.where("alerts"))
+    recalibrate = sec.get("recalibrate") if "recalibrate" in sec else base.recalibrate
+    if not isinstance(recalibrate, bool):
+        problems.add(sec.where("recalibrate"), f"expected a boolean, {got(recalibrate)}")
+        recalibrate = base.recalibrate
     return ModelConfig(
         name=name,
         alpha=alpha,
@@ -450,6 +456,7 @@ def _model(problems: Problems, name: str, spec: Any, path: str) -> ModelConfig:
         expected_records_per_hour=sec.number(
             "expected_records_per_hour", base.expected_records_per_hour, 0.0, lo_open=True
         ),
+        recalibrate=recalibrate,
         alerts=alerts,
     )
 

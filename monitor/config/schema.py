@@ -123,6 +123,7 @@ class ModelConfig:
     labels_per_hour: float = 10.0  # label budget
     defensive: float = 0.1  # lambda: share of uniform sampling mixed into q*
     expected_records_per_hour: float = 100_000.0  # traffic guess used until traffic is measured
+    recalibrate: bool = False  # q* at scores recalibrated from the labels (DESIGN.md, round 2)
     alerts: AlertConfig = field(default_factory=AlertConfig)  # floors, baseline, error control
 
 

@@ -6,12 +6,14 @@ consumer group and keep no local state. After each step a sampler produces, for 
 
     key   = ["model", partition, bucket]                        (JSON)
     value = {"v": 1, "model": ..., "partition": p, "bucket": b, "through": T, "opened": O,
-             "control": [g, kappa, mean_q*] | null, "segments": {segment: aggregate}}
+             "control": [g, kappa, mean_q*(, calibration)] | null,
+             "segments": {segment: aggregate}}
 
 ``through`` is the partition's next offset after the step: the aggregates count every record of
 the bucket at offsets below ``T`` and none above; ``opened`` is the first offset of the step that
 created the state. ``control`` is the bucket's frozen sampling
-control (seed 000, Cor. 2 via ``monitor.stats.budget``); an aggregate is
+control (seed 000, Cor. 2 via ``monitor.stats.budget``), with a fourth element
+``[version, a, b, lam]`` when it took a calibration map fitted from labels; an aggregate is
 ``TrafficAggregate.to_list``. A record goes to aggregates partition ``partition % n``, so one
 scored partition's history is read from one place. The topic is compacted (a key keeps its
 latest state) and a bucket the sampler prunes gets a tombstone (null value).
@@ -45,7 +47,7 @@ from monitor.config.schema import Config
 from monitor.core.messages import RawRecord, Reject, decode_reason
 from monitor.core.sampler import PartKey, SamplerChanges, SamplerService
 from monitor.core.windows import GroupKey, TrafficAggregate
-from monitor.stats.budget import Control
+from monitor.stats.budget import NO_CALIBRATION, Calibration, Control
 
 FORMAT_VERSION = 1
 
@@ -90,12 +92,26 @@ def encode(state: BucketState) -> bytes:
         "bucket": state.bucket,
         "through": state.through,
         "opened": state.opened,
-        "control": None
-        if ctl is None
-        else [ctl.g, ctl.kappa, None if math.isnan(ctl.mean_qstar) else ctl.mean_qstar],
+        "control": None if ctl is None else _encode_control(ctl),
         "segments": {s: a.to_list() for s, a in sorted(state.segments.items())},
     }
     return json.dumps(body, separators=(",", ":"), sort_keys=True).encode("utf-8")
+
+
+def _encode_control(ctl: Control) -> list[object]:
+    out: list[object] = [ctl.g, ctl.kappa, None if math.isnan(ctl.mean_qstar) else ctl.mean_qstar]
+    if ctl.calibration.version > 0:
+        out.append(ctl.calibration.to_list())
+    return out
+
+
+def _decode_control(ctl: list[object]) -> Control:
+    if not isinstance(ctl, list) or len(ctl) not in (3, 4):
+        msg = "a control is [g, kappa, mean_q*] or [g, kappa, mean_q*, calibration]"
+        raise ValueError(msg)
+    g, kappa, mq = (math.nan if x is None else float(x) for x in ctl[:3])  # type: ignore[arg-type]
+    cal = Calibration.from_list(ctl[3]) if len(ctl) == 4 else NO_CALIBRATION
+    return Control(g, kappa, mq, calibration=cal)
 
 
 def _int(v: object, what: str) -> int:
@@ -131,9 +147,7 @@ def decode(key: bytes | None, value: bytes | None) -> tuple[PartKey, BucketState
             bucket=_int(obj["bucket"], "bucket"),
             through=_int(obj["through"], "through"),
             opened=_int(obj["opened"], "opened"),
-            control=None
-            if ctl is None
-            else Control(float(ctl[0]), float(ctl[1]), math.nan if ctl[2] is None else ctl[2]),
+            control=None if ctl is None else _decode_control(ctl),
             segments={str(s): TrafficAggregate.from_list(a) for s, a in segments.items()},
         )
     except (KeyError, TypeError, IndexError, AttributeError) as exc:

@@ -8,8 +8,12 @@ Three alerts per (model, segment, window), configured per model by :class:`Alert
   ``baseline`` with its ``baseline_se``, or the same window ``reference_lag_s`` earlier, which
   must not overlap it), tested on the difference of the two independent estimates
   (:func:`monitor.stats.alerting.drop_bound`);
-- ``model_untrustworthy`` (warning): the model likelihood is below ``likelihood_floor``, or the
-  intrinsic F (what the scores claim) lies outside the audited F's interval.
+- ``model_untrustworthy`` (warning): the model likelihood is significantly below
+  ``likelihood_floor`` (its upper confidence bound is), or the intrinsic F (what the scores
+  claim) lies outside the audited F's interval.
+
+Floors and drops are about the model, not the window's draw: their bounds use the estimator's
+super-population standard error and effective size (:mod:`monitor.stats.alerting`).
 
 Repeated looks. A window is re-tested once 1/``looks_per_window`` of it has been renewed (every
 3 h for 24 h, 21 h for 7 d; never more often than ``check_interval_s``), by event time (the
@@ -43,7 +47,9 @@ from monitor.config.schema import AlertConfig
 from monitor.stats.alerting import (
     disagreement,
     drop_bound,
+    likelihood_upper_bound,
     look_error,
+    model_se,
     upper_bound,
 )
 
@@ -253,7 +259,7 @@ class AlertEvaluator:
         series = self._history.setdefault((w.model, w.segment, w.window), {})
         check = math.floor(now / interval)
         if est.defined and math.isfinite(est.se):
-            series[check] = (est.value, est.se, est.n_labels)
+            series[check] = (est.value, model_se(est), est.n_labels)
         old_enough = [c for c in series if c <= check - math.ceil(cfg.reference_lag_s / interval)]
         if not old_enough:
             return (math.nan, math.nan)
@@ -345,15 +351,24 @@ def _dropped(
 
 
 def _untrusted(w: WindowEstimate, cfg: AlertConfig, error: float) -> _Decision:
-    """Likelihood below its floor, or intrinsic F outside the audited F's strict interval.
+    """Likelihood significantly below its floor, or intrinsic F outside the audited F's interval.
 
-    The evidence exported is that of the failing check (the likelihood's if both fail), else
-    the likelihood while it is known, else the calibration bound.
+    The likelihood check is a test at the look's error: it fires when the upper confidence
+    bound of the likelihood (:func:`monitor.stats.alerting.likelihood_upper_bound`) is below
+    the floor and clears when the bound at the unadjusted ``false_alarm_rate`` is back above it
+    (above it by ``LIKELIHOOD_BAND`` when the likelihood has no standard error). The evidence
+    exported is that of the failing check (the likelihood's if both fail), else the likelihood
+    bound while it is known, else the calibration bound.
     """
     floor = cfg.likelihood_floor
     lik_known = floor is not None and not math.isnan(w.likelihood)
-    lik_bad = lik_known and w.likelihood < float(floor or 0.0)
-    lik_clear = not lik_known or w.likelihood >= float(floor or 0.0) + LIKELIHOOD_BAND
+    lik_bound = likelihood_upper_bound(w.likelihood, w.likelihood_log_se, w.labels, error)
+    relaxed = likelihood_upper_bound(
+        w.likelihood, w.likelihood_log_se, w.labels, cfg.false_alarm_rate
+    )
+    band = LIKELIHOOD_BAND if math.isnan(w.likelihood_log_se) else 0.0
+    lik_bad = lik_known and lik_bound < float(floor or 0.0)
+    lik_clear = not lik_known or relaxed >= float(floor or 0.0) + band
     outside, bound, inside = False, math.nan, True
     if cfg.check_calibration:
         outside, bound = disagreement(w.f, w.intrinsic_f, error, w.intrinsic_se)
@@ -362,8 +377,11 @@ def _untrusted(w: WindowEstimate, cfg: AlertConfig, error: float) -> _Decision:
         return _NO_DECISION
     fires, clears = lik_bad or outside, lik_clear and inside
     if lik_bad or (lik_known and not outside):
-        text = f"model likelihood {_fmt(w.likelihood)} vs floor {_fmt(float(floor or 0.0))}"
-        return _Decision(fires, clears, w.likelihood, float(floor or 0.0), text)
+        text = (
+            f"model likelihood {_fmt(w.likelihood)} (upper bound {_fmt(lik_bound)} at error "
+            f"{error:.2g}) vs floor {_fmt(float(floor or 0.0))}"
+        )
+        return _Decision(fires, clears, lik_bound, float(floor or 0.0), text)
     text = (
         f"intrinsic F_{w.alpha:g} {_fmt(w.intrinsic_f)} vs audited {_fmt(w.f.value)}: "
         f"interval bound {_fmt(bound)} at error {error:.2g}"

@@ -29,7 +29,7 @@ import numpy as np
 from monitor.config.schema import Config, ModelConfig
 from monitor.core.messages import AuditRequest, LabelResult, Reject, request_id_for, token_matches
 from monitor.core.sampler import retention_buckets
-from monitor.core.snapshot import Snapshot, WindowEstimate
+from monitor.core.snapshot import Snapshot, WindowEstimate, WorstCase
 from monitor.core.windows import (
     GroupKey,
     TrafficAggregate,
@@ -38,10 +38,12 @@ from monitor.core.windows import (
     window_buckets,
 )
 from monitor.errors import RejectReason
+from monitor.stats.calibration import calibration_error
 from monitor.stats.drift import psi
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import intrinsic_falpha_from_sums, intrinsic_falpha_se_from_sums
 from monitor.stats.measures import measure_all
+from monitor.stats.response import pending_share, response_sample, worst_case_bounds
 from monitor.stats.sample import LabeledSample
 
 SegKey = tuple[str, str, int]  # (model, segment, bucket)
@@ -106,6 +108,7 @@ class EstimatorService:
         self._pruned: dict[str, int] = {}  # model -> horizon last pruned to
         self._changes = EstimatorChanges()
         self.labels_accepted: dict[str, int] = {}
+        self.label_latencies: dict[str, list[float]] = {}
 
     # ------------------------------------------------------------------ state
     def take_changes(self) -> EstimatorChanges:
@@ -116,6 +119,15 @@ class EstimatorService:
     def take_label_counts(self) -> dict[str, int]:
         """Labels accepted per model since the last call."""
         out, self.labels_accepted = self.labels_accepted, {}
+        return out
+
+    def take_label_latencies(self) -> dict[str, list[float]]:
+        """Event-time latencies of the labels accepted per model since the last call.
+
+        A label's latency is the model's watermark when it was accepted minus its record's
+        event time (seconds of the scored stream's clock, like the deadlines).
+        """
+        out, self.label_latencies = self.label_latencies, {}
         return out
 
     @property
@@ -133,6 +145,29 @@ class EstimatorService:
 
     def _model(self, model: str) -> ModelConfig:
         return self.config.model(model)
+
+    def labelled(self, model: str, since_bucket: int) -> LabeledSample:
+        """The answered requests of ``model`` from ``since_bucket`` on, in request-id order.
+
+        For the calibration map (``monitor.core.recalibration``): each with the pi it was drawn
+        with (v = 1/pi), whatever the order the labels arrived in.
+        """
+        rows = sorted(
+            (
+                s
+                for s in self._requests.values()
+                if s.request.model == model
+                and s.label is not None
+                and s.request.bucket >= since_bucket
+            ),
+            key=_REQUEST_ID,
+        )
+        return LabeledSample.poisson(
+            [s.request.score for s in rows],
+            [s.request.pred for s in rows],
+            [s.label or 0 for s in rows],
+            [s.request.pi for s in rows],
+        )
 
     def _horizon(self, model: str) -> int | None:
         wm = self._watermarks.get(model)
@@ -292,6 +327,8 @@ class EstimatorService:
         state.label_ts = lab.ts
         self._changes.requests[req.request_id] = state
         self.labels_accepted[req.model] = self.labels_accepted.get(req.model, 0) + 1
+        latency = max(self.watermark(req.model) - req.ts, 0.0)
+        self.label_latencies.setdefault(req.model, []).append(latency)
         return None
 
     # ---------------------------------------------------------------- snapshot
@@ -339,16 +376,22 @@ class EstimatorService:
                 missing = int(np.count_nonzero(unlabelled & (r_dead < wm)))
                 n_lab = int(np.count_nonzero(labelled))
                 if n_lab:
-                    sample = LabeledSample.poisson(
-                        r_score[labelled], r_pred[labelled], r_label[labelled], r_pi[labelled]
+                    # answers as a second phase of sampling (monitor.stats.response)
+                    sample = response_sample(
+                        r_score[in_win],
+                        r_pred[in_win],
+                        r_label[in_win],
+                        r_pi[in_win],
+                        r_bucket[in_win],
                     )
                     m = measure_all(sample, cfg.alpha, level)
                     f, prec, rec = m.f, m.precision, m.recall
                     conf, lik, ess = m.confusion, m.likelihood, m.ess
+                    lik_se = m.likelihood_log_se
                 else:
                     f = prec = rec = Estimate.missing(level)
                     conf = Confusion(math.nan, math.nan, math.nan, math.nan)
-                    lik, ess = math.nan, 0.0
+                    lik, ess, lik_se = math.nan, 0.0, math.nan
                 intrinsic = intrinsic_falpha_from_sums(
                     agg.pred_score_total, float(agg.n_pred), agg.score_total, cfg.alpha
                 )
@@ -360,6 +403,16 @@ class EstimatorService:
                     cfg.alpha,
                 )
                 drift = psi(ref_agg.hist, agg.hist) if ref_agg.n and agg.n else math.nan
+                labels_in = (r_pred[in_win], r_label[in_win], r_pi[in_win])
+                n_req = int(np.count_nonzero(in_win))
+                recal_f = intrinsic_falpha_from_sums(
+                    agg.pred_phat_total, float(agg.n_pred), agg.phat_total, cfg.alpha
+                )
+                ece = (
+                    calibration_error(r_score[labelled], r_label[labelled], 1.0 / r_pi[labelled])
+                    if n_lab
+                    else math.nan
+                )
                 rows.append(
                     WindowEstimate(
                         model=model,
@@ -375,14 +428,41 @@ class EstimatorService:
                         ess=ess,
                         confusion=conf,
                         records=agg.n,
-                        requests=int(np.count_nonzero(in_win)),
+                        requests=n_req,
                         labels=n_lab,
                         pending=int(np.count_nonzero(unlabelled)) - missing,
                         missing=missing,
                         psi=float(drift),
+                        likelihood_log_se=lik_se,
+                        answer_rate=_answer_rates(r_pred[in_win], r_label[in_win]),
+                        pending_weight=pending_share(
+                            r_pi[in_win], (unlabelled & ~(r_dead < wm))[in_win]
+                        ),
+                        worst=_worst_case(*labels_in, cfg.alpha),
+                        intrinsic_f_recalibrated=recal_f,
+                        calibration_error=ece,
                     )
                 )
         return rows
+
+
+def _answer_rates(pred: np.ndarray, label: np.ndarray) -> tuple[float, float]:
+    """Answered / issued requests of the predicted negatives and of the predicted positives."""
+    rates = []
+    for k in (0, 1):
+        issued = pred == k
+        n = int(np.count_nonzero(issued))
+        rates.append(int(np.count_nonzero(issued & (label >= 0))) / n if n else math.nan)
+    return rates[0], rates[1]
+
+
+def _worst_case(pred: np.ndarray, label: np.ndarray, pi: np.ndarray, alpha: float) -> WorstCase:
+    """Worst-case bounds of F_alpha, precision and recall over the unanswered labels."""
+    return WorstCase(
+        f=worst_case_bounds(pred, label, pi, alpha),
+        precision=worst_case_bounds(pred, label, pi, 1.0),
+        recall=worst_case_bounds(pred, label, pi, 0.0),
+    )
 
 
 class _TrafficTable:
@@ -393,8 +473,12 @@ class _TrafficTable:
         self.segment = np.array([k[1] for k in traffic], dtype=np.str_)
         self.bucket = np.array([k[2] for k in traffic], dtype=np.int64)
         self.ints = np.array(
-            [[a.n, a.n_pred, a.sum_score, a.sum_pred_score] for a in aggs], dtype=np.int64
-        ).reshape(-1, 4)
+            [
+                [a.n, a.n_pred, a.sum_score, a.sum_pred_score, a.sum_phat, a.sum_pred_phat]
+                for a in aggs
+            ],
+            dtype=np.int64,
+        ).reshape(-1, 6)
         self.hist = np.array([a.hist for a in aggs], dtype=np.int64).reshape(len(aggs), -1)
 
     def total(self, segment: str, buckets: range) -> TrafficAggregate:
@@ -404,11 +488,15 @@ class _TrafficTable:
             mask &= self.segment == segment
         if not mask.any():
             return TrafficAggregate.zero()
-        n, n_pred, sum_score, sum_pred_score = (int(x) for x in self.ints[mask].sum(axis=0))
+        n, n_pred, s_score, s_pred_score, s_phat, s_pred_phat = (
+            int(x) for x in self.ints[mask].sum(axis=0)
+        )
         return TrafficAggregate(
             n=n,
             n_pred=n_pred,
-            sum_score=sum_score,
-            sum_pred_score=sum_pred_score,
+            sum_score=s_score,
+            sum_pred_score=s_pred_score,
             hist=self.hist[mask].sum(axis=0),
+            sum_phat=s_phat,
+            sum_pred_phat=s_pred_phat,
         )

@@ -14,6 +14,10 @@ the offset below which the bucket's records are already counted: records a repla
 are decided again (the same requests) but not aggregated twice.
 Records older than the retention horizon (``2 k`` buckets behind the partition's newest bucket,
 ``k`` the longest reported window) are counted but never audited.
+
+``calibration`` holds, per model, the calibration map new controls take (DESIGN.md, "Learning
+from the labels"). It is fitted from labels, so the caller sets it only once it is durable;
+a control records the map it took, and a control read back from the store is used as it is.
 """
 
 from __future__ import annotations
@@ -30,7 +34,15 @@ from monitor.config.schema import Config, ModelConfig
 from monitor.core.messages import AuditRequest, request_id_for, request_token
 from monitor.core.records import ScoredBatch
 from monitor.core.windows import GroupKey, TrafficAggregate, bucket_of, group_traffic
-from monitor.stats.budget import Control, control_for_bucket, selection_weights, uniform_control
+from monitor.stats.budget import (
+    NO_CALIBRATION,
+    Calibration,
+    Control,
+    cap_ratio,
+    control_for_bucket,
+    selection_weights,
+    uniform_control,
+)
 from monitor.stats.selection import hash_uniform
 
 OTHER_SEGMENT = "__other__"
@@ -95,6 +107,8 @@ class SamplerService:
         for (m, p, b), through in (counted or {}).items():
             self._counted.setdefault((m, p), {})[b] = through
         self._changes = SamplerChanges()
+        # per model: the latest durable calibration map; new controls record it
+        self.calibration: dict[str, Calibration] = {}
 
     def model_config(self, model: str) -> ModelConfig:
         """The settings of ``model`` (defaults for a model not in the configuration)."""
@@ -139,11 +153,17 @@ class SamplerService:
             return uniform_control(cfg.labels_per_hour, cfg.expected_records_per_hour)
         prev = max(earlier)
         agg = history[prev]
+        before = self._controls.get((model, partition, prev))
+        ratio = (
+            1.0
+            if before is None
+            else cap_ratio(before, agg.n, agg.qstar_total, agg.pi_total, cfg.defensive)
+        )
         return control_for_bucket(
             n=agg.n,
             n_pred=agg.n_pred,
-            pred_score_total=agg.pred_score_total,
-            score_total=agg.score_total,
+            pred_score_total=agg.pred_phat_total,
+            score_total=agg.phat_total,
             mean_qstar=agg.mean_qstar,
             ts_min=agg.ts_min,
             prev_bucket=prev,
@@ -151,6 +171,8 @@ class SamplerService:
             labels_per_hour=cfg.labels_per_hour,
             bucket_s=self.config.windows.bucket_s,
             n_partitions=self.n_partitions,
+            calibration=self.calibration.get(model, NO_CALIBRATION),
+            cap_ratio=ratio,
         )
 
     def _prune(self, model: str, partition: int, horizon: int) -> None:
@@ -191,6 +213,7 @@ class SamplerService:
             u=hash_uniform(batch.ids[idx], f"{self.config.salt}|{model}"),
             qstar=np.zeros(n, dtype=np.float64),
             pi=np.zeros(n, dtype=np.float64),
+            phat=batch.score[idx].astype(np.float64),
         )
         part = batch.partition[idx]
         for p in np.unique(part).tolist():
@@ -256,11 +279,12 @@ class SamplerService:
                 if bk < horizon or ctl_b is None:
                     continue  # too old: counted, never audited
                 sel = chunk[cb == bk]
-                q, prob = selection_weights(
+                q, prob, p_hat = selection_weights(
                     cols.score[sel], cols.pred[sel], cfg.alpha, cfg.defensive, ctl_b
                 )
                 cols.qstar[sel] = q
                 cols.pi[sel] = prob
+                cols.phat[sel] = p_hat
             self._aggregate(model, p, cols, chunk, horizon, result=result)
             if self._max_bucket.get((model, p)) != running:
                 self._max_bucket[(model, p)] = running
@@ -299,6 +323,7 @@ class SamplerService:
             cols.u[chunk] < cols.pi[chunk],
             cols.pi[chunk],
             cols.ts[chunk],
+            cols.phat[chunk],
         )
         hist = self._traffic.setdefault((model, p), {})
         for key, agg in groups.items():
@@ -324,3 +349,4 @@ class _Cols:
     u: npt.NDArray[np.float64]
     qstar: npt.NDArray[np.float64]
     pi: npt.NDArray[np.float64]
+    phat: npt.NDArray[np.float64]

@@ -12,6 +12,21 @@ from dataclasses import dataclass, field
 
 from monitor.stats.estimate import Confusion, Estimate
 
+_NO_BOUNDS = (math.nan, math.nan)
+
+
+@dataclass(frozen=True)
+class WorstCase:
+    """Lowest and highest value of each measure over every value the unanswered labels could take.
+
+    See :func:`monitor.stats.response.worst_case_bounds` (no assumption on why labels are
+    missing; exact for strata audited with certainty).
+    """
+
+    f: tuple[float, float] = _NO_BOUNDS
+    precision: tuple[float, float] = _NO_BOUNDS
+    recall: tuple[float, float] = _NO_BOUNDS
+
 
 @dataclass(frozen=True)
 class WindowEstimate:
@@ -37,6 +52,18 @@ class WindowEstimate:
     # how far the window's real F may stray from intrinsic_f by chance if the scores are
     # calibrated (an upper bound; NaN when unknown)
     intrinsic_se: float = math.nan
+    likelihood_log_se: float = math.nan  # super-population se of log(likelihood)
+    # labels that arrive late or never (monitor.stats.response): answered / issued requests of
+    # the predicted negatives and positives, the share of the window's sampling weight sum(1/pi)
+    # still pending, and the worst-case bounds
+    answer_rate: tuple[float, float] = _NO_BOUNDS
+    pending_weight: float = math.nan
+    worst: WorstCase = field(default_factory=WorstCase)
+    # intrinsic F from the recalibrated probabilities p_hat of the window's traffic (under the
+    # calibration map of each bucket's control; equal to intrinsic_f without maps)
+    intrinsic_f_recalibrated: float = math.nan
+    # design-weighted expected calibration error of the raw scores on the audited items
+    calibration_error: float = math.nan
 
 
 @dataclass(frozen=True)

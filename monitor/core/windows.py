@@ -43,7 +43,10 @@ class TrafficAggregate:
     properties give them as floats. ``sum_qstar`` sums the undefended q* of seed 000 Cor. 2 under
     the control in force, ``sum_pi`` the inclusion probabilities (expected requests),
     ``hist`` counts scores in ``SCORE_BINS`` equal-width bins on [0, 1]. ``ts_min``/``ts_max``
-    are the extreme event times (``inf``/``-inf`` when empty).
+    are the extreme event times (``inf``/``-inf`` when empty). ``sum_phat``/``sum_pred_phat``
+    sum the recalibrated probabilities p_hat = m(s) and f p_hat under the calibration map of the
+    control in force (``monitor.stats.calibration``; the raw sums while the map is the
+    identity): the recalibrated expected counts that G of the next control comes from.
 
     Examples:
         >>> a = TrafficAggregate.zero()
@@ -61,6 +64,8 @@ class TrafficAggregate:
     hist: npt.NDArray[np.int64] = field(default_factory=_zero_hist)
     ts_min: float = math.inf
     ts_max: float = -math.inf
+    sum_phat: int = 0
+    sum_pred_phat: int = 0
 
     @classmethod
     def zero(cls) -> TrafficAggregate:
@@ -79,6 +84,8 @@ class TrafficAggregate:
             hist=self.hist + other.hist,
             ts_min=min(self.ts_min, other.ts_min),
             ts_max=max(self.ts_max, other.ts_max),
+            sum_phat=self.sum_phat + other.sum_phat,
+            sum_pred_phat=self.sum_pred_phat + other.sum_pred_phat,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -95,6 +102,8 @@ class TrafficAggregate:
             and bool(np.array_equal(self.hist, other.hist))
             and self.ts_min == other.ts_min
             and self.ts_max == other.ts_max
+            and self.sum_phat == other.sum_phat
+            and self.sum_pred_phat == other.sum_pred_phat
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -116,20 +125,33 @@ class TrafficAggregate:
             hist=self.hist - earlier.hist,
             ts_min=self.ts_min,
             ts_max=self.ts_max,
+            sum_phat=self.sum_phat - earlier.sum_phat,
+            sum_pred_phat=self.sum_pred_phat - earlier.sum_pred_phat,
         )
 
     def to_list(self) -> list[Any]:
-        """A JSON-ready list of the fields (``from_list`` reads it back)."""
-        return [
+        """A JSON-ready list of the fields (``from_list`` reads it back).
+
+        Ten fields while the recalibrated sums equal the raw ones (as every aggregate written
+        before recalibration), twelve otherwise.
+        """
+        out = [
             *(self.n, self.n_pred, self.sum_score, self.sum_pred_score, self.sum_qstar),
             *(self.n_requested, self.sum_pi, self.hist.tolist(), self.ts_min, self.ts_max),
         ]
+        if (self.sum_phat, self.sum_pred_phat) != (self.sum_score, self.sum_pred_score):
+            out += [self.sum_phat, self.sum_pred_phat]
+        return out
 
     @classmethod
     def from_list(cls, v: Sequence[Any]) -> TrafficAggregate:
         """The aggregate written by ``to_list``; ``ValueError`` when ``v`` is not one."""
-        if not isinstance(v, list | tuple) or len(v) != 10:
-            msg = "an aggregate is a list of ten fields"
+        if not isinstance(v, list | tuple) or len(v) not in (10, 12):
+            msg = "an aggregate is a list of ten (or twelve) fields"
+            raise ValueError(msg)
+        phat = v[10:] if len(v) == 12 else v[2:4]
+        if not all(type(x) is int for x in phat):
+            msg = "aggregate counts and sums must be integers"
             raise ValueError(msg)
         n, n_pred, s_score, s_pred_score, s_qstar, n_requested, s_pi = v[:7]
         if not all(type(x) is int for x in v[:7]):
@@ -150,6 +172,8 @@ class TrafficAggregate:
             hist=hist,
             ts_min=float(v[8]),
             ts_max=float(v[9]),
+            sum_phat=phat[0],
+            sum_pred_phat=phat[1],
         )
 
     @property
@@ -161,6 +185,16 @@ class TrafficAggregate:
     def pred_score_total(self) -> float:
         """Sum of f * s (expected true positives under calibration)."""
         return self.sum_pred_score / FIXED_ONE
+
+    @property
+    def phat_total(self) -> float:
+        """Sum of the recalibrated probabilities p_hat (expected positives after recalibration)."""
+        return self.sum_phat / FIXED_ONE
+
+    @property
+    def pred_phat_total(self) -> float:
+        """Sum of f * p_hat (expected true positives after recalibration)."""
+        return self.sum_pred_phat / FIXED_ONE
 
     @property
     def qstar_total(self) -> float:
@@ -225,8 +259,11 @@ def group_traffic(  # noqa: PLR0917  (parallel columns of one batch)
     requested: npt.NDArray[np.bool_],
     pi: npt.NDArray[np.float64],
     ts: npt.NDArray[np.float64],
+    phat: npt.NDArray[np.float64] | None = None,
 ) -> dict[GroupKey, TrafficAggregate]:
     """Sum one batch into aggregates per (model, segment, bucket, partition), vectorised.
+
+    ``phat`` holds the recalibrated probabilities (None: the scores themselves).
 
     One ``np.unique`` over the composite key and one ``np.bincount`` per sum: no Python loop
     over records (only over the few distinct groups).
@@ -252,6 +289,11 @@ def group_traffic(  # noqa: PLR0917  (parallel columns of one batch)
     fx_score = to_fixed(score)
     sum_score = fsum(fx_score)
     sum_pred_score = fsum(fx_score * fpred)
+    if phat is None:
+        sum_phat, sum_pred_phat = sum_score, sum_pred_score
+    else:
+        fx_phat = to_fixed(phat)
+        sum_phat, sum_pred_phat = fsum(fx_phat), fsum(fx_phat * fpred)
     sum_qstar = fsum(to_fixed(qstar))
     n_req = np.bincount(inv, weights=requested.astype(np.float64), minlength=g).astype(np.int64)
     sum_pi = fsum(to_fixed(pi))
@@ -278,5 +320,7 @@ def group_traffic(  # noqa: PLR0917  (parallel columns of one batch)
             hist=hist[j].astype(np.int64),
             ts_min=float(ts_min[j]),
             ts_max=float(ts_max[j]),
+            sum_phat=int(sum_phat[j]),
+            sum_pred_phat=int(sum_pred_phat[j]),
         )
     return out

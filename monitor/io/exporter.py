@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 WINDOW_LABELS = ("model", "segment", "window")
 ALERT_LABELS = ("alert", "model", "segment", "window")
+#: label latency histogram buckets, seconds of event time (1 min .. 1 week)
+LATENCY_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0,
+                   172800.0, 604800.0)  # fmt: skip
 BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 # (family suffix, help) of the three interval-valued measures; rendered as NAME, NAME_ci_lower
@@ -140,6 +143,38 @@ class SnapshotCollector(Collector):
         return list(fam)
 
 
+def _render_answers(fam: _Families, w: WindowEstimate, base: tuple[str, str, str]) -> None:
+    """Answer rates per prediction stratum, pending weight and worst-case bounds (issue 11)."""
+    for pred, rate in zip(("0", "1"), w.answer_rate, strict=True):
+        fam.add(
+            "monitor_answer_rate",
+            "Answered / issued audit requests of the window, per prediction stratum",
+            (*WINDOW_LABELS, "pred"),
+            (*base, pred),
+            rate,
+        )
+    fam.add(
+        "monitor_pending_weight_ratio",
+        "Share of the window's sampling weight sum(1/pi) in requests not answered yet",
+        WINDOW_LABELS,
+        base,
+        w.pending_weight,
+    )
+    with_alpha = (*WINDOW_LABELS, "alpha")
+    alpha_values = (*base, alpha_label(w.alpha))
+    for name, doc, (low, high) in (
+        ("f_measure", "F_alpha", w.worst.f),
+        ("precision", "Precision", w.worst.precision),
+        ("recall", "Recall", w.worst.recall),
+    ):
+        labels, values = (
+            (with_alpha, alpha_values) if name == "f_measure" else (WINDOW_LABELS, base)
+        )
+        text = f"{doc} whatever the unanswered labels turn out to be"
+        fam.add(f"monitor_{name}_worst_case_lower", f"{text}: lowest", labels, values, low)
+        fam.add(f"monitor_{name}_worst_case_upper", f"{text}: highest", labels, values, high)
+
+
 def _render_window(fam: _Families, w: WindowEstimate) -> None:
     base = (w.model, w.segment, w.window)
     with_alpha = (*WINDOW_LABELS, "alpha")
@@ -163,7 +198,19 @@ def _render_window(fam: _Families, w: WindowEstimate) -> None:
         alpha_values,
         w.intrinsic_f,
     )
+    fam.add(
+        "monitor_intrinsic_f_measure_recalibrated",
+        "Label-free F_alpha from the scores recalibrated on the audited labels, all traffic",
+        with_alpha,
+        alpha_values,
+        w.intrinsic_f_recalibrated,
+    )
     gauges: tuple[tuple[str, str, float], ...] = (
+        (
+            "monitor_calibration_error",
+            "Design-weighted expected calibration error of the scores on the audited items",
+            w.calibration_error,
+        ),
         ("monitor_model_likelihood", "Model likelihood on the audited items", w.likelihood),
         ("monitor_effective_sample_size", "Effective sample size of the labelled items", w.ess),
         ("monitor_window_records", "Scored records in the window", float(w.records)),
@@ -188,6 +235,7 @@ def _render_window(fam: _Families, w: WindowEstimate) -> None:
     )
     for name, doc, value in gauges:
         fam.add(name, doc, WINDOW_LABELS, base, value)
+    _render_answers(fam, w, base)
     c = w.confusion
     for cell, value in (("tp", c.tp), ("fp", c.fp), ("fn", c.fn), ("tn", c.tn)):
         fam.add(
@@ -270,6 +318,13 @@ class Exporter:
             buckets=BATCH_BUCKETS,
             registry=r,
         )
+        self._latency = Histogram(
+            "monitor_label_latency_seconds",
+            "Event time from a record to its accepted label (the watermark at acceptance)",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self._lag = Gauge(
             "monitor_consumer_lag",
             "Records between the consumer position and the end of the partition",
@@ -315,6 +370,13 @@ class Exporter:
     def count_labels(self, per_model: Mapping[str, int]) -> None:
         """Add valid labels received per model."""
         _add(self._labels, "model", per_model)
+
+    def observe_label_latency(self, per_model: Mapping[str, Sequence[float]]) -> None:
+        """Record the event-time latencies of accepted labels per model."""
+        for model, latencies in per_model.items():
+            child = self._latency.labels(model=model)
+            for seconds in latencies:
+                child.observe(seconds)
 
     def count_rejects(self, per_reason: Mapping[RejectReason, int]) -> None:
         """Add dead-lettered records per reason."""

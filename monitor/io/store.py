@@ -28,7 +28,7 @@ from monitor.core.messages import AuditRequest, LabelResult
 from monitor.core.sampler import PartKey, SamplerChanges
 from monitor.core.windows import TrafficAggregate
 from monitor.errors import StoreError
-from monitor.stats.budget import Control
+from monitor.stats.budget import NO_CALIBRATION, Calibration, Control
 
 SCHEMA_VERSION = "1"
 DB_NAME = "monitor.sqlite"
@@ -46,6 +46,9 @@ CREATE TABLE IF NOT EXISTS controls (
     model TEXT NOT NULL, partition INTEGER NOT NULL, bucket INTEGER NOT NULL,
     g REAL NOT NULL, kappa REAL NOT NULL, mean_qstar REAL,
     PRIMARY KEY (model, partition, bucket));
+CREATE TABLE IF NOT EXISTS control_maps (
+    model TEXT NOT NULL, partition INTEGER NOT NULL, bucket INTEGER NOT NULL,
+    calibration TEXT NOT NULL, PRIMARY KEY (model, partition, bucket));
 CREATE TABLE IF NOT EXISTS segments (
     model TEXT NOT NULL, segment TEXT NOT NULL, PRIMARY KEY (model, segment));
 CREATE TABLE IF NOT EXISTS straffic (
@@ -151,9 +154,17 @@ class Store:
         db = self._db
         for m, p, b, agg in db.execute("SELECT model, partition, bucket, agg FROM ptraffic"):
             st.ptraffic[(m, int(p), int(b))] = TrafficAggregate.from_list(json.loads(agg))
+        maps = {
+            (m, int(p), int(b)): Calibration.from_list(json.loads(c))
+            for m, p, b, c in db.execute("SELECT * FROM control_maps")
+        }
         for m, p, b, g, k, mq in db.execute("SELECT * FROM controls"):
-            st.controls[(m, int(p), int(b))] = Control(
-                float(g), float(k), math.nan if mq is None else float(mq)
+            key = (m, int(p), int(b))
+            st.controls[key] = Control(
+                float(g),
+                float(k),
+                math.nan if mq is None else float(mq),
+                calibration=maps.get(key, NO_CALIBRATION),
             )
         for m, s in db.execute("SELECT model, segment FROM segments"):
             st.segments.setdefault(m, set()).add(s)
@@ -241,11 +252,20 @@ class Store:
                 for (m, p, b), c in sampler.controls.items()
             ],
         )
+        db.executemany(
+            "INSERT OR REPLACE INTO control_maps VALUES (?, ?, ?, ?)",
+            [
+                (m, p, b, json.dumps(c.calibration.to_list()))
+                for (m, p, b), c in sampler.controls.items()
+                if c.calibration.version > 0
+            ],
+        )
         db.executemany("INSERT OR IGNORE INTO segments VALUES (?, ?)", sorted(sampler.segments))
         for (m, p), horizon in sampler.prune.items():
             args = (m, p, horizon)
             db.execute("DELETE FROM ptraffic WHERE model=? AND partition=? AND bucket<?", args)
             db.execute("DELETE FROM controls WHERE model=? AND partition=? AND bucket<?", args)
+            db.execute("DELETE FROM control_maps WHERE model=? AND partition=? AND bucket<?", args)
         db.executemany(
             "INSERT OR REPLACE INTO straffic VALUES (?, ?, ?, ?)",
             [(m, s, b, json.dumps(a.to_list())) for (m, s, b), a in estimator.traffic.items()],

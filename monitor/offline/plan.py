@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from monitor.errors import InputFileError
 from monitor.offline.poolfile import DESIGNS, Plan, Pool, read_plan, read_pool, write_plan
+from monitor.offline.rounds import Known, known_labels, next_round_weights, rounds_sample
 from monitor.sim.simulate import calibrated_pool
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import falpha_exact, intrinsic_falpha
@@ -91,9 +92,27 @@ def make_plan(
     defensive: float = DEFAULT_DEFENSIVE,
     design: str = "poisson",
     threshold: float = 0.5,
+    known: Known | None = None,
+    pool_path: str = "pool",
 ) -> Plan:
-    """Select the items to audit from ``pool`` (see the module docstring for the designs)."""
+    """Select the items to audit from ``pool`` (see the module docstring for the designs).
+
+    With ``known`` (the labelled rows of earlier rounds, ``monitor.offline.rounds``) the next
+    round is planned: Poisson only, known items excluded, q* at the recalibrated scores.
+    """
     q, g, active = selection_weights(pool.score, pool.pred, alpha, defensive)
+    extra: dict[str, str] = {}
+    if known is not None:
+        if design != "poisson":
+            msg = "--labelled (planning a next round) needs the poisson design"
+            raise InputFileError(msg)
+        q, slope, lam = next_round_weights(pool, alpha, defensive, known, pool_path)
+        extra = {
+            "round": str(known.last_round + 1),
+            "known_labels": str(len(known.ids)),
+            "calibration_slope": repr(slope),
+            "defensive_used": repr(lam),
+        }
     salt = f"plan:{seed}"
     meta: dict[str, str] = {
         "design": design,
@@ -107,7 +126,10 @@ def make_plan(
         "pool_size": str(len(pool)),
         "pool_predicted_positives": str(int(pool.pred.sum())),
         "intrinsic_f": repr(g),
-        "zero_probability_items": str(int(np.count_nonzero(q <= 0.0))),
+        "zero_probability_items": str(
+            int(np.count_nonzero(q <= 0.0)) - int(extra.get("known_labels", "0"))
+        ),
+        **extra,
     }
     if design == "poisson":
         pi, kappa = inclusion_for_budget(q, min(budget, len(pool)))
@@ -222,10 +244,20 @@ def post_stratified_confusion(sample: LabeledSample, n_pos: int, n_neg: int) -> 
     return Confusion(tp, fp, fn, tn)
 
 
-def estimate_plan(plan: Plan, path: str, alpha: float | None, level: float) -> PlanEstimate:
-    """Estimate F_alpha, precision, recall and the pool's confusion counts from a labelled plan."""
+def estimate_plan(
+    plan: Plan,
+    path: str,
+    alpha: float | None,
+    level: float,
+    sample: LabeledSample | None = None,
+) -> PlanEstimate:
+    """Estimate F_alpha, precision, recall and the pool's confusion counts from a labelled plan.
+
+    ``sample`` replaces the plan's own labelled rows (rounds: ``rounds.rounds_sample``).
+    """
     a = plan_alpha(plan, alpha, path)
-    sample = plan_sample(plan)
+    if sample is None:
+        sample = plan_sample(plan)
     measures = measure_all(sample, a, level)
     n_pos = _meta_int(plan, "pool_predicted_positives", path)
     size = _meta_int(plan, "pool_size", path)
@@ -245,7 +277,7 @@ def estimate_plan(plan: Plan, path: str, alpha: float | None, level: float) -> P
             f"{zero} pool items had no chance of selection (defensive=0); an estimate that gives "
             "them weight (recall when they are predicted negative) is biased"
         )
-    labels = int(np.count_nonzero(plan.labelled))
+    labels = len(sample) if plan.design == "poisson" else int(np.count_nonzero(plan.labelled))
     return PlanEstimate(a, level, measures, confusion, labels, pending, warnings)
 
 
@@ -315,6 +347,9 @@ def estimate_table(result: PlanEstimate, plan: Plan, path: str) -> str:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     pool = read_pool(args.pool, args.threshold)
+    known = None
+    if args.labelled:
+        known = known_labels([(p, read_plan(p)) for p in args.labelled])
     plan = make_plan(
         pool,
         alpha=args.alpha,
@@ -323,6 +358,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         defensive=args.defensive,
         design=args.design,
         threshold=args.threshold,
+        known=known,
+        pool_path=args.pool,
     )
     write_plan(args.out, plan, ["fill in label with 0 or 1; leave it empty while pending"])
     if plan.design == "poisson":
@@ -339,12 +376,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
-    plan = read_plan(args.labels)
-    result = estimate_plan(plan, args.labels, args.alpha, args.level)
+    plans = [(p, read_plan(p)) for p in args.labels]
+    if len(plans) == 1 and plans[0][1].meta.get("known_labels", "0") == "0":
+        path, plan = plans[0]
+        result = estimate_plan(plan, path, args.alpha, args.level)
+    else:  # rounds; a later round alone is refused (its earlier labels are part of the total)
+        sample, plan, path = rounds_sample(plans)
+        result = estimate_plan(plan, path, args.alpha, args.level, sample)
     if args.format == "json":
         print(json.dumps(estimate_json(result, plan), allow_nan=False))
     else:
-        print(estimate_table(result, plan, args.labels))
+        print(estimate_table(result, plan, path))
     return 0
 
 
@@ -545,6 +587,14 @@ def register(sub: Any) -> None:
         help="pred = score >= threshold when the pool has no pred column (default 0.5)",
     )
     p.add_argument("--design", choices=DESIGNS, default="poisson", help="default poisson")
+    p.add_argument(
+        "--labelled",
+        nargs="+",
+        default=[],
+        metavar="DONE.csv",
+        help="labelled plans of earlier rounds: plan the next round (not chosen again, "
+        "q* at the scores recalibrated on their labels)",
+    )
     p.add_argument("--out", required=True, help="plan CSV to write")
     p.set_defaults(func=_cmd_plan)
 
@@ -554,7 +604,13 @@ def register(sub: Any) -> None:
         description="Estimate F_alpha, precision and recall with confidence intervals from "
         "the labelled plan (empty labels are pending).",
     )
-    e.add_argument("--labels", required=True, help="the plan CSV with its label column filled")
+    e.add_argument(
+        "--labels",
+        required=True,
+        nargs="+",
+        metavar="PLAN.csv",
+        help="the plan CSV with its label column filled; for rounds, every round's plan",
+    )
     e.add_argument(
         "--alpha", type=unit_interval, default=None, help="default: the alpha of the plan"
     )

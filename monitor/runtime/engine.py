@@ -18,20 +18,21 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from monitor.config.schema import Config
-from monitor.core import aggregates
+from monitor.core import aggregates, recalibration
 from monitor.core.aggregates import TrafficFeed
 from monitor.core.estimator import EstimatorService
 from monitor.core.messages import AuditRequest, RawRecord, Reject
 from monitor.core.records import deadletter_value, decode_labels, decode_requests, decode_scored
 from monitor.core.sampler import SamplerService
 from monitor.core.snapshot import Snapshot
-from monitor.errors import BrokerUnavailable
+from monitor.errors import BrokerUnavailable, StoreError
 from monitor.runtime.failpoint import Failpoint
 from monitor.runtime.ports import TP, Metrics, Sink, Source
 
@@ -140,7 +141,45 @@ class Engine:
             watermarks=st.watermarks,
         )
         self.feed = TrafficFeed(st.feed) if self.role == "estimator" else None
+        if self.feed is None:
+            try:
+                self.sampler.calibration = recalibration.decode(
+                    self.store.get_json(recalibration.STORE_KEY)
+                )
+            except ValueError as exc:
+                msg = (
+                    f"the stored calibration maps ({recalibration.STORE_KEY!r} in the state "
+                    f"store) are unreadable: {exc}; restore the data directory from a backup"
+                )
+                raise StoreError(msg) from exc
         self._dirty = True
+
+    def _recalibrate(self, models: Iterable[str]) -> None:
+        """Refit the calibration maps of ``models`` from their labels; durable, then in use.
+
+        Role ``all`` only (DESIGN.md, "Why it stays deterministic"): the maps are written to the
+        store in their own transaction *before* the sampler takes them, so every control that
+        records a map finds it stored, and a replay after a crash at any point reads the map
+        the lost step used (a map not yet stored was never used).
+        """
+        cal = self.sampler.calibration
+        bucket_s = self.config.windows.bucket_s
+        k = recalibration.label_window_buckets(bucket_s)
+        new = dict(cal)
+        for model in sorted(models):
+            cfg = self.config.model(model)
+            if not cfg.recalibrate:
+                continue
+            wm = self.estimator.watermark(model)
+            if not math.isfinite(wm):
+                continue
+            since = math.floor(wm / bucket_s) - k + 1
+            sample = self.estimator.labelled(model, since)
+            previous = cal.get(model, recalibration.NO_CALIBRATION)
+            new[model] = recalibration.refit(previous, sample, cfg.defensive)
+        if new != cal:
+            self.store.put_json(recalibration.STORE_KEY, recalibration.encode(new))
+            self.sampler.calibration = new
 
     @property
     def topics(self) -> list[str]:
@@ -255,7 +294,12 @@ class Engine:
             if fp is not None:
                 fp.hit("commit")
         labels_ok = self.estimator.take_label_counts()
+        if labels_ok and self.feed is None:
+            self._recalibrate(labels_ok)
         count_step(self.metrics, records, requested, labels_ok, rejects)
+        latencies = self.estimator.take_label_latencies()
+        if latencies:
+            self.metrics.observe_label_latency(latencies)
         for (t, p), v in lag.items():
             self.metrics.set_lag(t, p, v)
         if raw:

@@ -9,11 +9,13 @@ up in the truth file and, after ``--delay-s`` seconds of wall time, produces a l
 to the label topic (``ts`` = wall-clock seconds when the answer was sent; ``token`` echoes the
 request's token when it carries one, as an audit tool must when labels are authenticated).
 Real audit queues are imperfect, so a fraction of requests is never answered (``--drop-rate``)
-and a fraction of answers is wrong (``--error-rate``: the true label flipped). Both are
-decided per request, not at random: with
+and a fraction of answers is wrong (``--error-rate``: the true label flipped). Auditors skip
+some kinds of items more than others: ``--drop-rate-by-pred D0,D1`` drops requests of
+predicted negatives at D0 and of predicted positives at D1 instead (the request's ``pred``).
+Both are decided per request, not at random: with
 u(purpose) = int(blake2b(f"{seed}|{purpose}|{request_id}")[:8]) / 2^64,
 
-    dropped iff u("drop") < drop_rate,   flipped iff u("error") < error_rate,
+    dropped iff u("drop") < drop rate of its stratum,   flipped iff u("error") < error_rate,
 
 so a rerun with the same seed answers exactly the same requests the same way (the daemon's own
 decisions are hash-based for the same reason, DESIGN "Deterministic decisions"). A request id
@@ -154,11 +156,16 @@ class AuditPolicy:
     error_rate: float = 0.0
     seed: int = 0
     labeler: str = "simulated-auditor"
+    # drop rates of predicted negatives' and positives' requests (None: drop_rate for all)
+    drop_rate_by_pred: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
+        rates = [("drop_rate", self.drop_rate), ("error_rate", self.error_rate)]
+        if self.drop_rate_by_pred is not None:
+            rates += [(f"drop_rate_by_pred[{i}]", r) for i, r in enumerate(self.drop_rate_by_pred)]
         problems = [
             f"{name} must be in [0, 1], got {value}"
-            for name, value in (("drop_rate", self.drop_rate), ("error_rate", self.error_rate))
+            for name, value in rates
             if not 0.0 <= value <= 1.0
         ]
         if self.delay_s < 0:
@@ -167,17 +174,20 @@ class AuditPolicy:
             msg = "; ".join(problems)
             raise ValueError(msg)
 
-    def drops(self, request_id: str) -> bool:
-        """The request is never answered: u("drop") < drop_rate."""
-        return request_uniform(self.seed, "drop", request_id) < self.drop_rate
+    def drops(self, request_id: str, pred: int | None = None) -> bool:
+        """The request is never answered: u("drop") < the drop rate of its stratum."""
+        rate = self.drop_rate
+        if self.drop_rate_by_pred is not None and pred in (0, 1):
+            rate = self.drop_rate_by_pred[int(pred or 0)]
+        return request_uniform(self.seed, "drop", request_id) < rate
 
     def errs(self, request_id: str) -> bool:
         """The answer is the flipped truth: u("error") < error_rate."""
         return request_uniform(self.seed, "error", request_id) < self.error_rate
 
-    def answer(self, request_id: str, true_label: int) -> int | None:
+    def answer(self, request_id: str, true_label: int, pred: int | None = None) -> int | None:
         """The label the team gives, or None when it drops the request."""
-        if self.drops(request_id):
+        if self.drops(request_id, pred):
             return None
         return 1 - true_label if self.errs(request_id) else true_label
 
@@ -355,7 +365,10 @@ class SimulatedAuditTeam:
             if record_id not in self.truth:
                 self._stats.unknown_id += 1
                 return
-            label = self.policy.answer(request_id, self.truth[record_id])
+            pred = req.get("pred")
+            label = self.policy.answer(
+                request_id, self.truth[record_id], pred if isinstance(pred, int) else None
+            )
             if label is None:
                 self._stats.dropped += 1
                 return
@@ -430,6 +443,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--labels-topic", default="audit-labels")
     p.add_argument("--delay-s", type=float, default=1.0, help="seconds before answering")
     p.add_argument("--drop-rate", type=float, default=0.0, help="share never answered")
+    p.add_argument(
+        "--drop-rate-by-pred",
+        default=None,
+        metavar="D0,D1",
+        help="share never answered of predicted negatives' and positives' requests "
+        "(instead of --drop-rate)",
+    )
     p.add_argument("--error-rate", type=float, default=0.0, help="share answered wrongly")
     p.add_argument("--seed", type=int, default=0, help="seed of the drop/error decisions")
     p.add_argument("--labeler", default="simulated-auditor", help="'labeler' field of answers")
@@ -446,7 +466,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run_auditors(args: argparse.Namespace) -> int:
     """Handler of ``monitor auditors``: runs until SIGTERM or Ctrl-C, then exits 0."""
     try:
-        policy = AuditPolicy(args.delay_s, args.drop_rate, args.error_rate, args.seed, args.labeler)
+        by_pred = None
+        if args.drop_rate_by_pred:
+            d0, d1 = (float(x) for x in str(args.drop_rate_by_pred).split(","))
+            by_pred = (d0, d1)
+        policy = AuditPolicy(
+            args.delay_s, args.drop_rate, args.error_rate, args.seed, args.labeler, by_pred
+        )
     except ValueError as exc:
         msg = f"bad option: {exc}"
         raise InputFileError(msg) from exc

@@ -6,6 +6,8 @@ What runs (everything on 127.0.0.1, everything stopped at the end, even on Ctrl-
 2. the real daemon, ``python -m monitor run`` in a subprocess, with a generated configuration;
 3. a simulated audit team (``monitor.sim.auditors.SimulatedAuditTeam``) answering the daemon's label
    requests from the ground truth, after a delay, with a few dropped and a few wrong answers;
+   With ``--queue labelstudio``, a share of the requests goes to a real Label Studio instead
+   (``monitor.sim.demo_queue``), where a person can answer them in a browser;
 4. a scored stream (``monitor.sim.workload``): 48 hours of event time compressed into
    ``--duration-s`` seconds of wall time, ~3% positives, calibrated scores, and a degradation
    half-way (positives start to look harmless; the true F1 falls from ~0.82 to ~0.64).
@@ -46,6 +48,7 @@ from monitor.config.load import load_config
 from monitor.config.schema import TopicsConfig
 from monitor.errors import MonitorError
 from monitor.sim.auditors import AuditPolicy, AuditStats, SimulatedAuditTeam, write_truth
+from monitor.sim.demo_queue import LabelStudioQueue, add_arguments, team_drop_rate
 from monitor.sim.embedded_broker import EmbeddedBroker, free_port
 from monitor.sim.workload import (
     HOUR_S,
@@ -386,6 +389,7 @@ class DemoRun:
     broker: EmbeddedBroker | None = None
     daemon: DaemonProcess | None = None
     team: SimulatedAuditTeam | None = None
+    queue: LabelStudioQueue | None = None
     streamer: Streamer | None = None
     failed: bool = False
     finished: bool = False  # the report is printed (Ctrl-C after it is the normal way out)
@@ -405,6 +409,8 @@ class DemoRun:
             steps.append(("daemon", self._stop_daemon))
         if self.team is not None:
             steps.append(("audit team", self.team.stop))
+        if self.queue is not None:
+            steps.append(("Label Studio", self.queue.stop))
         if self.broker is not None:
             steps.append(("broker", self.broker.stop))
         for what, step in steps:
@@ -412,7 +418,7 @@ class DemoRun:
                 step()
             except Exception as exc:
                 print(f"demo: could not stop the {what} cleanly: {exc}", file=sys.stderr)
-        self.streamer = self.daemon = self.team = self.broker = None
+        self.streamer = self.daemon = self.team = self.broker = self.queue = None
         if self.keep or self.failed:
             print(f"demo: logs and state kept in {self.work_dir}", flush=True)
         else:
@@ -512,6 +518,10 @@ def _run(args: argparse.Namespace, run: DemoRun, started: float) -> None:
     def say(msg: str) -> None:
         print(f"[{time.monotonic() - started:5.1f}s] {msg}", flush=True)
 
+    if args.queue == "labelstudio":
+        run.queue = LabelStudioQueue(args, run.work_dir)
+        run.queue.launch()  # its first start takes ~80 s: overlapped with what follows
+        say(f"Label Studio: starting on {run.queue.url} (the first start takes ~80 s)")
     # the stream: 48 h of event time ending at the current hour
     end = math.floor(time.time() / HOUR_S) * HOUR_S
     segments = tuple(s.strip() for s in args.segments.split(",") if s.strip())
@@ -555,8 +565,18 @@ def _run(args: argparse.Namespace, run: DemoRun, started: float) -> None:
         f"metrics on http://127.0.0.1:{port}/metrics; log {run.daemon.log_path}"
     )
 
+    drop_rate = args.drop_rate
+    if run.queue is not None:
+        drop_rate = team_drop_rate(run.queue.share, args.drop_rate)
+        bridge = run.queue.start_bridge(
+            load_config(config_path, {"bootstrap_servers": run.broker.bootstrap})
+        )
+        say(
+            f"Label Studio bridge: {run.queue.share:.0%} of the requests go to {run.queue.url} "
+            f"(projects {sorted(bridge.projects.values())}); the simulated team answers the rest"
+        )
     policy = AuditPolicy(
-        delay_s=args.delay_s, drop_rate=args.drop_rate, error_rate=args.error_rate, seed=args.seed
+        delay_s=args.delay_s, drop_rate=drop_rate, error_rate=args.error_rate, seed=args.seed
     )
     run.team = SimulatedAuditTeam(
         dict(workload.truth_rows()),
@@ -585,10 +605,14 @@ def _run(args: argparse.Namespace, run: DemoRun, started: float) -> None:
             rows += checkpoint_rows(name, m, workload)
     _report(run, port, rows, workload, args)
     run.finished = True
+    if run.queue is not None:
+        print("\n".join(run.queue.describe()), flush=True)
     if args.keep:
         say("--keep: everything keeps running; press Ctrl-C to stop")
         while True:
             run.daemon.check()
+            if run.queue is not None:
+                run.queue.check()
             time.sleep(1.0)
 
 
@@ -740,6 +764,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="comma-separated segment names spread over the records (e.g. web,app); the "
         "table shows all segments together, /metrics each one too",
     )
+    add_arguments(p)
     p.add_argument("--progress-every-s", type=float, default=4.0)
     p.add_argument("--drain-timeout-s", type=float, default=45.0)
     p.set_defaults(func=run_demo)

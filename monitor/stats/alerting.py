@@ -18,9 +18,27 @@ thresholds c, so exploiting the correlation would gain little over Bonferroni.
 
 One-sided bounds are the estimator's own interval (logit scale, Wilson fallback, Student t with
 n - 1 degrees of freedom, as :func:`monitor.stats.interval.interval_from_se`): the upper bound
-with error e is the upper end of the two-sided interval at level 1 - 2e. The t quantile comes
-from the ``scipy.special.stdtrit`` ufunc (~3 us, against ~250 us for ``scipy.stats.t.ppf``),
-since alerting evaluates several bounds per window per look.
+with error e is the upper end of the two-sided interval at level 1 - 2e.
+
+Model, not window. "The model degraded" (a floor, a drop) is a question about the model, not
+about this window's draw of traffic: its bounds use the estimate's super-population standard
+error and effective size (``Estimate.se_model``, ``Estimate.n_eff_model``: no finite-population
+correction; DESIGN.md, "Labels that arrive late or never"). With the design se a window audited
+almost as a census has a near-zero se and any unlucky window would page. The Wilson fallback
+(estimate exactly 0 or 1) uses the estimator's own effective size, which counts the pseudo
+events of unseen false negatives (:mod:`monitor.stats.interval`), not the Kish ESS of the
+labels' weights: recall = 1 from 30 true positives at pi = 1 and 300 predicted negatives at
+pi = 0.01 had the estimator interval [0.011, 1] but an alerting lower bound of 0.878 on the ESS.
+The calibration check compares the intrinsic F with *this window's* realised F, so it keeps the
+design se (plus the intrinsic F's own spread). Estimates without these fields (NaN, e.g. the
+stratified estimator's) fall back to ``se`` and the Kish ESS.
+
+The likelihood check is a test too (:func:`likelihood_upper_bound`): it fires when the upper
+confidence bound of the model likelihood, at the look's error, is below its floor, so it spends
+its share of the false-alarm budget like the others instead of comparing a point estimate.
+
+The t quantile comes from the ``scipy.special.stdtrit`` ufunc (~3 us, against ~250 us for
+``scipy.stats.t.ppf``), since alerting evaluates several bounds per window per look.
 """
 
 from __future__ import annotations
@@ -30,7 +48,7 @@ import math
 from scipy import special
 
 from monitor.stats.estimate import Estimate
-from monitor.stats.interval import wilson_interval
+from monitor.stats.interval import t_quantile, wilson_interval
 
 SPENDING_RULES = ("horizon", "anytime")
 
@@ -65,45 +83,68 @@ def look_error(rate: float, look: int, rule: str, horizon_looks: int) -> float:
     raise ValueError(msg)
 
 
-def t_quantile(level: float, n: int) -> float:
-    """Two-sided Student t quantile ``t_{n-1}((1 + level) / 2)``, at least one degree of freedom."""
-    return float(special.stdtrit(max(n - 1, 1), 0.5 + level / 2.0))
-
-
-def _interval(est: Estimate, se: float, level: float) -> tuple[float, float]:
+def _interval(est: Estimate, se: float, level: float, *, model: bool = True) -> tuple[float, float]:
     """``interval_from_se`` of the estimator with standard error ``se`` (see module docstring).
 
     Logit scale ``expit(logit(G) -+ t se / (G (1 - G)))`` when 0 < G < 1 and se > 0, else the
-    Wilson interval on the effective sample size (the Kish ESS of the estimate: no smaller than
-    the estimator's, so at least as wide).
+    Wilson interval on the estimator's effective sample size (super-population ``n_eff_model``
+    when ``model``, else the design ``n_eff``; the Kish ESS when the estimate has neither).
     """
     value = est.value
     t = t_quantile(level, est.n_labels)
     if 0.0 < value < 1.0 and se > 0.0 and math.isfinite(se):
         centre = math.log(value / (1.0 - value))
         half = t * se / (value * (1.0 - value))
-        lower = 1.0 / (1.0 + math.exp(half - centre))
-        upper = 1.0 / (1.0 + math.exp(-centre - half))
+        lower = float(special.expit(centre - half))  # no overflow for a huge se
+        upper = float(special.expit(centre + half))
         return min(max(lower, 0.0), value), max(min(upper, 1.0), value)
-    n_eff = est.ess if est.ess > 0.0 else math.inf
+    n_eff = est.n_eff_model if model else est.n_eff
+    if math.isnan(n_eff):
+        n_eff = est.ess if est.ess > 0.0 else math.inf
     return wilson_interval(value, n_eff, t)
 
 
-def upper_bound(est: Estimate, error: float) -> float:
-    """One-sided upper confidence bound: P(true value > bound) <= ``error`` (NaN if undefined).
+def model_se(est: Estimate) -> float:
+    """The super-population standard error of ``est`` (its design se when it has none)."""
+    return est.se if math.isnan(est.se_model) else est.se_model
 
-    The upper end of the estimator's two-sided interval at level ``1 - 2 error``.
+
+def upper_bound(est: Estimate, error: float) -> float:
+    """One-sided upper confidence bound on the model's value: P(true > bound) <= ``error``.
+
+    The upper end of the estimator's two-sided interval at level ``1 - 2 error`` with the
+    super-population se (:func:`model_se`). NaN if undefined.
     """
     if not est.defined or math.isnan(est.se):
         return math.nan
-    return _interval(est, est.se, 1.0 - 2.0 * error)[1]
+    return _interval(est, model_se(est), 1.0 - 2.0 * error)[1]
 
 
 def lower_bound(est: Estimate, error: float) -> float:
-    """One-sided lower confidence bound: P(true value < bound) <= ``error`` (NaN if undefined)."""
+    """One-sided lower confidence bound on the model's value (NaN if undefined)."""
     if not est.defined or math.isnan(est.se):
         return math.nan
-    return _interval(est, est.se, 1.0 - 2.0 * error)[0]
+    return _interval(est, model_se(est), 1.0 - 2.0 * error)[0]
+
+
+def likelihood_upper_bound(likelihood: float, log_se: float, n: int, error: float) -> float:
+    """One-sided upper bound of the model likelihood: ``exp(log L + t_{n-1}(1 - error) se)``.
+
+    ``log L`` is the weighted mean log-likelihood (seed 002, Sec. 4.1) and ``log_se`` its
+    super-population standard error (:func:`monitor.stats.likelihood.log_likelihood_se`).
+    ``bound < floor`` rejects "the likelihood is at least the floor" at error ``error``. With an
+    unknown se (NaN) the point estimate itself is returned (the old, untested comparison).
+
+    Examples:
+        >>> round(likelihood_upper_bound(0.5, 0.0, 10, 1e-4), 6)
+        0.5
+    """
+    if math.isnan(likelihood) or not likelihood > 0.0:
+        return math.nan
+    if math.isnan(log_se):
+        return likelihood
+    t = t_quantile(1.0 - 2.0 * error, n)
+    return math.exp(math.log(likelihood) + t * log_se)
 
 
 def drop_bound(current: Estimate, ref_value: float, ref_se: float, error: float) -> float:
@@ -118,8 +159,10 @@ def drop_bound(current: Estimate, ref_value: float, ref_se: float, error: float)
     ``bound < r - tolerance`` rejects "no drop beyond the tolerance" at error ``error``. Expressed
     through the current estimate's interval with the combined raw-scale error
     ``c (1 - c) se_D``. A reference value at 0 or 1 has no logit: its se enters on the raw scale.
-    If the current estimate is degenerate (0 or 1, se 0), its Wilson bound is widened by
-    ``t se_r`` on the raw scale.
+    ``se_c`` is the current estimate's super-population se (:func:`model_se`): the question is
+    whether the model dropped. If the current estimate is degenerate (0 or 1, se 0), its Wilson
+    bound (on the estimator's super-population effective size) is widened by ``t se_r`` on the
+    raw scale.
 
     Args:
         current: The estimate of the current window.
@@ -133,9 +176,10 @@ def drop_bound(current: Estimate, ref_value: float, ref_se: float, error: float)
     if not current.defined or math.isnan(current.se) or math.isnan(ref_value):
         return math.nan
     c, se_r = current.value, max(ref_se, 0.0)
-    if 0.0 < c < 1.0 and current.se > 0.0:
+    se_c = model_se(current)
+    if 0.0 < c < 1.0 and se_c > 0.0:
         scale = c * (1.0 - c) / (ref_value * (1.0 - ref_value)) if 0.0 < ref_value < 1.0 else 1.0
-        se = math.hypot(current.se, se_r * scale)
+        se = math.hypot(se_c, se_r * scale)
         return _interval(current, se, 1.0 - 2.0 * error)[1]
     t = t_quantile(1.0 - 2.0 * error, max(current.n_labels, 1))
     return min(1.0, upper_bound(current, error) + t * se_r)
@@ -158,7 +202,7 @@ def disagreement(
     if not est.defined or math.isnan(est.se) or math.isnan(value):
         return False, math.nan
     extra = value_se if math.isfinite(value_se) else 0.0
-    lower, upper = _interval(est, math.hypot(est.se, extra), 1.0 - error)
+    lower, upper = _interval(est, math.hypot(est.se, extra), 1.0 - error, model=False)
     if value > est.value:
         return value > upper, upper
     return value < lower, lower

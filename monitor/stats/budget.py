@@ -12,11 +12,20 @@ the latest earlier bucket only (so it depends on the stream, not on batch bounda
 - ``mean_qstar`` = mean of q* over that bucket,
 - ``kappa = (labels_per_hour * bucket_s / 3600 / n_partitions) / N_hat`` where ``N_hat`` is the
   bucket's record count scaled to a whole bucket when the partition only started during it
-  (``N_hat = n * bucket_s / max(covered_s, bucket_s / 4)``).
+  (``N_hat = n * bucket_s / max(covered_s, bucket_s / 4)``), divided by that bucket's share of
+  uncapped requests when caps at pi = 1 bound there (``cap_ratio``).
 
 Without history (first bucket of a partition) q = 1 (uniform) and
 ``kappa = labels_per_hour / expected_records_per_hour``. Any kappa keeps the Horvitz-Thompson
 estimate unbiased; the controller only decides how many labels are spent.
+
+Recalibration (DESIGN.md, "Learning from the labels"): a control may carry a versioned
+calibration map (:class:`Calibration`: the Platt map of ``monitor.stats.calibration`` fitted
+from labels, and the defensive share the labels ask for, ``selection.defensive_share``). Then
+q* is evaluated at p_hat = m(s) instead of s, ``g`` comes from the earlier bucket's recalibrated
+expected counts ``sum(f p_hat) / (alpha N1 + (1 - alpha) sum(p_hat))`` (p_hat under the map that
+was in force there), and ``lam`` is the calibration's. The map is not a function of the scored
+stream, so the control records it: a replay reads the stored control and decides the same.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from monitor.stats.calibration import IDENTITY, PlattMap
 from monitor.stats.falpha import intrinsic_falpha_from_sums
 from monitor.stats.selection import defensive_mix, inclusion_from_kappa, q_star_falpha
 
@@ -34,6 +44,41 @@ from monitor.stats.selection import defensive_mix, inclusion_from_kappa, q_star_
 G_PRIOR = 0.5
 # a partially observed bucket is extrapolated from at least this share of the bucket
 MIN_COVERAGE = 0.25
+# cap ratios this close to 1 are rounding, not caps; kappa is raised at most 1 / MIN_CAP_RATIO
+CAP_TOLERANCE = 1e-3
+MIN_CAP_RATIO = 0.01
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A versioned calibration map and the defensive share to use with it.
+
+    ``version`` 0 is "no map" (the identity; the configured defensive share applies); every
+    map fitted from labels gets the next version of its model.
+    """
+
+    version: int = 0
+    cal_map: PlattMap = IDENTITY
+    lam: float = math.nan
+
+    def to_list(self) -> list[object]:
+        """``[version, a, b, lam]`` (``from_list`` reads it back)."""
+        return [self.version, self.cal_map.a, self.cal_map.b, self.lam]
+
+    @classmethod
+    def from_list(cls, v: object) -> Calibration:
+        """The calibration written by ``to_list``; ``ValueError`` when ``v`` is not one."""
+        if not isinstance(v, list | tuple) or len(v) != 4 or type(v[0]) is not int:
+            msg = "a control's calibration is [version, a, b, lam]"
+            raise ValueError(msg)
+        a, b, lam = (float(x) for x in v[1:])
+        if v[0] < 0 or not (math.isfinite(a) and b >= 0.0 and 0.0 < lam <= 1.0):
+            msg = "a control's calibration needs version >= 0, finite a, b >= 0, lam in (0, 1]"
+            raise ValueError(msg)
+        return cls(v[0], PlattMap(a, b), lam)
+
+
+NO_CALIBRATION = Calibration()
 
 
 @dataclass(frozen=True)
@@ -41,11 +86,13 @@ class Control:
     """The inputs of every audit decision in one (model, partition, bucket).
 
     ``mean_qstar`` is NaN for the uniform control (no history): then q = 1 for every record.
+    ``calibration`` is the map q* is evaluated at (version 0: the raw scores).
     """
 
     g: float
     kappa: float
     mean_qstar: float
+    calibration: Calibration = NO_CALIBRATION
 
     @property
     def uniform(self) -> bool:
@@ -72,11 +119,21 @@ def control_for_bucket(
     labels_per_hour: float,
     bucket_s: int,
     n_partitions: int,
+    calibration: Calibration = NO_CALIBRATION,
+    cap_ratio: float = 1.0,
 ) -> Control:
     """The control of the next bucket from the aggregate of the latest earlier bucket.
 
     ``g`` falls back to ``G_PRIOR`` when the intrinsic F is undefined (e.g. no predicted
-    positive and zero scores); ``mean_qstar`` to 1 when it is not positive.
+    positive and zero scores); ``mean_qstar`` to 1 when it is not positive. With a calibration
+    map, pass the recalibrated sums (``sum f p_hat``, ``sum p_hat``) as ``pred_score_total`` and
+    ``score_total``.
+
+    ``cap_ratio`` re-solves kappa when caps at pi = 1 bind: the earlier bucket's expected
+    requests ``sum min(1, kappa q)`` over its uncapped ``kappa sum q`` (:func:`cap_ratio`).
+    kappa is divided by it, so the budget the caps left unspent is spread over the uncapped
+    records; a feedback step per bucket (deterministic: a function of the stream and the
+    stored controls). Ratios above ``1 - CAP_TOLERANCE`` count as 1 (no cap bound).
     """
     g = intrinsic_falpha_from_sums(pred_score_total, float(n_pred), score_total, alpha)
     if not math.isfinite(g):
@@ -88,7 +145,24 @@ def control_for_bucket(
     n_hat = n * bucket_s / covered
     budget = labels_per_hour * bucket_s / 3600.0 / max(1, n_partitions)
     kappa = budget / n_hat if n_hat > 0 else 1.0
-    return Control(g=float(g), kappa=float(kappa), mean_qstar=float(mq))
+    if math.isfinite(cap_ratio) and 0.0 < cap_ratio < 1.0 - CAP_TOLERANCE:
+        kappa /= max(cap_ratio, MIN_CAP_RATIO)
+    return Control(g=float(g), kappa=float(kappa), mean_qstar=float(mq), calibration=calibration)
+
+
+def cap_ratio(previous: Control, n: int, qstar_total: float, pi_total: float, lam: float) -> float:
+    """Expected requests over uncapped ones in a bucket decided under ``previous``.
+
+    ``sum(pi) / (kappa sum(q))`` with ``sum(q) = (1 - lam) sum(q*) / mean_q* + lam n`` (n for
+    the uniform control); ``lam`` is the share the control used. 1 when nothing was expected.
+    """
+    if previous.uniform:
+        total_q = float(n)
+    else:
+        share = previous.calibration.lam if previous.calibration.version > 0 else lam
+        total_q = (1.0 - share) * qstar_total / previous.mean_qstar + share * n
+    uncapped = previous.kappa * total_q
+    return min(1.0, pi_total / uncapped) if uncapped > 0.0 else 1.0
 
 
 def selection_weights(
@@ -97,16 +171,21 @@ def selection_weights(
     alpha: float,
     lam: float,
     control: Control,
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Return ``(q*, pi)`` for records under one control.
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Return ``(q*, pi, p_hat)`` for records under one control.
 
-    ``q*`` (undefended, seed 000 Cor. 2 at ``g``) feeds the aggregate of this bucket; ``pi =
-    min(1, kappa q)`` with ``q = defensive_mix(q*, lam, mean_qstar)``, or q = 1 when uniform.
+    ``p_hat`` is the control's calibration map applied to the scores (the scores themselves
+    without a map); ``q*`` (undefended, seed 000 Cor. 2 at p_hat and ``g``) feeds the aggregate
+    of this bucket; ``pi = min(1, kappa q)`` with ``q = defensive_mix(q*, lam, mean_qstar)``
+    (``lam`` the calibration's share when it has one), or q = 1 when uniform.
     """
-    qstar = np.asarray(q_star_falpha(score, pred, alpha, control.g), dtype=np.float64)
+    cal = control.calibration
+    p_hat = cal.cal_map.apply(score)
+    qstar = np.asarray(q_star_falpha(p_hat, pred, alpha, control.g), dtype=np.float64)
     if control.uniform:
         q = np.ones_like(score, dtype=np.float64)
     else:
-        q = np.asarray(defensive_mix(qstar, lam, control.mean_qstar), dtype=np.float64)
+        share = cal.lam if cal.version > 0 else lam
+        q = np.asarray(defensive_mix(qstar, share, control.mean_qstar), dtype=np.float64)
     pi = np.asarray(inclusion_from_kappa(q, control.kappa), dtype=np.float64)
-    return qstar, pi
+    return qstar, pi, p_hat

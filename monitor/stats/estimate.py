@@ -12,6 +12,12 @@ class Estimate:
 
     ``value`` is NaN (and ``n_labels`` may be 0) when the measure is undefined on the sample,
     e.g. precision before any predicted positive was audited: missing, never 0.
+
+    ``se`` is the design standard error of the window's realised value (with finite-population
+    correction) and ``n_eff`` the effective sample size the interval's small-sample fallback used.
+    ``se_model`` and ``n_eff_model`` are their super-population counterparts (no
+    finite-population correction): the uncertainty about the model's own value, which alerts
+    about the model use (DESIGN.md, "Labels that arrive late or never"). NaN when not computed.
     """
 
     value: float
@@ -21,6 +27,9 @@ class Estimate:
     n_labels: int
     ess: float
     level: float
+    n_eff: float = math.nan
+    se_model: float = math.nan
+    n_eff_model: float = math.nan
 
     @classmethod
     def missing(cls, level: float, n_labels: int = 0) -> Estimate:

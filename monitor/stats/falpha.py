@@ -216,6 +216,7 @@ def estimate_falpha(
         event_weight=1.0 - alpha,
         event_gain=0.0,
         pseudo_events=pseudo_events,
+        answers=sample.answers,
     )
 
 
@@ -230,5 +231,11 @@ def estimate_zero_one_risk(
     """
     loss = (sample.pred != sample.label).astype(np.float64)
     return ratio_estimate(
-        loss, np.ones_like(loss), sample.v, sample.fpc, level, bias_correction=bias_correction
+        loss,
+        np.ones_like(loss),
+        sample.v,
+        sample.fpc,
+        level,
+        bias_correction=bias_correction,
+        answers=sample.answers,
     )

@@ -115,6 +115,7 @@ import numpy.typing as npt
 from scipy import special
 
 from monitor.stats.estimate import Estimate
+from monitor.stats.sample import AnswerGroups
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -152,6 +153,36 @@ def unseen_event_design(
         return 0.0
     with np.errstate(over="ignore"):  # an overflow is an infinite variance: say so
         return missing * float(np.dot(fpc[open_], v[open_] ** 2)) / count
+
+
+def second_phase_variance(resid: FloatArray, answers: AnswerGroups) -> float:
+    """Variance that the answers (second phase) add: ``sum_c (1 - r_c) m_c S_c^2``.
+
+    Within each answer class c the answered requests are taken as a simple random sample of
+    m_c of the class's n_c requests, r_c = m_c / n_c (response homogeneity groups, Saerndal,
+    Swensson and Wretman 1992, Sec. 15.6; two-phase variance, Result 9.3.1). In units of the
+    already expanded residuals ``e_i = w_i (l_i - G) / (pi_i r_c)`` the second-phase term is
+    ``(1 - r_c) m_c S_c^2`` with ``S_c^2`` their sample variance within the class (``ddof=1``).
+    A class with one answer has no S_c^2; its mean square ``e^2`` is used (the uncentred,
+    larger value of the Poisson approximation with fpc ``1 - pi r``).
+
+    Args:
+        resid: Expanded residuals e_i of the labeled items (any common scale).
+        answers: Class and answer rate of each labeled item.
+
+    Returns:
+        The second-phase variance (>= 0), in the units of ``resid`` squared.
+    """
+    _, inv = np.unique(answers.group, return_inverse=True)
+    m = np.bincount(inv).astype(np.float64)
+    s1 = np.bincount(inv, weights=resid)
+    s2 = np.bincount(inv, weights=resid * resid)
+    rate = np.ones_like(m)
+    rate[inv] = answers.rate
+    several = m >= 2.0
+    spread = s2.copy()
+    spread[several] = (s2 - s1 * s1 / m)[several] * m[several] / (m[several] - 1.0)
+    return float(np.dot(1.0 - rate, np.maximum(spread, 0.0)))
 
 
 def t_quantile(level: float, n: int) -> float:
@@ -289,6 +320,7 @@ def ratio_estimate(
     event_weight: float = 0.0,
     event_gain: float = 0.0,
     pseudo_events: float = PSEUDO_EVENTS,
+    answers: AnswerGroups | None = None,
 ) -> Estimate:
     """Jackknife bias-corrected ratio estimate of sum(l w) / sum(w) with its interval.
 
@@ -316,11 +348,19 @@ def ratio_estimate(
         event_gain: Gain l_e of an event of the frame (0 for a false negative).
         pseudo_events: c, the floor on the number of events of the frame in the variance (module
             docstring, "Unseen events"); 0 gives the plain delta method.
+        answers: For a two-phase sample (answers as a second phase, ``v = 1/(pi r)`` and
+            ``fpc = 1 - pi r``), each item's answer class and rate: the variance is then the
+            two-phase one, ``sum((1 - pi) r e^2) + sum_c (1 - r_c) m_c S_c^2`` with
+            ``e = v w (l - G)`` (phase one, then :func:`second_phase_variance`). None: one phase.
 
     Returns:
         The :class:`Estimate`; ``Estimate.missing`` (NaN, never 0) when ``sum(v w) = 0``.
         ``n_labels`` counts the labeled items with ``w > 0``; ``ess`` is the Kish effective sample
-        size ``(sum v w)^2 / sum (v w)^2``.
+        size ``(sum v w)^2 / sum (v w)^2``; ``n_eff`` the same with the fpc,
+        ``(sum v w)^2 / (sum fpc (v w)^2 + unseen)``. ``se_model`` and ``n_eff_model`` are the
+        super-population standard error and effective size (every fpc taken as 1:
+        ``sum e^2 / (sum v w)^2``, the with-replacement variance estimator, which estimates the
+        design variance plus the variance of the window's realised value around the model's).
 
     Examples:
         >>> import numpy as np
@@ -362,13 +402,27 @@ def ratio_estimate(
         # event_weight folded into v before squaring: tiny weights (alpha ~ 0) must not overflow
         unseen = unseen_event_design(weight, v * (event_weight / top), fpc, frame, pseudo_events)
     gap = event_gain - value  # unseen events at the estimate's own gain add no variance
-    se = math.sqrt(float(np.dot(fpc, resid * resid)) + (unseen * gap * gap if gap else 0.0)) / total
+    resid2 = resid * resid
+    if answers is None:
+        sampled = float(np.dot(fpc, resid2))
+    else:  # phase one, (1 - pi) r = r - (1 - fpc), then the answers
+        phase1 = np.maximum(answers.rate - 1.0 + fpc, 0.0)
+        sampled = float(np.dot(phase1, resid2)) + second_phase_variance(resid, answers)
+    se = math.sqrt(sampled + (unseen * gap * gap if gap else 0.0)) / total
     vw2 = vw * vw
     ess = total * total / float(vw2.sum())
     design = float(np.dot(fpc, vw2)) + unseen
     n_eff = math.inf if design <= 0.0 else total * total / design
+    unseen_model = 0.0
+    if frame is not None and event_weight > 0.0:
+        ones = np.ones_like(fpc)
+        unseen_model = unseen_event_design(
+            weight, v * (event_weight / top), ones, frame, pseudo_events
+        )
+    se_model = math.sqrt(float(resid2.sum()) + (unseen_model * gap * gap if gap else 0.0)) / total
+    n_eff_model = total * total / (float(vw2.sum()) + unseen_model)
     lower, upper = interval_from_se(corrected, se, n, n_eff, level)
-    return Estimate(corrected, se, lower, upper, n, ess, level)
+    return Estimate(corrected, se, lower, upper, n, ess, level, n_eff, se_model, n_eff_model)
 
 
 def ratio_bias(gain: FloatArray, weight: FloatArray, v: FloatArray, fpc: FloatArray) -> float:

@@ -36,6 +36,29 @@ def model_likelihood(score: npt.ArrayLike, label: npt.ArrayLike, v: npt.ArrayLik
     return math.exp(float(np.dot(w, loglik)) / total)
 
 
+def log_likelihood_se(score: npt.ArrayLike, label: npt.ArrayLike, v: npt.ArrayLike) -> float:
+    """Super-population standard error of the weighted mean log-likelihood ``log L``.
+
+    ``log L = sum(v ll) / sum(v)`` with ``ll = log p(y|x)`` is a ratio of weighted sums; the delta
+    method without finite-population correction (the question is the model's likelihood, not
+    the window's) gives ``se^2 = sum(v^2 (ll - log L)^2) / (sum v)^2``. NaN with fewer than two
+    labels (no spread to measure).
+
+    Examples:
+        >>> round(log_likelihood_se([0.8, 0.8], [1, 0], [1.0, 1.0]), 4)
+        0.6931
+    """
+    s = np.clip(np.asarray(score, dtype=np.float64), EPS, 1.0 - EPS)
+    y = np.asarray(label, dtype=np.float64)
+    w = np.asarray(v, dtype=np.float64)
+    total = float(w.sum())
+    if w.size < 2 or not total > 0.0:
+        return math.nan
+    loglik = y * np.log(s) + (1.0 - y) * np.log1p(-s)
+    resid = w * (loglik - float(np.dot(w, loglik)) / total)
+    return math.sqrt(float(np.dot(resid, resid))) / total
+
+
 def effective_sample_size(v: npt.ArrayLike) -> float:
     """Kish effective sample size (sum v)^2 / sum(v^2); 0 without labels.
 

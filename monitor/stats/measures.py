@@ -7,11 +7,12 @@ Corollary 1), with the Horvitz-Thompson confusion counts sum(v 1[cell]), the mod
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import estimate_falpha
-from monitor.stats.likelihood import effective_sample_size, model_likelihood
+from monitor.stats.likelihood import effective_sample_size, log_likelihood_se, model_likelihood
 from monitor.stats.sample import LabeledSample
 
 
@@ -26,6 +27,7 @@ class Measures:
     likelihood: float
     ess: float
     n_labels: int
+    likelihood_log_se: float = math.nan  # super-population se of log(likelihood)
 
 
 def confusion_estimate(sample: LabeledSample) -> Confusion:
@@ -66,4 +68,5 @@ def measure_all(
         likelihood=model_likelihood(sample.score, sample.label, sample.v),
         ess=effective_sample_size(sample.v),
         n_labels=len(sample),
+        likelihood_log_se=log_likelihood_se(sample.score, sample.label, sample.v),
     )

@@ -9,6 +9,12 @@ Two designs produce one :class:`LabeledSample`:
   per-draw selection probability q_i (summing to 1 over the pool); v_i = 1/(n q_i) for n draws,
   so that sum(v) is the Hansen-Hurwitz estimate of the pool size, and fpc_i = 1.
 
+* Two-phase sampling (:meth:`LabeledSample.two_phase`): the Poisson sample of audit requests,
+  of which only some were answered. Answers are a second phase of sampling with answer rate r_c
+  per class of requests (:mod:`monitor.stats.response`); a label carries v_i = 1/(pi_i r_c) and
+  fpc_i = 1 - pi_i r_c, and :attr:`LabeledSample.answers` keeps the class and rate of each item
+  for the second phase's variance (:func:`monitor.stats.interval.ratio_estimate`).
+
 Ratio estimators (seed 000, Eq. 4) do not depend on the scale of v; totals (confusion counts)
 do, and are unbiased for the traffic (or pool) totals under both designs.
 """
@@ -23,6 +29,28 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 Int8Array = npt.NDArray[np.int8]
+Int64Array = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class AnswerGroups:
+    """The second phase of a two-phase sample: per labeled item, its answer class and rate.
+
+    Attributes:
+        group: Class of requests the item's answer rate was estimated on (int64 ids).
+        rate: The class's answer rate r_c in (0, 1] (float64), the same for every item of a class.
+    """
+
+    group: Int64Array
+    rate: FloatArray
+
+    def __post_init__(self) -> None:
+        if self.group.shape != self.rate.shape:
+            msg = f"AnswerGroups: group {self.group.shape} and rate {self.rate.shape} differ"
+            raise ValueError(msg)
+        if self.rate.size and not ((self.rate > 0.0).all() and (self.rate <= 1.0).all()):
+            msg = "AnswerGroups.rate must be in (0, 1]"
+            raise ValueError(msg)
 
 
 def _binary(name: str, values: npt.ArrayLike) -> Int8Array:
@@ -47,6 +75,8 @@ class LabeledSample:
         label: Audited labels y in {0, 1} (int8).
         v: Sampling weights > 0 (float64).
         fpc: Finite-population corrections in [0, 1] (float64).
+        answers: For a two-phase sample, the answer class and rate of each item (None: every
+            request was answered, a one-phase sample).
     """
 
     score: FloatArray
@@ -54,6 +84,7 @@ class LabeledSample:
     label: Int8Array
     v: FloatArray
     fpc: FloatArray
+    answers: AnswerGroups | None = None
 
     def __post_init__(self) -> None:
         n = self.score.shape[0]
@@ -68,6 +99,9 @@ class LabeledSample:
             raise ValueError(msg)
         if n and not ((self.fpc >= 0.0).all() and (self.fpc <= 1.0).all()):
             msg = "LabeledSample.fpc must be in [0, 1]"
+            raise ValueError(msg)
+        if self.answers is not None and self.answers.group.shape != (n,):
+            msg = f"LabeledSample.answers must have shape ({n},), got {self.answers.group.shape}"
             raise ValueError(msg)
 
     @classmethod
@@ -110,6 +144,44 @@ class LabeledSample:
         return cls.create(score, pred, label, 1.0 / p, 1.0 - p)
 
     @classmethod
+    def two_phase(
+        cls,
+        score: npt.ArrayLike,
+        pred: npt.ArrayLike,
+        label: npt.ArrayLike,
+        pi: npt.ArrayLike,
+        *,
+        rate: npt.ArrayLike,
+        group: npt.ArrayLike,
+    ) -> LabeledSample:
+        """Answered requests of a Poisson sample: v = 1/(pi r), fpc = 1 - pi r.
+
+        The second phase (which requests were answered) is taken as Bernoulli sampling at rate
+        r_c within each class c of requests, the response homogeneity group model of Saerndal,
+        Swensson and Wretman (1992, Model Assisted Survey Sampling, Sec. 15.6), see
+        :mod:`monitor.stats.response`.
+
+        Args:
+            score: Scores of the answered requests.
+            pred: Their predictions.
+            label: Their labels.
+            pi: Their inclusion probabilities in (0, 1].
+            rate: Answer rate of each one's class, in (0, 1].
+            group: Each one's class id.
+
+        Returns:
+            The sample, with :attr:`answers` set.
+        """
+        p = _floats(pi)
+        if p.size and not ((p > 0.0).all() and (p <= 1.0).all()):
+            msg = "inclusion probabilities pi must be in (0, 1]"
+            raise ValueError(msg)
+        r = _floats(rate)
+        answers = AnswerGroups(np.asarray(group, dtype=np.int64).reshape(-1), r)
+        base = cls.create(score, pred, label, 1.0 / (p * r), 1.0 - p * r)
+        return cls(base.score, base.pred, base.label, base.v, base.fpc, answers)
+
+    @classmethod
     def with_replacement(
         cls,
         score: npt.ArrayLike,
@@ -140,12 +212,23 @@ class LabeledSample:
         """Concatenate samples (e.g. the buckets of a window); an empty sequence gives n = 0."""
         if not samples:
             return cls.create([], [], [], [], [])
+        answers = None
+        if any(s.answers is not None for s in samples):
+            # classes of different samples stay apart; a one-phase part has rate 1 (no phase 2)
+            groups, rates, offset = [], [], 0
+            for s in samples:
+                a = s.answers or AnswerGroups(np.zeros(len(s), np.int64), np.ones(len(s)))
+                groups.append(a.group - (int(a.group.min()) if a.group.size else 0) + offset)
+                rates.append(a.rate)
+                offset = int(groups[-1].max()) + 1 if a.group.size else offset
+            answers = AnswerGroups(np.concatenate(groups), np.concatenate(rates))
         return cls(
             np.concatenate([s.score for s in samples]),
             np.concatenate([s.pred for s in samples]),
             np.concatenate([s.label for s in samples]),
             np.concatenate([s.v for s in samples]),
             np.concatenate([s.fpc for s in samples]),
+            answers,
         )
 
     def __len__(self) -> int:

@@ -7,11 +7,15 @@
 * Poisson sampling: pi = min(1, kappa q) with kappa set by the label budget; or draws with
   replacement from a fixed pool (seed 000 Algorithm 1).
 * A deterministic uniform number per record id, so a replay makes the same decisions.
+* Selection from recalibrated probabilities (DESIGN.md, "Learning from the labels"): q* at
+  p_hat = m(s) (``monitor.stats.calibration``), G from the recalibrated expected counts, and a
+  defensive share that grows when the labels show the probabilities are poor.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -87,6 +91,63 @@ def defensive_mix(q: npt.ArrayLike, lam: float, mean_q: float | None = None) -> 
     if m is None or not m > 0.0 or not np.isfinite(m):
         return np.ones_like(qq)
     return (1.0 - lam) * qq / m + lam
+
+
+#: Model likelihood above which active selection pays off (seed 002, Sec. 4.1).
+LIKELIHOOD_FLOOR = 0.6
+#: Largest defensive share the labels can ask for (q keeps half of q*'s shape at worst).
+MAX_DEFENSIVE = 0.5
+#: Model mistakes among the labels at which the evidence term of the defensive share halves.
+PRIOR_ERRORS = 10.0
+
+
+def defensive_share(
+    lam0: float,
+    likelihood: float,
+    calibration_error: float = 0.0,
+    errors: float = math.inf,
+    *,
+    floor: float = LIKELIHOOD_FLOOR,
+    lam_max: float = MAX_DEFENSIVE,
+    prior_errors: float = PRIOR_ERRORS,
+) -> float:
+    """The defensive share from the labels' verdict on the (recalibrated) probabilities.
+
+        lam = max( min(lam_max, lam0 + max(0, floor - L) + ECE),
+                   lam0 + (lam_max - lam0) k0 / (k0 + k) )
+
+    with L the design-weighted model likelihood of the probabilities that q* is evaluated at
+    (seed 002, Sec. 4.1: below about 0.6 active selection stops paying off), ECE their
+    design-weighted calibration error (``monitor.stats.calibration``; DESIGN.md, "Learning from
+    the labels"), and k the number of the model's mistakes (f != y) among the labels so far: a
+    map is only as good as the mistakes it was fitted on (an over-confident model hides its false
+    negatives where q* at its own scores never looks), so while few were seen the design stays
+    close to uniform (``k0 = prior_errors``). NaN inputs (no labels yet) add nothing; no labels
+    at all (k = 0) give lam_max. Bounded: ``lam0 <= lam <= max(lam0, lam_max)``, so lam > 0
+    whenever lam0 > 0 (every record keeps a positive probability).
+
+    Examples:
+        >>> defensive_share(0.1, 0.9)
+        0.1
+        >>> round(defensive_share(0.1, 0.45, 0.05), 6)
+        0.3
+        >>> defensive_share(0.1, 0.1, 0.3)
+        0.5
+        >>> round(defensive_share(0.1, 0.9, 0.0, errors=10), 6)
+        0.3
+    """
+    if not 0.0 < lam0 <= 1.0:
+        msg = f"lam0 must be in (0, 1], got {lam0}"
+        raise ValueError(msg)
+    grow = 0.0
+    if math.isfinite(likelihood):
+        grow += max(0.0, floor - likelihood)
+    if math.isfinite(calibration_error):
+        grow += max(0.0, calibration_error)
+    evidence = 0.0
+    if errors < math.inf:
+        evidence = (lam_max - lam0) * prior_errors / (prior_errors + max(errors, 0.0))
+    return max(lam0, min(lam_max, lam0 + grow), lam0 + evidence)
 
 
 def inclusion_from_kappa(q: npt.ArrayLike, kappa: float) -> FloatArray:

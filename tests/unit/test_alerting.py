@@ -12,12 +12,14 @@ from monitor.sim.simulate import calibrated_pool
 from monitor.stats.alerting import (
     disagreement,
     drop_bound,
+    likelihood_upper_bound,
     look_error,
     lower_bound,
     upper_bound,
 )
 from monitor.stats.estimate import Estimate
 from monitor.stats.falpha import estimate_falpha, falpha_exact
+from monitor.stats.interval import interval_from_se
 from monitor.stats.interval import t_quantile as estimator_t_quantile
 from monitor.stats.sample import LabeledSample
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
@@ -50,16 +52,38 @@ def test_horizon_spending_is_uniform_and_anytime_sums_to_the_rate() -> None:
 def test_one_sided_bound_is_the_estimators_own_interval_at_level_1_minus_2e(
     rng: np.random.Generator,
 ) -> None:
+    """The estimator's interval with its super-population se and effective size."""
     sample, _ = _sample(rng)
-    est95 = estimate_falpha(sample, 0.5, 0.95)
-    est90 = estimate_falpha(sample, 0.5, 0.90)
-    est99 = estimate_falpha(sample, 0.5, 0.99)
-    assert upper_bound(est95, 0.05) == pytest.approx(est90.upper, rel=1e-12)
-    assert lower_bound(est95, 0.05) == pytest.approx(est90.lower, rel=1e-12)
-    assert upper_bound(est95, 0.005) == pytest.approx(est99.upper, rel=1e-12)
-    strict = upper_bound(est95, 1e-5)
-    assert est99.upper < strict <= 1.0
-    assert lower_bound(est95, 1e-5) < est99.lower
+    est = estimate_falpha(sample, 0.5, 0.95)
+    assert est.se_model > est.se  # no finite-population correction: wider
+    for error in (0.05, 0.005):
+        lo, hi = interval_from_se(
+            est.value, est.se_model, est.n_labels, est.n_eff_model, 1 - 2 * error
+        )
+        assert upper_bound(est, error) == pytest.approx(hi, rel=1e-12)
+        assert lower_bound(est, error) == pytest.approx(lo, rel=1e-12)
+    design_99 = estimate_falpha(sample, 0.5, 0.99)
+    assert design_99.upper < upper_bound(est, 0.005) < upper_bound(est, 1e-5) <= 1.0
+    assert lower_bound(est, 1e-5) < design_99.lower
+
+
+def test_degenerate_estimate_uses_the_estimators_effective_size_not_the_kish_ess() -> None:
+    """Issue 11: recall = 1 from 30 TPs at pi = 1 and 300 predicted negatives at pi = 0.01."""
+    pred = np.array([1] * 30 + [0] * 300)
+    label = pred.copy()
+    pi = np.array([1.0] * 30 + [0.01] * 300)
+    est = estimate_falpha(LabeledSample.poisson(np.full(330, 0.5), pred, label, pi), 0.0, 0.95)
+    assert est.value == 1.0 and est.lower < 0.05
+    assert lower_bound(est, 0.025) < 0.05  # was 0.878 with Wilson on the Kish ESS of 30
+    kish = Estimate(est.value, est.se, est.lower, est.upper, est.n_labels, est.ess, 0.95)
+    assert lower_bound(kish, 0.025) > 0.8  # the old behaviour, for estimates without n_eff
+
+
+def test_likelihood_upper_bound_is_a_t_bound_on_the_log_scale() -> None:
+    t = estimator_t_quantile(1 - 2e-4, 50)
+    assert likelihood_upper_bound(0.4, 0.1, 50, 1e-4) == pytest.approx(0.4 * math.exp(t * 0.1))
+    assert likelihood_upper_bound(0.4, math.nan, 50, 1e-4) == 0.4  # no se: the point estimate
+    assert math.isnan(likelihood_upper_bound(math.nan, 0.1, 50, 1e-4))
 
 
 def test_undefined_estimates_give_nan_bounds() -> None:
@@ -118,8 +142,14 @@ def test_strict_upper_bound_keeps_its_error_by_simulation(rng: np.random.Generat
 
 
 def test_fast_t_quantile_matches_the_estimators() -> None:
-    from monitor.stats.alerting import t_quantile
+    from monitor.stats.interval import t_quantile
 
     for level in (0.9, 0.95, 0.9999, 1 - 2e-7):
         for n in (1, 2, 30, 1000):
             assert t_quantile(level, n) == pytest.approx(estimator_t_quantile(level, n), rel=1e-9)
+
+
+def test_huge_standard_error_gives_the_whole_range_not_an_overflow() -> None:
+    est = Estimate(0.5, 1e3, 0.0, 1.0, 40, 2.0, 0.95, 2.0, 1e3, 2.0)
+    assert lower_bound(est, 1e-5) == 0.0
+    assert upper_bound(est, 1e-5) == 1.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import socket
@@ -17,7 +18,7 @@ from monitor.core.snapshot import Snapshot, WindowEstimate
 from monitor.errors import ConfigError
 from monitor.io.alertmanager import AlertmanagerPusher
 from monitor.io.exporter import Exporter
-from monitor.stats.alerting import drop_bound, look_error, upper_bound
+from monitor.stats.alerting import drop_bound, likelihood_upper_bound, look_error, upper_bound
 from monitor.stats.estimate import Confusion, Estimate
 
 HOUR = 3600.0
@@ -326,3 +327,17 @@ def test_push_failures_are_counted_without_blocking_the_caller() -> None:
     pusher.close()
     assert errors == [1]
     assert pusher.delivered == 0
+
+
+def test_likelihood_alert_is_a_test_inside_the_false_alarm_budget() -> None:
+    """A likelihood below its floor fires only when its upper bound at the look's error is."""
+    error = look_error(0.05 / 3, 1, "horizon", 720)
+    noisy = dataclasses.replace(_window(_est(0.7, 0.03), likelihood=0.55), likelihood_log_se=0.1)
+    ev = _evaluator(likelihood_floor=0.6, check_calibration=False)
+    (status,) = ev.evaluate(_snap(1, noisy))
+    assert not status.active  # 0.55 < 0.6, but not significantly
+    assert status.bound == pytest.approx(likelihood_upper_bound(0.55, 0.1, noisy.labels, error))
+    sure = dataclasses.replace(noisy, likelihood_log_se=0.005)
+    ev = _evaluator(likelihood_floor=0.6, check_calibration=False)
+    (status,) = ev.evaluate(_snap(1, sure))
+    assert status.active and status.bound < 0.6

@@ -51,3 +51,20 @@ def test_drift_mix_gives_the_requested_drop() -> None:
     assert pool.f0 - after == pytest.approx(0.1, abs=1e-9)
     # the design spends the budget: records_per_hour * mean(pi) labels per hour
     assert pool.mean_pi * args.records_per_hour == pytest.approx(10.0, rel=1e-6)
+
+
+def test_tiny_benchmark_with_delayed_and_skipped_labels(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = _load()
+    argv = ["--streams", "3", "--days", "4", "--drift-day", "2", "--budgets", "60",
+            "--windows", "24h", "--rules", "horizon", "--pool-size", "20000",
+            "--answer-rates", "0.5,0.9", "--mean-delay-hours", "6"]  # fmt: skip
+    assert bench.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "answers: 0.5 of predicted negatives', 0.9 of predicted positives'" in out
+    rows = [line.split("|") for line in out.splitlines() if line.startswith("| 60 |")]
+    assert len(rows) == 4  # 3 alerts + any
+    assert {r[4].strip() for r in rows} == {*bench.ALERTS, "any"}
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--answer-rates", "0.5"])

@@ -27,7 +27,7 @@ from monitor.cli import main as cli_main
 from monitor.config.load import load_config
 from monitor.config.schema import Config, ModelConfig
 from monitor.core.alerts import AlertStatus
-from monitor.core.snapshot import Snapshot, WindowEstimate
+from monitor.core.snapshot import Snapshot, WindowEstimate, WorstCase
 from monitor.io.exporter import Exporter
 from monitor.runtime.engine import FLUSH_TIMEOUT_S
 from monitor.stats.estimate import Confusion, Estimate
@@ -161,6 +161,9 @@ def _window(model: str, segment: str, window: str) -> WindowEstimate:
         labels=180,
         pending=50,
         missing=10,
+        answer_rate=(0.5, 0.9),
+        pending_weight=0.2,
+        worst=WorstCase((0.6, 0.8), (0.7, 0.9), (0.5, 0.75)),
         psi=0.012,
     )
 
@@ -193,6 +196,7 @@ def exported_metric_names() -> set[str]:
     exporter.count_records({"fraud": 1000})
     exporter.count_requests({"fraud": 3})
     exporter.count_labels({"fraud": 2})
+    exporter.observe_label_latency({"fraud": [600.0]})
     exporter.observe_batch(0.02)
     exporter.set_lag("predictions", 0, 12)
     exporter.set_ready(True)
@@ -270,6 +274,11 @@ def test_exporter_renders_the_contract_metrics(exported: set[str]) -> None:
         "monitor_model_likelihood",
         "monitor_labels_pending",
         "monitor_labels_missing",
+        "monitor_answer_rate",
+        "monitor_pending_weight_ratio",
+        "monitor_f_measure_worst_case_lower",
+        "monitor_f_measure_worst_case_upper",
+        "monitor_label_latency_seconds_bucket",
         "monitor_records_total",
         "monitor_audit_requests_total",
         "monitor_labels_received_total",

@@ -1,6 +1,7 @@
 import math
 
 import numpy as np
+import pytest
 
 from monitor.config.schema import Config, ModelConfig
 from monitor.core.estimator import EstimatorService
@@ -8,6 +9,7 @@ from monitor.core.messages import LabelResult, RawRecord
 from monitor.core.sampler import SamplerResult, SamplerService
 from monitor.errors import RejectReason
 from monitor.stats.measures import measure_all
+from monitor.stats.response import response_sample, worst_case_bounds
 from monitor.stats.sample import LabeledSample
 from tests.unit.engine_streams import Stream, make_stream
 
@@ -127,3 +129,44 @@ def test_label_by_record_id(rng: np.random.Generator) -> None:
     assert est.handle_labels([_label(None, 0, 0, record_id=r.id)]) == []
     state = est.request(r.request_id)
     assert state is not None and state.label == 0
+
+
+def test_pending_labels_are_a_second_phase_not_a_smaller_census(rng: np.random.Generator) -> None:
+    """Answered requests are weighted 1 / (pi r_c); pending ones show in rate, share and bounds."""
+    s, res, est, _ = _setup(rng)
+    est.upsert_requests(res.requests)
+    truth = dict(zip(s.ids.tolist(), s.label.tolist(), strict=True))
+    # answer every predicted negative's request, skip a third of the predicted positives'
+    answered = [r for i, r in enumerate(res.requests) if r.pred == 0 or i % 3]
+    est.handle_labels([_label(r.request_id, truth[r.id], i) for i, r in enumerate(answered)])
+    row = next(w for w in est.snapshot().windows if w.window == "24h" and w.segment == "")
+    reqs = sorted(res.requests, key=lambda r: r.request_id)
+    got = {r.request_id for r in answered}
+    label = np.array([truth[r.id] if r.request_id in got else -1 for r in reqs])
+    pred = np.array([r.pred for r in reqs])
+    pi = np.array([r.pi for r in reqs])
+    sample = response_sample(
+        np.array([r.score for r in reqs]), pred, label, pi, np.array([r.bucket for r in reqs])
+    )
+    assert row.f == measure_all(sample, 0.5, 0.95).f
+    n_pos = sum(r.pred for r in reqs)
+    answered_pos = sum(r.pred for r in answered)
+    assert row.answer_rate[0] == 1.0
+    assert row.answer_rate[1] == pytest.approx(answered_pos / n_pos)
+    assert 0.6 < row.answer_rate[1] < 0.7
+    latencies = est.take_label_latencies()["default"]
+    assert len(latencies) == len(answered) and min(latencies) >= 0.0
+    assert est.take_label_latencies() == {}
+    assert row.pending == len(reqs) - len(answered) and row.missing == 0
+    assert row.pending_weight == pytest.approx(float((1 / pi)[label < 0].sum() / (1 / pi).sum()))
+    lo, hi = row.worst.precision
+    assert lo < row.precision.value < hi
+    assert (lo, hi) == worst_case_bounds(pred, label, pi, 1.0)
+    # the labelled-only estimate differs: predicted positives would be under-weighted
+    a = label >= 0
+    naive = measure_all(
+        LabeledSample.poisson(np.array([r.score for r in reqs])[a], pred[a], label[a], pi[a]),
+        0.5,
+        0.95,
+    )
+    assert naive.recall.value != row.recall.value

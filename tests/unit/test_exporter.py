@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from monitor import __version__
 from monitor.config.schema import Config, MetricsConfig, ModelConfig
 from monitor.core.alerts import AlertStatus
-from monitor.core.snapshot import Snapshot, WindowEstimate
+from monitor.core.snapshot import Snapshot, WindowEstimate, WorstCase
 from monitor.errors import ConfigError, RejectReason
 from monitor.io.exporter import Exporter, alpha_label
 from monitor.stats.estimate import Confusion, Estimate
@@ -53,6 +53,8 @@ def _window(**overrides: object) -> WindowEstimate:
         "pending": 50,
         "missing": 10,
         "psi": 0.012,
+        "intrinsic_f_recalibrated": 0.52,
+        "calibration_error": 0.031,
     }
     fields.update(overrides)
     return WindowEstimate(**fields)  # type: ignore[arg-type]
@@ -78,6 +80,8 @@ def test_every_snapshot_family_is_rendered_from_the_snapshot(exporter: Exporter)
     assert get("monitor_recall_ci_lower", W) == 0.53
     assert get("monitor_recall_ci_upper", W) == 0.73
     assert get("monitor_intrinsic_f_measure", WA) == 0.74
+    assert get("monitor_intrinsic_f_measure_recalibrated", WA) == 0.52
+    assert get("monitor_calibration_error", W) == 0.031
     assert get("monitor_model_likelihood", W) == 0.91
     assert get("monitor_effective_sample_size", W) == 95.5
     assert get("monitor_confusion_estimate", {**W, "cell": "tp"}) == 410.0
@@ -92,6 +96,33 @@ def test_every_snapshot_family_is_rendered_from_the_snapshot(exporter: Exporter)
     assert get("monitor_label_completion_ratio", W) == pytest.approx(180 / 240)
     assert get("monitor_score_psi", W) == 0.012
     assert get("monitor_watermark_timestamp_seconds", {"model": "fraud"}) == 1_700_000_000.0
+
+
+def test_answer_rates_pending_weight_and_worst_case_bounds(exporter: Exporter) -> None:
+    worst = WorstCase(f=(0.5, 0.8), precision=(0.7, 0.9), recall=(0.4, 0.75))
+    w = _window(answer_rate=(0.5, 0.9), pending_weight=0.3, worst=worst)
+    exporter.publish(Snapshot(windows=(w,)))
+    get = exporter.registry.get_sample_value
+    assert get("monitor_answer_rate", {**W, "pred": "0"}) == 0.5
+    assert get("monitor_answer_rate", {**W, "pred": "1"}) == 0.9
+    assert get("monitor_pending_weight_ratio", W) == 0.3
+    assert get("monitor_f_measure_worst_case_lower", WA) == 0.5
+    assert get("monitor_f_measure_worst_case_upper", WA) == 0.8
+    assert get("monitor_precision_worst_case_lower", W) == 0.7
+    assert get("monitor_recall_worst_case_upper", W) == 0.75
+    exporter.publish(Snapshot(windows=(_window(),)))  # unknown (NaN): omitted
+    assert get("monitor_answer_rate", {**W, "pred": "0"}) is None
+    assert get("monitor_recall_worst_case_upper", W) is None
+
+
+def test_label_latency_histogram(exporter: Exporter) -> None:
+    exporter.observe_label_latency({"fraud": [30.0, 4000.0, 90_000.0], "spam": []})
+    get = exporter.registry.get_sample_value
+    fraud = {"model": "fraud"}
+    assert get("monitor_label_latency_seconds_count", fraud) == 3
+    assert get("monitor_label_latency_seconds_bucket", {**fraud, "le": "60.0"}) == 1
+    assert get("monitor_label_latency_seconds_bucket", {**fraud, "le": "7200.0"}) == 2
+    assert get("monitor_label_latency_seconds_sum", fraud) == pytest.approx(94_030.0)
 
 
 def test_nan_estimates_are_omitted_never_zero(exporter: Exporter) -> None:

@@ -1,0 +1,251 @@
+"""The streaming controller over a stream whose model turns over-confident after a drift.
+
+Run: ``.venv/bin/python -m benchmarks.efficiency --stream [--reps R] [--quick]``.
+
+The daemon's own sampler (``monitor.core.sampler.SamplerService``: per-bucket controls, q* at
+the control's map, Poisson decisions by hashed ids) decides a simulated stream bucket by bucket.
+Records have true logits z ~ Normal(mu, 3^2) with labels y ~ Bernoulli(expit(z)) (``mu`` for
+the positive rate); the model reports s = expit(z) for the first ``DRIFT`` buckets and
+s = expit(c z) after (over-confident by c = 3 or 10). Every request is answered from the truth
+at the end of its bucket. With recalibration on, the map of the next controls is refitted from
+the labels of the last ``FIT_BUCKETS`` buckets (``monitor.core.recalibration.refit``, as the
+engine does), so a control frozen at a bucket's first record uses labels of earlier buckets only.
+
+Per bucket the F_alpha of the bucket's traffic is estimated from the bucket's labels by:
+
+* ``uniform``: Poisson sampling with pi = n / N (same expected labels); the ratio estimate;
+* ``raw``: today's controller (q* at the raw scores, defensive 0.1); the ratio estimate;
+* ``recal``: the recalibrating controller; the ratio estimate (seed 000, Eq. 4);
+* ``recal+GREG``: the same labels; the model-assisted estimate (``monitor.stats.greg``) with
+  the bucket's recalibrated sums from the sampler's traffic aggregates.
+
+Reported separately: the buckets before the drift (bucket 0, the cold start, left out), the
+first bucket after it (no label of the drifted model exists yet when its control freezes) and
+the later ones. Savings here are (MAE of uniform / MAE of the design)^2 at the same expected
+number of labels (the 1/sqrt(n) law), not the interpolated factor of ``benchmarks.efficiency``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.config.schema import Config, ModelConfig, WindowsConfig
+from monitor.core import recalibration
+from monitor.core.records import ScoredBatch
+from monitor.core.sampler import SamplerService
+from monitor.core.windows import TrafficAggregate
+from monitor.sim.simulate import LOGIT_SD, logit_mean_for_rate
+from monitor.stats.budget import NO_CALIBRATION
+from monitor.stats.estimate import Estimate
+from monitor.stats.falpha import estimate_falpha, falpha_exact
+from monitor.stats.greg import StratumTraffic, greg_falpha
+from monitor.stats.sample import LabeledSample
+
+DESIGNS = ("uniform", "raw", "recal", "recal+GREG")
+BUCKETS = 10
+DRIFT = 3  # first over-confident bucket
+FIT_BUCKETS = 2
+LEVEL = 0.95
+START = 1_800_000_000.0
+
+
+@dataclass(frozen=True)
+class StreamCase:
+    """A simulated stream: records and labels per bucket, positive rate, drift, alpha."""
+
+    name: str
+    overconfidence: float
+    positive_rate: float
+    alpha: float
+    records_per_bucket: int
+    labels_per_bucket: float
+
+
+@dataclass
+class Tally:
+    """Errors and coverage of one design over a set of buckets."""
+
+    errors: list[float]
+    covered: int = 0
+    undefined: int = 0
+
+    def add(self, est: Estimate, truth: float) -> None:
+        """Count one bucket's estimate."""
+        if not est.defined or math.isnan(truth):
+            self.undefined += 1
+            return
+        self.errors.append(abs(est.value - truth))
+        self.covered += est.lower <= truth <= est.upper
+
+    @property
+    def coverage(self) -> float:
+        """Share of defined estimates whose interval holds the truth."""
+        return self.covered / len(self.errors) if self.errors else math.nan
+
+    @property
+    def mae(self) -> float:
+        """Mean absolute error of the defined estimates."""
+        return float(np.mean(self.errors)) if self.errors else math.nan
+
+
+PHASES = ("before", "first after", "later")
+
+
+def _config(case: StreamCase, recalibrate: bool) -> Config:
+    model = ModelConfig(
+        name="default",
+        alpha=case.alpha,
+        labels_per_hour=case.labels_per_bucket,
+        expected_records_per_hour=float(case.records_per_bucket),
+        recalibrate=recalibrate,
+    )
+    return Config(models={"default": model}, windows=WindowsConfig(3600, (("1h", 3600),)))
+
+
+def _bucket_batch(
+    rng: np.random.Generator, case: StreamCase, bucket: int, rep: int, offset: int
+) -> tuple[ScoredBatch, npt.NDArray[np.int8]]:
+    n = case.records_per_bucket
+    mu = logit_mean_for_rate(case.positive_rate, LOGIT_SD)
+    z = rng.normal(mu, LOGIT_SD, n)
+    label = (rng.random(n) < 0.5 * (1.0 + np.tanh(0.5 * z))).astype(np.int8)
+    c = case.overconfidence if bucket >= DRIFT else 1.0
+    score = 0.5 * (1.0 + np.tanh(0.5 * c * z))
+    batch = ScoredBatch(
+        ids=np.array([f"{rep}-{bucket}-{i}" for i in range(n)], dtype=np.str_),
+        score=score,
+        pred=(score >= 0.5).astype(np.int8),
+        ts=START + bucket * 3600.0 + np.sort(rng.random(n)) * 3599.0,
+        model=np.full(n, "default"),
+        segment=np.full(n, ""),
+        payload=[None] * n,
+        partition=np.zeros(n, dtype=np.int32),
+        offset=np.arange(offset, offset + n, dtype=np.int64),
+    )
+    return batch, label
+
+
+def _phase(bucket: int) -> str | None:
+    if bucket == 0:
+        return None  # the cold start
+    if bucket < DRIFT:
+        return "before"
+    return "first after" if bucket == DRIFT else "later"
+
+
+Rows = dict[tuple[str, str], list[tuple[Estimate, float]]]  # (design, phase) -> (est, truth)
+
+
+def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
+    """One stream through the raw and the recalibrating controller: estimates per phase."""
+    out: Rows = {}
+    samplers = {
+        "raw": SamplerService(_config(case, recalibrate=False)),
+        "recal": SamplerService(_config(case, recalibrate=True)),
+    }
+    labelled: list[LabeledSample] = []
+    rng = np.random.default_rng([seed, rep])
+    u_rng = np.random.default_rng([seed, rep, 1])
+    lam0 = _config(case, True).model("default").defensive
+    for b in range(BUCKETS):
+        batch, label = _bucket_batch(rng, case, b, rep, b * case.records_per_bucket)
+        truth = falpha_exact(batch.pred, label, case.alpha)
+        phase = _phase(b)
+        truth_of = dict(zip(batch.ids.tolist(), label.tolist(), strict=True))
+        pi_u = np.full(len(batch), min(1.0, case.labels_per_bucket / len(batch)))
+        take = u_rng.random(len(batch)) < pi_u
+        uni = LabeledSample.poisson(batch.score[take], batch.pred[take], label[take], pi_u[take])
+        ests = {"uniform": estimate_falpha(uni, case.alpha, LEVEL)}
+        for name, sampler in samplers.items():
+            res = sampler.process(batch)
+            reqs = res.requests
+            sample = LabeledSample.poisson(
+                [r.score for r in reqs],
+                [r.pred for r in reqs],
+                [truth_of[r.id] for r in reqs],
+                [r.pi for r in reqs],
+            )
+            ests[name] = estimate_falpha(sample, case.alpha, LEVEL)
+            if name == "recal":
+                ctl = sampler.control("default", 0, int(START // 3600) + b)
+                if ctl is None:
+                    msg = f"no control for bucket {b}"
+                    raise RuntimeError(msg)
+                cal = ctl.calibration
+                agg = sum(res.traffic.values(), TrafficAggregate.zero())
+                neg = StratumTraffic(
+                    float(agg.n - agg.n_pred), agg.phat_total - agg.pred_phat_total
+                )
+                pos = StratumTraffic(float(agg.n_pred), agg.pred_phat_total)
+                ests["recal+GREG"] = greg_falpha(
+                    sample,
+                    cal.cal_map.apply(sample.score),
+                    neg,
+                    pos,
+                    alpha=case.alpha,
+                    level=LEVEL,
+                )
+                labelled.append(sample)
+                recent = LabeledSample.concat(labelled[-FIT_BUCKETS:])
+                previous = sampler.calibration.get("default", NO_CALIBRATION)
+                sampler.calibration = {"default": recalibration.refit(previous, recent, lam0)}
+        if phase is not None:
+            for d in DESIGNS:
+                out.setdefault((d, phase), []).append((ests[d], truth))
+    return out
+
+
+def evaluate(case: StreamCase, reps: int, seed: int) -> dict[tuple[str, str], Tally]:
+    """Tallies per (design, phase) over ``reps`` streams."""
+    tallies = {(d, p): Tally([]) for d in DESIGNS for p in PHASES}
+    for rep in range(reps):
+        for key, rows in run_rep(case, rep, seed).items():
+            for est, truth in rows:
+                tallies[key].add(est, truth)
+    return tallies
+
+
+def cases(quick: bool) -> list[StreamCase]:
+    """x3 and x10 over-confidence after the drift, 5% positives, recall and F1."""
+    n, labels = (5_000, 150.0) if quick else (20_000, 200.0)
+    return [
+        StreamCase(f"x{c:g} 5% pos, {name}", c, 0.05, alpha, n, labels)
+        for c in (3.0, 10.0)
+        for name, alpha in (("recall", 0.0), ("F1", 0.5))
+    ]
+
+
+def report(rows: Sequence[tuple[StreamCase, dict[tuple[str, str], Tally]]]) -> list[str]:
+    """Coverage, MAE and savings per (case, design, phase)."""
+    lines = [
+        f"  {'case':<20} {'design':<11}" + "".join(f"{p + ' cov/mae/sav':>26}" for p in PHASES)
+    ]
+    for case, t in rows:
+        for d in DESIGNS:
+            cells = ""
+            for p in PHASES:
+                cell = t[(d, p)]
+                uni = t[("uniform", p)].mae
+                sav = (uni / cell.mae) ** 2 if cell.mae > 0 else math.nan
+                cells += f"{cell.coverage:>10.3f} {cell.mae:>7.4f} {sav:>6.2f}x"
+            lines.append(f"  {case.name:<20} {d:<11}{cells}")
+    return lines
+
+
+def main(reps: int, quick: bool, seed: int, echo: Callable[[str], None]) -> int:
+    """Run the streaming benchmark and print the table."""
+    rows = [(c, evaluate(c, reps, seed)) for c in cases(quick)]
+    c0 = cases(quick)[0]
+    echo(
+        f"Streaming controller: {reps} streams per case, {BUCKETS} buckets of "
+        f"{c0.records_per_bucket} records, {c0.labels_per_bucket:g} labels per bucket, drift to "
+        f"over-confident scores at bucket {DRIFT}, map fitted on the last {FIT_BUCKETS} buckets"
+    )
+    for line in report(rows):
+        echo(line)
+    return 0

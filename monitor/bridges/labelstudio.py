@@ -1,0 +1,560 @@
+"""The Label Studio bridge: label requests become tasks, annotations become labels.
+
+One Label Studio project per model (title ``labelstudio.project_title`` with ``{model}``),
+created with a two-choice interface when missing (``monitor.bridges.ls_tasks``). The loop:
+
+1. consume the request topic (consumer group ``labelstudio.group_id``); every request whose id
+   the state file does not hold becomes one task (``POST /api/projects/{id}/import``); the
+   offsets are committed only after the tasks exist and the state file says so. A replayed
+   request, or any request after a restart, is found in the state file and not imported again;
+   after a failed import the project's tasks are read back first (by ``meta.request_id``), so
+   an import whose answer was lost is not repeated either;
+2. read annotations: every task id a webhook names at once, and every task of every project
+   each ``poll_interval_s`` (the fallback that catches what happened while the bridge was
+   down). Each task's answers give a label by the annotators policy (``ls_tasks.decide``),
+   published to the label topic as ``{"request_id", "label", "labeler", "ts"[, "token"]}``
+   with key ``request_id``; skipped annotations are counted as declined;
+3. open tasks whose deadline is behind the bridge's watermark (the newest event time of the
+   model's requests) are deleted from Label Studio right after a poll has read their answers
+   ("expired"); open
+   tasks missing from Label Studio are marked deleted and counted.
+
+When Label Studio goes away, the loop keeps its unsent requests, pauses consumption and
+retries with exponential backoff (1 s doubling to 60 s); nothing is committed meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from monitor.bridges.ls_client import (
+    LabelStudioClient,
+    LabelStudioError,
+    LabelStudioNotFound,
+    LabelStudioUnavailable,
+)
+from monitor.bridges.ls_config import LabelStudioConfig
+from monitor.bridges.ls_http import BridgeMetrics, BridgeServer
+from monitor.bridges.ls_state import DELETED, EXPIRED, OPEN, BridgeState, TaskRow
+from monitor.bridges.ls_tasks import decide as decide_label
+from monitor.bridges.ls_tasks import project_fields, read_answer, task_body
+from monitor.config.kafka_client import kafka_client_options
+from monitor.config.schema import Config
+from monitor.errors import MonitorError
+
+log = logging.getLogger(__name__)
+
+WEBHOOK_ACTIONS = (
+    "ANNOTATION_CREATED",
+    "ANNOTATION_UPDATED",
+    "ANNOTATIONS_DELETED",
+    "TASKS_DELETED",
+)
+_REQUIRED = {"request_id": str, "id": str, "model": str, "segment": str}
+_NUMBERS = ("score", "pi", "ts", "deadline")
+_BACKOFF_MAX_S = 60.0
+
+
+def parse_request(value: bytes | None) -> dict[str, Any] | None:
+    """A request record's JSON, or None when it lacks a field the task needs."""
+    try:
+        req = json.loads(value or b"")
+    except ValueError:
+        return None
+    if not isinstance(req, dict):
+        return None
+    for name, kind in _REQUIRED.items():
+        if not isinstance(req.get(name), kind):
+            return None
+    for name in _NUMBERS:
+        if isinstance(req.get(name), bool) or not isinstance(req.get(name), int | float):
+            return None
+    if req.get("pred") not in (0, 1) or not req["request_id"]:
+        return None
+    if req.get("token") is not None and not isinstance(req["token"], str):
+        return None
+    return req
+
+
+class LabelStudioBridge:
+    """The bridge as a library: ``start()`` checks Label Studio, then runs in a thread."""
+
+    def __init__(
+        self,
+        config: Config,
+        ls: LabelStudioConfig,
+        state_file: Path,
+        token: str,
+        *,
+        accept: Callable[[str], bool] | None = None,
+        consumer_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.config, self.ls = config, ls
+        self.client = LabelStudioClient(ls.url, token)
+        self.state_file = state_file
+        self.accept = accept
+        self.consumer_config = dict(consumer_config or {})
+        self.metrics = BridgeMetrics()
+        self.projects: dict[str, int] = {}
+        self.webhooks_on = False
+        self.error: BaseException | None = None
+        self._state: BridgeState | None = None
+        self._server: BridgeServer | None = None
+        self._pending: list[dict[str, Any]] = []
+        self._uncommitted = False
+        self._recheck = False
+        self._ls_up = False
+        self._beat = time.monotonic()
+        self._next_poll = 0.0
+        self._polls = 0  # full poll-and-expire passes of the loop
+        self._emails: dict[str, str] = {}  # user id -> email, for the labels' "labeler"
+        self._marks: dict[int, tuple[Any, Any, Any]] = {}  # task id -> last change seen
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    @property
+    def state(self) -> BridgeState:
+        """The open state file (after ``start``)."""
+        if self._state is None:
+            msg = "the bridge is not started"
+            raise MonitorError(msg)
+        return self._state
+
+    @property
+    def port(self) -> int:
+        """The HTTP port bound (webhook, metrics, health)."""
+        if self._server is None:
+            msg = "the bridge is not started"
+            raise MonitorError(msg)
+        return self._server.port
+
+    def start(self, ready_timeout_s: float = 60.0) -> LabelStudioBridge:
+        """Check Label Studio and the token, set up projects, catch up, then run in a thread.
+
+        Raises:
+            LabelStudioAuthError: the token is refused.
+            LabelStudioUnavailable: Label Studio cannot be reached.
+            MonitorError: the Kafka side did not come up within ``ready_timeout_s``.
+        """
+        user = self.client.whoami()
+        log.info(
+            "connected to Label Studio",
+            extra={"event": "labelstudio_connected", "url": self.ls.url, "user": user.get("email")},
+        )
+        self._ls_up = True
+        self.metrics.up.set(1)
+        self._state = BridgeState(self.state_file)
+        self._server = BridgeServer(
+            self.ls.listen_address, self.ls.port, self.metrics, self._healthy, self._is_ready
+        ).start()
+        for model in sorted(set(self.config.models) | set(self.state.watermarks())):
+            self._project(model)
+        self._poll_all()
+        self._thread = threading.Thread(target=self._main, name="labelstudio-bridge", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(ready_timeout_s) or self.error is not None:
+            self.stop()
+            msg = f"the bridge could not start consuming requests: {self.error}"
+            raise MonitorError(msg)
+        return self
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop the loop, the HTTP server and close the state file."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        if self._state is not None:
+            self._state.close()
+            self._state = None
+
+    def settle(self, timeout_s: float = 30.0) -> bool:
+        """Run two poll-and-expire passes now and wait for them (False on timeout).
+
+        Everything consumed before the call is then in Label Studio, every answer read and
+        every task past its deadline removed.
+        """
+        target = self._polls + 2
+        deadline = time.monotonic() + timeout_s
+        while self._polls < target and time.monotonic() < deadline and self.alive:
+            self._next_poll = 0.0
+            time.sleep(0.1)
+        return self._polls >= target
+
+    @property
+    def alive(self) -> bool:
+        """True while the loop runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def _healthy(self) -> bool:
+        return self.alive and time.monotonic() - self._beat < max(60.0, 3 * self.ls.poll_interval_s)
+
+    def _is_ready(self) -> bool:
+        return self._ready.is_set() and self._ls_up and self.alive
+
+    def _main(self) -> None:
+        try:
+            self.run(self._stop)
+        except BaseException as exc:  # reported through .error and the log
+            self.error = exc
+            log.exception("the bridge failed", extra={"event": "bridge_failed"})
+        finally:
+            self._ready.set()
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Consume, create, read, publish, expire until ``stop`` is set (blocking)."""
+        from kafka import KafkaConsumer, KafkaProducer  # noqa: PLC0415
+        from kafka.errors import KafkaError  # noqa: PLC0415
+
+        kafka = self.config.kafka
+        consumer = KafkaConsumer(
+            bootstrap_servers=list(kafka.bootstrap_servers),
+            group_id=self.ls.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            client_id="labelstudio-bridge",
+            **{**kafka_client_options(kafka, "consumer"), **self.consumer_config},
+        )
+        producer = KafkaProducer(
+            bootstrap_servers=list(kafka.bootstrap_servers),
+            client_id="labelstudio-bridge",
+            linger_ms=5,
+            **kafka_client_options(kafka, "producer"),
+        )
+        consumer.subscribe([kafka.topics.requests])
+        self._ready.set()
+        backoff = 1.0
+        try:
+            while not stop.is_set():
+                self._beat = time.monotonic()
+                try:
+                    self._step(consumer, producer)
+                except (LabelStudioError, KafkaError) as exc:
+                    self._went_away(exc, backoff)
+                    if self._pending:
+                        consumer.pause(*consumer.assignment())
+                        consumer.poll(timeout_ms=0)  # keeps the group membership
+                    stop.wait(backoff)
+                    backoff = min(backoff * 2, _BACKOFF_MAX_S)
+                    continue
+                if not self._ls_up:
+                    log.info("Label Studio is back", extra={"event": "labelstudio_back"})
+                self._ls_up = True
+                self.metrics.up.set(1)
+                backoff = 1.0
+        finally:
+            producer.close(5)
+            consumer.close()
+
+    def _went_away(self, exc: Exception, backoff: float) -> None:
+        self.metrics.errors.inc()
+        self.metrics.up.set(0)
+        self._recheck = True
+        if self._ls_up:
+            log.warning(
+                "a Label Studio or Kafka call failed; retrying with backoff",
+                extra={"event": "labelstudio_down", "error": str(exc), "retry_in_s": backoff},
+            )
+        self._ls_up = False
+
+    def _step(self, consumer: Any, producer: Any) -> None:
+        if self._recheck:
+            self._poll_all()  # tasks an unanswered import may have created
+            self._recheck = False
+        if not self._pending:
+            polled = consumer.poll(timeout_ms=200, max_records=500)
+            for messages in polled.values():
+                for message in messages:
+                    self._take(message.value)
+                self._uncommitted = True
+        if self._pending:
+            self._create(self._pending)
+            self._pending = []
+            if consumer.paused():
+                consumer.resume(*consumer.paused())
+        if self._uncommitted:
+            consumer.commit()
+            self._uncommitted = False
+        hinted = self._drain_hints()
+        for task_id in sorted(hinted):
+            self._refresh(task_id, producer)
+        if time.monotonic() >= self._next_poll:
+            self._poll_all(producer)
+            self._expire()
+            self._next_poll = time.monotonic() + self.ls.poll_interval_s
+            self._polls += 1
+        self.metrics.set_depth(self.state.depth(), self.projects)
+
+    def _drain_hints(self) -> set[int]:
+        out: set[int] = set()
+        if self._server is None:
+            return out
+        while not self._server.hints.empty():
+            out.add(self._server.hints.get_nowait())
+        return out
+
+    # -- requests -> tasks ------------------------------------------------------------------
+
+    def _take(self, value: bytes | None) -> None:
+        req = parse_request(value)
+        if req is None:
+            self.metrics.requests_invalid.inc()
+            log.warning("not a valid label request; skipped", extra={"event": "request_invalid"})
+            return
+        if self.accept is not None and not self.accept(req["request_id"]):
+            return
+        self._pending.append(req)
+
+    def _create(self, requests: list[dict[str, Any]]) -> None:
+        unique = {r["request_id"]: r for r in requests}
+        known = self.state.known(list(unique))
+        repeated = len(requests) - len(unique) + len(known)
+        if repeated:
+            self.metrics.requests_repeated.inc(repeated)
+        by_model: dict[str, list[dict[str, Any]]] = {}
+        for rid, req in unique.items():
+            if rid not in known:
+                by_model.setdefault(req["model"], []).append(req)
+        for model, reqs in sorted(by_model.items()):
+            project = self._project(model)
+            wording = self.ls.wording_of(model)
+            ids = self.client.import_tasks(project, [task_body(r, wording) for r in reqs])
+            now = time.time()
+            self.state.add_tasks(
+                [_row(r, project, tid, now) for r, tid in zip(reqs, ids, strict=True)]
+            )
+            self.metrics.tasks_created.labels(model).inc(len(reqs))
+            log.info(
+                "tasks created",
+                extra={"event": "tasks_created", "model": model, "tasks": len(reqs)},
+            )
+
+    def _project(self, model: str) -> int:
+        """The project of ``model``: found by title, else created; webhook registered."""
+        if model in self.projects:
+            return self.projects[model]
+        title = self.ls.title(model)
+        found = [p for p in self.client.projects() if p.get("title") == title]
+        if found:
+            project_id = int(min(p["id"] for p in found))
+        else:
+            fields = project_fields(title, self.ls.wording_of(model), self.ls.answers_needed)
+            project_id = int(self.client.create_project(fields)["id"])
+            log.info(
+                "project created",
+                extra={"event": "project_created", "model": model, "project": project_id},
+            )
+        self._webhook(project_id)
+        self.projects[model] = project_id
+        return project_id
+
+    def _webhook(self, project_id: int) -> None:
+        if self._server is None:
+            return
+        url = self.ls.hook_url(self._server.port)
+        if any(w.get("url") == url for w in self.client.webhooks(project_id)):
+            self.webhooks_on = True
+            return
+        try:
+            self.client.create_webhook(
+                {
+                    "project": project_id,
+                    "url": url,
+                    "send_payload": True,
+                    "send_for_all_actions": False,
+                    "actions": list(WEBHOOK_ACTIONS),
+                    "is_active": True,
+                }
+            )
+            self.webhooks_on = True
+        except LabelStudioError as exc:
+            if isinstance(exc, LabelStudioUnavailable):
+                raise
+            log.warning(
+                "Label Studio refused the webhook; reading annotations by polling only (a "
+                "Label Studio that must call a private address needs "
+                "USE_DEFAULT_BANNED_SUBNETS=false)",
+                extra={"event": "webhook_refused", "project": project_id, "error": str(exc)},
+            )
+
+    # -- annotations -> labels --------------------------------------------------------------
+
+    def _poll_all(self, producer: Any = None) -> None:
+        """List every task of every project; adopt, notice deletions, read what changed.
+
+        Annotations are read for each task whose ``(updated_at, answers, skips)`` changed
+        since the last look and that has any (every such task once after a start): Label
+        Studio moves a task's ``updated_at`` on every new, edited or deleted annotation.
+        """
+        for model, project in sorted(self.projects.items()):
+            listed: dict[int, dict[str, Any]] = {}
+            for task in self.client.tasks(project, fields="task_only"):
+                if isinstance(task.get("id"), int):
+                    listed[task["id"]] = task
+            self._adopt(model, project, listed.values())
+            for row in self.state.with_status(OPEN, "answered"):
+                if row.project_id != project:
+                    continue
+                current = listed.get(row.task_id)
+                if current is None:
+                    self._gone(row)
+                    continue
+                mark = (
+                    current.get("updated_at"),
+                    current.get("total_annotations"),
+                    current.get("cancelled_annotations"),
+                )
+                if producer is None or self._marks.get(row.task_id) == mark:
+                    continue
+                if mark[1] or mark[2]:  # a task without any annotation has nothing to read
+                    self._refresh(row.task_id, producer)
+                self._marks[row.task_id] = mark
+
+    def _adopt(self, model: str, project: int, tasks: Iterable[dict[str, Any]]) -> None:
+        """Tasks Label Studio holds with a request id the state file lacks (lost answer)."""
+        rows: list[TaskRow] = []
+        now = time.time()
+        for task in tasks:
+            meta = task.get("meta") or {}
+            rid = meta.get("request_id") if isinstance(meta, dict) else None
+            if not isinstance(rid, str) or self.state.by_request(rid) is not None:
+                continue
+            req = {
+                "request_id": rid,
+                "model": model,
+                "token": meta.get("token"),
+                "pi": meta.get("pi"),
+                "ts": float(meta.get("ts") or 0.0),
+                "deadline": float(meta.get("deadline") or 0.0),
+            }
+            rows.append(_row(req, project, int(task["id"]), now))
+        if rows:
+            self.state.add_tasks(rows)
+            self.metrics.tasks_adopted.labels(model).inc(len(rows))
+            log.info("tasks adopted", extra={"event": "tasks_adopted", "tasks": len(rows)})
+
+    def _refresh(self, task_id: int, producer: Any) -> None:
+        row = self.state.by_task(task_id)
+        if row is None or row.status in (EXPIRED, DELETED):
+            return
+        try:
+            task = self.client.task(task_id)
+        except LabelStudioNotFound:
+            self._gone(row)
+            return
+        self._process(row, task, producer)
+
+    def _gone(self, row: TaskRow) -> None:
+        self.state.set_status(row.request_id, DELETED)
+        if row.status == OPEN:
+            self.metrics.deleted.labels(row.model).inc()
+            log.warning(
+                "task deleted in Label Studio; its request stays unanswered",
+                extra={"event": "task_deleted", "task": row.task_id, "model": row.model},
+            )
+
+    def _process(self, row: TaskRow, task: Mapping[str, Any], producer: Any) -> None:
+        raw = task.get("annotations")
+        wording = self.ls.wording_of(row.model)
+        items = raw if isinstance(raw, list) else []
+        answers = [a for a in (read_answer(x, wording) for x in items) if a is not None]
+        for a in answers:
+            seen = self.state.annotation_seen(a.annotation_id)
+            kind = "declined" if a.declined else "answer" if a.label is not None else "unreadable"
+            if seen is not None and seen == (kind, a.label):
+                continue
+            if seen is None or seen[0] != kind:
+                counter = {
+                    "declined": self.metrics.declined,
+                    "answer": self.metrics.answers_read,
+                    "unreadable": self.metrics.unreadable,
+                }[kind]
+                counter.labels(row.model).inc()
+            self.state.record_annotation(a.annotation_id, row.request_id, kind, a.label)
+        decision = decide_label(answers, self.ls.annotators, self.ls.majority_of)
+        if decision.label is None or decision.label == row.published:
+            return
+        value: dict[str, Any] = {
+            "request_id": row.request_id,
+            "label": decision.label,
+            "labeler": self._labeler(decision.labeler),
+            "ts": round(time.time(), 3),
+        }
+        if row.token is not None:
+            value["token"] = row.token
+        producer.send(
+            self.config.kafka.topics.labels,
+            key=row.request_id.encode(),
+            value=json.dumps(value, sort_keys=True, separators=(",", ":")).encode(),
+        ).get(timeout=30)
+        self.state.set_published(row.request_id, decision.label)
+        self.metrics.labels_published.labels(row.model).inc()
+        if row.published is None:
+            self.metrics.latency.labels(row.model).observe(max(0.0, time.time() - row.created_wall))
+        else:
+            self.metrics.edits.labels(row.model).inc()
+            log.info(
+                "an edit changed a published answer; the new label is published and the "
+                "daemon keeps the first",
+                extra={"event": "label_edited", "task": row.task_id, "model": row.model},
+            )
+
+    def _labeler(self, labeler: str | None) -> str | None:
+        """``labelstudio:<user id>`` -> ``labelstudio:<email>`` (looked up once per user)."""
+        prefix, _, user = (labeler or "").partition(":")
+        if prefix != "labelstudio" or not user.isdigit():
+            return labeler
+        if user not in self._emails:
+            try:
+                email = self.client.user(int(user)).get("email")
+            except LabelStudioNotFound:
+                email = None
+            self._emails[user] = str(email) if email else user
+        return f"labelstudio:{self._emails[user]}"
+
+    def _expire(self) -> None:
+        """Delete open tasks past the watermark (answers were read by the poll just before)."""
+        marks = self.state.watermarks()
+        late: dict[int, list[TaskRow]] = {}
+        for row in self.state.with_status(OPEN):
+            if row.deadline < marks.get(row.model, float("-inf")):
+                late.setdefault(row.project_id, []).append(row)
+        for project, rows in sorted(late.items()):
+            self.client.delete_tasks(project, [r.task_id for r in rows])
+            for row in rows:
+                self.state.set_status(row.request_id, EXPIRED)
+                self.metrics.expired.labels(row.model).inc()
+            log.info(
+                "tasks past their deadline removed",
+                extra={"event": "tasks_expired", "project": project, "tasks": len(rows)},
+            )
+
+
+def _row(req: Mapping[str, Any], project: int, task_id: int, now: float) -> TaskRow:
+    return TaskRow(
+        request_id=req["request_id"],
+        model=req["model"],
+        project_id=project,
+        task_id=task_id,
+        token=req.get("token"),
+        pi=req.get("pi"),
+        ts=float(req["ts"]),
+        deadline=float(req["deadline"]),
+        created_wall=now,
+        status=OPEN,
+        published=None,
+    )

@@ -1,0 +1,186 @@
+"""The bridge's durable memory: which request became which task, and what was published.
+
+One SQLite file (WAL, synchronous=FULL) with two tables:
+
+``tasks``: one row per request id ever seen: model, project and task id, token, pi, event
+time ``ts`` and ``deadline``, when the task was created (wall clock), its ``status`` (open,
+answered, expired, deleted) and the label last published for it (NULL: none yet).
+
+``annotations``: one row per Label Studio annotation read: its request, kind (``answer`` or
+``declined``) and label, so each annotation is counted once across restarts.
+
+A request id present here is never imported again (a replayed request or a restart after the
+offsets were reset); the start-up reconciliation also adds tasks that Label Studio has but this
+file lacks (a crash between the import and the write).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from monitor.errors import StoreError
+
+OPEN, ANSWERED, EXPIRED, DELETED = "open", "answered", "expired", "deleted"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    request_id TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    project_id INTEGER NOT NULL,
+    task_id INTEGER NOT NULL,
+    token TEXT,
+    pi REAL,
+    ts REAL NOT NULL,
+    deadline REAL NOT NULL,
+    created_wall REAL NOT NULL,
+    status TEXT NOT NULL,
+    published INTEGER
+);
+CREATE INDEX IF NOT EXISTS tasks_by_task ON tasks (task_id);
+CREATE INDEX IF NOT EXISTS tasks_by_status ON tasks (status);
+CREATE TABLE IF NOT EXISTS annotations (
+    annotation_id INTEGER PRIMARY KEY,
+    request_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    label INTEGER
+);
+"""
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One request and its task."""
+
+    request_id: str
+    model: str
+    project_id: int
+    task_id: int
+    token: str | None
+    pi: float | None
+    ts: float
+    deadline: float
+    created_wall: float
+    status: str
+    published: int | None
+
+
+class BridgeState:
+    """The SQLite file; every method commits before it returns."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            msg = f"{path}: cannot open the bridge's state file: {exc}"
+            raise StoreError(msg) from exc
+        self.path = path
+
+    def close(self) -> None:
+        """Close the file."""
+        self._db.close()
+
+    def add_tasks(self, rows: list[TaskRow]) -> None:
+        """Record new tasks (a request id already present is left as it is)."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(
+                "INSERT OR IGNORE INTO tasks VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [
+                    (
+                        r.request_id,
+                        r.model,
+                        r.project_id,
+                        r.task_id,
+                        r.token,
+                        r.pi,
+                        r.ts,
+                        r.deadline,
+                        r.created_wall,
+                        r.status,
+                        r.published,
+                    )
+                    for r in rows
+                ],
+            )
+
+    def known(self, request_ids: list[str]) -> set[str]:
+        """Which of ``request_ids`` already have a task (or had one)."""
+        out: set[str] = set()
+        for start in range(0, len(request_ids), 500):
+            chunk = request_ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            cur = self._db.execute(
+                f"SELECT request_id FROM tasks WHERE request_id IN ({marks})",
+                chunk,
+            )
+            out.update(r[0] for r in cur)
+        return out
+
+    def by_task(self, task_id: int) -> TaskRow | None:
+        """The request of a task id."""
+        cur = self._db.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,))
+        row = cur.fetchone()
+        return None if row is None else TaskRow(*row)
+
+    def by_request(self, request_id: str) -> TaskRow | None:
+        """The task of a request id."""
+        cur = self._db.execute("SELECT * FROM tasks WHERE request_id = ?", (request_id,))
+        row = cur.fetchone()
+        return None if row is None else TaskRow(*row)
+
+    def with_status(self, *statuses: str) -> Iterator[TaskRow]:
+        """Every task in one of ``statuses``."""
+        marks = ",".join("?" * len(statuses))
+        cur = self._db.execute(
+            f"SELECT * FROM tasks WHERE status IN ({marks}) ORDER BY task_id",
+            statuses,
+        )
+        for row in cur.fetchall():
+            yield TaskRow(*row)
+
+    def set_status(self, request_id: str, status: str) -> None:
+        """Mark a task expired or deleted."""
+        self._db.execute("UPDATE tasks SET status = ? WHERE request_id = ?", (status, request_id))
+
+    def set_published(self, request_id: str, label: int) -> None:
+        """The label now published for the request (the task is answered)."""
+        self._db.execute(
+            "UPDATE tasks SET status = ?, published = ? WHERE request_id = ?",
+            (ANSWERED, label, request_id),
+        )
+
+    def annotation_seen(self, annotation_id: int) -> tuple[str, int | None] | None:
+        """(kind, label) of an annotation already read, or None."""
+        cur = self._db.execute(
+            "SELECT kind, label FROM annotations WHERE annotation_id = ?", (annotation_id,)
+        )
+        row = cur.fetchone()
+        return None if row is None else (str(row[0]), row[1])
+
+    def record_annotation(
+        self, annotation_id: int, request_id: str, kind: str, label: int | None
+    ) -> None:
+        """Remember an annotation (or its new kind/label after an edit)."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO annotations VALUES (?,?,?,?)",
+            (annotation_id, request_id, kind, label),
+        )
+
+    def watermarks(self) -> dict[str, float]:
+        """Per model, the newest event time of any request seen (the bridge's watermark)."""
+        cur = self._db.execute("SELECT model, MAX(ts) FROM tasks GROUP BY model")
+        return {str(m): float(t) for m, t in cur}
+
+    def depth(self) -> dict[str, int]:
+        """Per model, the open tasks (the queue depth)."""
+        cur = self._db.execute(
+            "SELECT model, COUNT(*) FROM tasks WHERE status = ? GROUP BY model", (OPEN,)
+        )
+        return {str(m): int(n) for m, n in cur}

@@ -1,0 +1,70 @@
+"""The calibration map new controls take, refitted from a model's labels (DESIGN.md, round 2).
+
+From the answered requests of the model's last ``k`` buckets (the last ``FIT_WINDOW_S`` = 24 h
+of event time, at least one bucket: recent enough to follow a drift, long enough to hold a few
+hundred labels at usual budgets; v = 1/pi, the pi each was drawn with), fit the design-weighted
+Platt map with its ridge toward the identity (``monitor.stats.calibration``), judge it
+(likelihood, calibration error, mistakes seen) and derive the defensive share
+(``monitor.stats.selection.defensive_share``). Each new map gets the next version of its model.
+The caller makes it durable before the sampler uses it: it is fitted from labels, whose arrival
+is not a function of the scored stream, so a replay must read it back rather than fit it again
+(DESIGN.md, "Why it stays deterministic").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from monitor.stats.budget import NO_CALIBRATION, Calibration
+from monitor.stats.calibration import DEFAULT_TAU, PlattMap
+from monitor.stats.design import recalibrate
+from monitor.stats.sample import LabeledSample
+
+STORE_KEY = "calibration"
+FIT_WINDOW_S = 86_400
+
+
+def label_window_buckets(bucket_s: int, window_s: int = FIT_WINDOW_S) -> int:
+    """Buckets of labels a map is fitted on: ``ceil(window_s / bucket_s)``, at least 1.
+
+    Examples:
+        >>> label_window_buckets(3600)
+        24
+    """
+    return max(1, math.ceil(window_s / bucket_s))
+
+
+def refit(
+    previous: Calibration, sample: LabeledSample, lam0: float, tau: float = DEFAULT_TAU
+) -> Calibration:
+    """The next calibration from ``sample``; ``previous`` when there is no label or no change."""
+    if len(sample) == 0:
+        return previous
+    recal = recalibrate(sample, tau)
+    fitted = PlattMap(recal.cal_map.a, recal.cal_map.b)  # what a control records
+    cand = Calibration(previous.version + 1, fitted, recal.defensive(lam0))
+    same = (
+        cand.cal_map.a == previous.cal_map.a
+        and cand.cal_map.b == previous.cal_map.b
+        and cand.lam == previous.lam
+    )
+    return previous if same else cand
+
+
+def encode(calibrations: Mapping[str, Calibration]) -> dict[str, list[object]]:
+    """The JSON document of the calibrations per model (``decode`` reads it back)."""
+    return {m: c.to_list() for m, c in sorted(calibrations.items())}
+
+
+def decode(doc: object) -> dict[str, Calibration]:
+    """Calibrations per model from ``encode``'s document (None: none yet); ``ValueError``."""
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        msg = "the stored calibrations must be a JSON object"
+        raise ValueError(msg)
+    return {str(m): Calibration.from_list(v) for m, v in doc.items()}
+
+
+__all__ = ["NO_CALIBRATION", "STORE_KEY", "decode", "encode", "label_window_buckets", "refit"]

@@ -1,0 +1,144 @@
+"""Designs that learn from their own labels: recalibrate, then choose (DESIGN.md, round 2).
+
+From the labels so far (a :class:`~monitor.stats.sample.LabeledSample`, v = 1/pi):
+
+1. fit the design-weighted Platt map p_hat = m(s) (``monitor.stats.calibration``);
+2. judge p_hat on the same labels: design-weighted model likelihood L (seed 002, Sec. 4.1) and
+   calibration error;
+3. evaluate q* (seed 000, Cor. 2-4) at p_hat, with G the recalibrated intrinsic F of the
+   traffic, ``G = sum(f p_hat) / (alpha N1 + (1 - alpha) sum(p_hat))`` (never a label-based
+   estimate of G: at 1% positives it can be 0), and mix it with uniform with the defensive
+   share of ``selection.defensive_share``: ``lam0``, grown when L is below 0.6 or the ECE is
+   large, and near 0.5 while the labels have seen few of the model's mistakes.
+
+Each record's pi is fixed before its label is seen (from labels of earlier rounds or buckets), so
+the Horvitz-Thompson sums stay unbiased and the sum over rounds of ``(xi_i / pi_i - 1) z_i`` is a
+martingale: the same variance formula holds (Zrnic and Candes, Active Statistical Inference,
+2024; Marchant and Rubinstein, OASIS, 2017). Rounds are combined by :func:`round_weights`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from monitor.stats.calibration import DEFAULT_TAU, IDENTITY, PlattMap, calibration_error, fit_platt
+from monitor.stats.falpha import intrinsic_falpha
+from monitor.stats.likelihood import model_likelihood
+from monitor.stats.sample import LabeledSample
+from monitor.stats.selection import defensive_mix, defensive_share, q_star_falpha
+
+FloatArray = npt.NDArray[np.float64]
+
+#: G used when the recalibrated intrinsic F is undefined (no predicted positive, p_hat = 0).
+G_PRIOR = 0.5
+
+
+@dataclass(frozen=True)
+class Recalibration:
+    """A fitted map and the labels' verdict on the probabilities before and after it.
+
+    ``likelihood``/``calibration_error`` judge p_hat = m(s); ``raw_*`` judge the scores s
+    themselves. All NaN without labels (and then the map is the identity). ``errors`` counts
+    the model's mistakes (f != y) among the labels.
+    """
+
+    cal_map: PlattMap
+    likelihood: float
+    calibration_error: float
+    raw_likelihood: float
+    raw_calibration_error: float
+    errors: int = 0
+
+    def defensive(self, lam0: float) -> float:
+        """The defensive share for a design at p_hat (``selection.defensive_share``)."""
+        return defensive_share(lam0, self.likelihood, self.calibration_error, self.errors)
+
+
+def recalibrate(sample: LabeledSample, tau: float = DEFAULT_TAU) -> Recalibration:
+    """Fit the map on ``sample`` (weights v) and measure likelihood and calibration error."""
+    if len(sample) == 0:
+        nan = math.nan
+        return Recalibration(IDENTITY, nan, nan, nan, nan)
+    cal_map = fit_platt(sample.score, sample.label, sample.v, tau=tau)
+    p_hat = cal_map.apply(sample.score)
+    return Recalibration(
+        cal_map=cal_map,
+        likelihood=model_likelihood(p_hat, sample.label, sample.v),
+        calibration_error=calibration_error(p_hat, sample.label, sample.v),
+        raw_likelihood=model_likelihood(sample.score, sample.label, sample.v),
+        raw_calibration_error=calibration_error(sample.score, sample.label, sample.v),
+        errors=int(np.count_nonzero(sample.pred != sample.label)),
+    )
+
+
+def recalibrated_g(p_hat: npt.ArrayLike, pred: npt.ArrayLike, alpha: float) -> float:
+    """G from recalibrated expected counts: sum(f p_hat) / (alpha N1 + (1 - alpha) sum p_hat).
+
+    Seed 000 Sec. 2.2 with the model's score replaced by p_hat; ``G_PRIOR`` when undefined.
+    """
+    g = intrinsic_falpha(p_hat, pred, alpha)
+    return g if math.isfinite(g) else G_PRIOR
+
+
+def recalibrated_weights(
+    score: npt.ArrayLike,
+    pred: npt.ArrayLike,
+    alpha: float,
+    recal: Recalibration,
+    lam0: float,
+) -> FloatArray:
+    """Selection weights over a pool: q = (1 - lam) q*(p_hat)/mean + lam (mean 1 over the pool).
+
+    q* of seed 000 Cor. 2 at p_hat = m(s) and G = :func:`recalibrated_g` of the pool; lam from
+    :meth:`Recalibration.defensive`. With the identity map and no labels this is today's design
+    (q* at the raw scores; the share is then 0.5, as no mistake has been seen).
+    """
+    p_hat = recal.cal_map.apply(score)
+    g = recalibrated_g(p_hat, pred, alpha)
+    qstar = q_star_falpha(p_hat, pred, alpha, g)
+    return defensive_mix(qstar, recal.defensive(lam0))
+
+
+def round_weights(budgets: Sequence[float]) -> FloatArray:
+    """Weights c_r = n_r / sum(n) that combine the Horvitz-Thompson totals of rounds.
+
+    Round r's sample estimates every pool total without bias given the earlier rounds, so any
+    fixed convex combination ``sum_r c_r T_r`` does; multiplying round r's v by c_r and
+    concatenating the samples gives it (ratio estimates are unchanged by a common scale).
+    Weights proportional to the labels spent keep every label's share equal when the rounds'
+    designs are alike.
+
+    Examples:
+        >>> round_weights([100, 300]).tolist()
+        [0.25, 0.75]
+    """
+    n = np.asarray(budgets, dtype=np.float64)
+    total = float(n.sum())
+    if n.size == 0 or not total > 0.0 or (n < 0.0).any():
+        msg = "round budgets must be >= 0 with a positive sum"
+        raise ValueError(msg)
+    out: FloatArray = n / total
+    return out
+
+
+def combine_rounds(samples: Sequence[LabeledSample], budgets: Sequence[float]) -> LabeledSample:
+    """One sample from rounds: round r's v scaled by ``round_weights(budgets)[r]``.
+
+    An item labelled in two rounds appears once per round (its label is reused, not bought
+    twice). The finite-population corrections are kept as they were drawn.
+    """
+    c = round_weights(budgets)
+    if len(samples) != c.size:
+        msg = "one budget per round"
+        raise ValueError(msg)
+    scaled = [
+        LabeledSample(s.score, s.pred, s.label, s.v * float(cr), s.fpc)
+        for s, cr in zip(samples, c, strict=True)
+        if len(s) and cr > 0.0
+    ]
+    return LabeledSample.concat(scaled)

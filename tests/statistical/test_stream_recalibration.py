@@ -1,0 +1,45 @@
+"""Coverage through the streaming controller when the model turns over-confident (issue 14).
+
+The daemon's own sampler decides a simulated stream (``benchmarks.stream``: 10 hourly buckets
+of 5,000 records, 150 labels an hour, 5% positives, calibrated scores for 3 buckets, then logits
+multiplied by 3 or 10). With ``recalibrate`` the map of each new control is refitted from the
+labels of the last two buckets. Checked on the buckets from the second after the drift on (the
+first is decided before any label of the drifted model exists), over REPS streams with a fixed
+seed: the 95% interval of the ratio estimate covers the bucket's true F1 at least 0.90 of the
+time (the issue's goal). The model-assisted estimate (benchmarks only, not yet in the daemon)
+is held to 0.85: it was measured at 0.894 (x10, these 120 streams) and 0.903-0.908 (x10, 100
+streams, seed 2010), so at x10 it misses the 0.90 goal by about a point (reported in issue 14).
+Measured here (2.4 min on 2 shared cores): ratio 0.938 (x3) and 0.907 (x10) against today's
+controller's 0.819 and 0.526; model-assisted 0.938 and 0.894.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+try:
+    from benchmarks import stream
+except ImportError:  # plain `pytest` does not put the repository root on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from benchmarks import stream
+
+REPS = 120
+SEED = 14
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overconfidence", [3.0, 10.0])
+def test_recalibrating_controller_covers_after_a_drift(overconfidence: float) -> None:
+    case = stream.StreamCase(f"x{overconfidence:g}", overconfidence, 0.05, 0.5, 5_000, 150.0)
+    tallies = stream.evaluate(case, REPS, SEED)
+    for line in stream.report([(case, tallies)]):
+        print(line)
+    later = {d: tallies[(d, "later")] for d in stream.DESIGNS}
+    assert len(later["recal"].errors) >= 0.95 * REPS * (stream.BUCKETS - stream.DRIFT - 1)
+    assert later["recal"].coverage >= 0.90
+    assert later["recal+GREG"].coverage >= 0.85
+    # and the recalibrating controller is at least as accurate as today's
+    assert later["recal"].mae <= later["raw"].mae

@@ -1,0 +1,130 @@
+"""Selection from recalibrated probabilities, and rounds combined without bias."""
+
+from __future__ import annotations
+
+import doctest
+import math
+
+import numpy as np
+import pytest
+
+from monitor.sim.simulate import calibrated_pool
+from monitor.stats import design, selection
+from monitor.stats.calibration import IDENTITY, PlattMap
+from monitor.stats.design import (
+    Recalibration,
+    combine_rounds,
+    recalibrate,
+    recalibrated_g,
+    recalibrated_weights,
+)
+from monitor.stats.falpha import intrinsic_falpha
+from monitor.stats.sample import LabeledSample
+from monitor.stats.selection import (
+    defensive_mix,
+    defensive_share,
+    inclusion_for_budget,
+    q_star_falpha,
+)
+
+
+def test_docstring_examples() -> None:
+    assert doctest.testmod(design).failed == 0
+    assert doctest.testmod(selection).failed == 0
+
+
+def test_defensive_share_is_bounded_and_never_zero() -> None:
+    assert defensive_share(0.1, math.nan, math.nan) == 0.1
+    assert defensive_share(0.1, 0.95, 0.0) == 0.1
+    assert defensive_share(0.1, 0.5, 0.0) == pytest.approx(0.2)
+    assert defensive_share(0.1, 0.0, 1.0) == 0.5
+    assert defensive_share(0.7, 0.0, 1.0) == 0.7  # a configured share above the cap stays
+    # the fewer of the model's mistakes the labels saw, the closer to uniform
+    shares = [defensive_share(0.1, 0.95, 0.0, k) for k in (0, 5, 10, 100, 1000)]
+    assert shares[0] == 0.5 and shares == sorted(shares, reverse=True) and shares[-1] < 0.11
+    with pytest.raises(ValueError, match="lam0"):
+        defensive_share(0.0, 0.9)
+
+
+def test_without_labels_it_is_todays_design_at_half_uniform(rng: np.random.Generator) -> None:
+    score, _ = calibrated_pool(5000, 0.05, rng)
+    pred = (score >= 0.5).astype(np.int8)
+    recal = recalibrate(LabeledSample.concat([]))
+    assert recal.cal_map == IDENTITY and math.isnan(recal.likelihood)
+    got = recalibrated_weights(score, pred, 0.5, recal, 0.1)
+    g = intrinsic_falpha(score, pred, 0.5)
+    want = defensive_mix(q_star_falpha(score, pred, 0.5, g), 0.5)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert got.mean() == pytest.approx(1.0)
+
+
+def test_recalibrated_g_uses_expected_counts_and_has_a_prior() -> None:
+    p_hat = np.array([0.8, 0.4, 0.1, 0.1])
+    pred = np.array([1, 1, 0, 0])
+    # sum f p = 1.2; alpha N1 + (1 - alpha) sum p = 0.5 * 2 + 0.5 * 1.4
+    assert recalibrated_g(p_hat, pred, 0.5) == pytest.approx(1.2 / 1.7)
+    assert recalibrated_g(np.zeros(3), np.zeros(3), 0.0) == design.G_PRIOR
+
+
+def test_an_overconfident_model_is_recalibrated_and_its_misses_get_weight(
+    rng: np.random.Generator,
+) -> None:
+    score, label = calibrated_pool(50_000, 0.05, rng, overconfidence=10.0)
+    pred = (score >= 0.5).astype(np.int8)
+    pi = inclusion_for_budget(np.ones(score.size), 400)[0]
+    take = rng.random(score.size) < pi
+    sample = LabeledSample.poisson(score[take], pred[take], label[take], pi[take])
+    recal = recalibrate(sample)
+    assert 0.05 < recal.cal_map.b < 0.25  # the true slope is 1/10
+    assert recal.likelihood > recal.raw_likelihood
+    assert recal.calibration_error < recal.raw_calibration_error
+    fn = (pred == 0) & (label == 1)
+    for alpha in (0.0, 0.5):
+        g = intrinsic_falpha(score, pred, alpha)
+        raw = defensive_mix(q_star_falpha(score, pred, alpha, g), 0.1)  # today's design
+        new = recalibrated_weights(score, pred, alpha, recal, 0.1)
+        # the confidently missed positives no longer sit at the defensive floor with the
+        # largest weights (1/q, q of mean 1)
+        assert np.quantile(1.0 / new[fn], 0.9) < 0.5 * np.quantile(1.0 / raw[fn], 0.9)
+
+
+def test_defensive_grows_when_the_probabilities_are_poor() -> None:
+    good = Recalibration(PlattMap(), 0.9, 0.01, 0.9, 0.01, errors=390)
+    poor = Recalibration(PlattMap(), 0.4, 0.1, 0.3, 0.2, errors=390)
+    unseen = Recalibration(PlattMap(), 0.9, 0.01, 0.9, 0.01, errors=0)
+    assert good.defensive(0.1) == pytest.approx(0.11)
+    assert poor.defensive(0.1) == pytest.approx(0.4)
+    assert unseen.defensive(0.1) == pytest.approx(0.5)
+
+
+def test_combined_rounds_scale_each_rounds_weights(rng: np.random.Generator) -> None:
+    a = LabeledSample.poisson([0.2, 0.7], [0, 1], [0, 1], [0.5, 0.25])
+    b = LabeledSample.poisson([0.9], [1], [1], [0.1])
+    both = combine_rounds([a, b], [100, 300])
+    np.testing.assert_allclose(both.v, [0.5, 1.0, 7.5])
+    np.testing.assert_allclose(both.fpc, [0.5, 0.75, 0.9])
+    with pytest.raises(ValueError, match="one budget per round"):
+        combine_rounds([a], [1, 2])
+
+
+def test_two_rounds_with_a_map_fitted_on_round_one_are_unbiased() -> None:
+    """The martingale argument, checked: round 2's pi depends on round 1's labels."""
+    rng = np.random.default_rng(7)
+    score, label = calibrated_pool(4000, 0.05, rng, overconfidence=10.0)
+    pred = (score >= 0.5).astype(np.int8)
+    truth_fn = float(((pred == 0) & (label == 1)).sum())
+    raw = recalibrate(LabeledSample.concat([]))
+    pi1 = inclusion_for_budget(recalibrated_weights(score, pred, 0.0, raw, 0.5), 40)[0]
+    totals = []
+    for _ in range(1500):
+        t1 = rng.random(score.size) < pi1
+        s1 = LabeledSample.poisson(score[t1], pred[t1], label[t1], pi1[t1])
+        q2 = recalibrated_weights(score, pred, 0.0, recalibrate(s1), 0.1)
+        pi2 = inclusion_for_budget(q2, 120)[0]
+        t2 = rng.random(score.size) < pi2
+        s2 = LabeledSample.poisson(score[t2], pred[t2], label[t2], pi2[t2])
+        both = combine_rounds([s1, s2], [40, 120])
+        totals.append(float(both.v[(both.pred == 0) & (both.label == 1)].sum()))
+    arr = np.asarray(totals)
+    se = arr.std(ddof=1) / math.sqrt(arr.size)
+    assert abs(arr.mean() - truth_fn) < 3.5 * se, (arr.mean(), truth_fn, se)

@@ -1,0 +1,175 @@
+"""Crash anywhere while the calibration map changes mid-stream (models.NAME.recalibrate).
+
+The scored stream arrives in chunks and labels are answered after every step, so the estimator
+refits the map many times while the stream is still being decided, and later buckets' controls
+take new map versions. A
+failpoint kills the engine at random points of random steps (all five stages); the harness
+restarts from the store over the same log. A map is fitted from labels, whose arrival differs
+between runs, so this run is not compared with an uninterrupted one; instead:
+
+- every request id in the log has one byte string (a replay repeats the same request);
+- the requests in the log are exactly those the store holds (none lost, none invented);
+- a sampler given only the stored controls, deciding the whole scored log again from scratch,
+  makes exactly the logged requests: the decisions are a function of the stream and the
+  durable controls (which record the map versions they used).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monitor.config.schema import Config
+from monitor.core.records import decode_scored
+from monitor.core.sampler import SamplerService
+from monitor.io.store import Store
+from monitor.runtime.failpoint import Failpoint
+from monitor.sim.workload import Workload, WorkloadSpec, generate
+from monitor.testing.fakes import FakeLog, FakeSource
+from tests.unit import test_daemon_loop as loop_tests
+from tests.unit.test_daemon_loop import TOPICS, Harness, _answer
+from tests.unit.test_daemon_loop import _config as plain_config
+from tests.unit.test_faults_crash_fakes import _kill, _Killed, _requests_by_id
+
+shared_workload = loop_tests.workload
+
+KILLS_PER_STAGE = 3  # x 5 stages
+
+
+def _recalibrating(data_dir: Path) -> Config:
+    cfg = plain_config(data_dir)
+    models = {m: dataclasses.replace(c, recalibrate=True) for m, c in cfg.models.items()}
+    kafka = dataclasses.replace(cfg.kafka, max_poll_records=97)
+    return dataclasses.replace(cfg, models=models, kafka=kafka)
+
+
+CHUNK = 250  # scored records appended at a time
+
+
+def _step_and_answer(h: Harness, log: FakeLog, w: Workload, answered: int) -> tuple[int, int]:
+    n = h.engine.step(h.source, h.sink)
+    return n, _answer(log, w, answered)
+
+
+def _until_idle(h: Harness, log: FakeLog, w: Workload, answered: int) -> int:
+    for _ in range(10_000):
+        got, answered = _step_and_answer(h, log, w, answered)
+        if got == 0:
+            got, answered = _step_and_answer(h, log, w, answered)
+            if got == 0:
+                return answered
+    msg = "did not drain"
+    raise AssertionError(msg)
+
+
+class _Arrivals:
+    """The scored records of a workload, appended to the log a chunk at a time."""
+
+    def __init__(self, log: FakeLog, w: Workload) -> None:
+        self.log = log
+        self.records = [json.dumps(rec).encode() for rec in w.records()]
+        self.sent = 0
+        log.create(TOPICS.scored, 1)
+        for topic in (TOPICS.requests, TOPICS.labels, TOPICS.deadletter):
+            log.create(topic)
+
+    def more(self) -> bool:
+        chunk = self.records[self.sent : self.sent + CHUNK]
+        for value in chunk:
+            self.log.append(TOPICS.scored, value)
+        self.sent += len(chunk)
+        return bool(chunk)
+
+
+def test_kills_while_the_map_changes_keep_requests_a_function_of_stored_controls(
+    tmp_path: Path,
+    shared_workload: Workload,
+    rng: np.random.Generator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    workload = shared_workload
+    monkeypatch.setattr(loop_tests, "_config", _recalibrating)
+    stages = [s for s in Failpoint.STAGES for _ in range(KILLS_PER_STAGE)]
+    schedule = [(stages[i], int(rng.integers(1, 4))) for i in rng.permutation(len(stages))]
+    log = FakeLog()
+    arrivals = _Arrivals(log, workload)
+    answered = 0
+    kills: list[str] = []
+    h = Harness(log, tmp_path / "killed")
+    while arrivals.more() or schedule:
+        stage, n = schedule.pop() if schedule else ("commit", 10**9)
+        fp = Failpoint(stage, n, action=_kill)
+        h.engine.failpoint = fp
+        h.store.before_commit = lambda fp=fp: fp.hit("store")
+        try:
+            answered = _until_idle(h, log, workload, answered)
+        except _Killed:
+            kills.append(stage)
+        h.close()  # the process is gone: memory lost, open transaction rolled back
+        h = Harness(log, tmp_path / "killed")
+        answered = _until_idle(h, log, workload, answered)  # catch up before more arrives
+    h.engine.failpoint = None
+    h.store.before_commit = None
+    for _ in range(3):
+        h.drain()
+        answered = _answer(log, workload, answered)
+    h.drain()
+
+    assert len(kills) >= 10 and set(kills) == set(Failpoint.STAGES), kills
+    logged = _requests_by_id(log)
+    assert all(len(v) == 1 for v in logged.values())  # replays repeat the same bytes
+    state = h.store.load()
+    assert {s.request.request_id for s in state.requests} == set(logged)
+    versions = sorted({c.calibration.version for c in state.controls.values()})
+    assert versions[0] == 0 and len(versions) >= 3, versions  # the map changed mid-stream
+
+    # the same stream decided again from the stored controls alone: the same requests
+    cfg = h.config
+    sampler = SamplerService(cfg, controls=state.controls)
+    source = FakeSource(log, [TOPICS.scored], lambda: {})
+    again: dict[str, bytes] = {}
+    while raw := source.poll(10_000, 0.0):
+        batch, bad = decode_scored(raw, cfg, now=time.time())
+        assert not bad
+        for req in sampler.process(batch).requests:
+            again[req.request_id] = req.to_json()
+    assert again == {rid: next(iter(v)) for rid, v in logged.items()}
+    h.close()
+
+
+def test_the_map_is_durable_before_a_control_records_it(
+    tmp_path: Path, shared_workload: Workload, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop_tests, "_config", _recalibrating)
+    log = FakeLog()
+    arrivals = _Arrivals(log, shared_workload)
+    h = Harness(log, tmp_path / "a")
+    answered = 0
+    for _ in range(400):
+        if h.engine.step(h.source, h.sink) == 0 and not arrivals.more():
+            break
+        answered = _answer(log, shared_workload, answered)
+        stored = Store.get_json(h.store, "calibration")
+        in_use = h.engine.sampler.calibration
+        if in_use:
+            # what the sampler uses is what the store holds, version for version
+            assert stored == {m: c.to_list() for m, c in in_use.items()}
+    assert h.engine.sampler.calibration["default"].version >= 2
+    h.close()
+
+
+def test_unreadable_stored_maps_stop_the_start_with_a_precise_error(tmp_path: Path) -> None:
+    from monitor.errors import StoreError
+
+    log = FakeLog()
+    _Arrivals(log, generate(WorkloadSpec(n=10, hours=1.0, seed=1)))
+    h = Harness(log, tmp_path / "a")
+    h.store.put_json("calibration", {"default": [1, 0.0, -2.0, 0.1]})
+    h.close()
+    with pytest.raises(StoreError, match=r"stored calibration maps .* unreadable"):
+        Harness(log, tmp_path / "a")

@@ -1,0 +1,202 @@
+"""Pure parts of the Label Studio bridge: settings, task bodies, answers, decisions, webhooks."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.bridges.labelstudio import parse_request
+from monitor.bridges.ls_client import LabelStudioClient
+from monitor.bridges.ls_config import LabelStudioConfig, Wording, parse_labelstudio, state_path
+from monitor.bridges.ls_http import task_ids
+from monitor.bridges.ls_state import ANSWERED, OPEN, BridgeState, TaskRow
+from monitor.bridges.ls_tasks import Answer, decide, label_config, read_answer, task_body
+from monitor.config.load import parse_config
+from monitor.errors import ConfigError
+
+W = Wording(positive="Fraud", negative="Legitimate", instructions='Is it "fraud" & <real>?')
+
+
+def _req(**kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "request_id": "ab" * 16,
+        "id": "txn-1",
+        "model": "fraud",
+        "segment": "eu",
+        "score": 0.91234,
+        "pred": 1,
+        "pi": 0.02,
+        "ts": 1_767_225_600.0,
+        "bucket": 1,
+        "deadline": 1_767_830_400.0,
+        "payload": {"url": "https://example.com/x"},
+    }
+    base.update(kw)
+    return base
+
+
+def test_the_daemon_accepts_the_labelstudio_section() -> None:
+    config = parse_config({"labelstudio": {"url": "http://ls:8080"}}, "test")
+    assert config.default_model == "default"
+
+
+def test_settings_defaults_and_every_problem_reported() -> None:
+    ls = parse_labelstudio({"labelstudio": {"models": {"fraud": {"positive": "Fraud"}}}}, "f")
+    assert ls == LabelStudioConfig(model_wording={"fraud": Wording(positive="Fraud")})
+    assert ls.title("fraud") == "Audit: fraud"
+    assert ls.wording_of("other") == Wording()
+    assert ls.answers_needed == 1
+    bad = {
+        "labelstudio": {
+            "url": "ftp://x",
+            "annotators": "all",
+            "majority_of": 4,
+            "poll_interval_s": 0,
+            "token_env": "not a name",
+            "colour": "red",
+            "positive": "Same",
+            "negative": "Same",
+        }
+    }
+    with pytest.raises(ConfigError) as err:
+        parse_labelstudio(bad, "m.yaml")
+    text = str(err.value)
+    assert text.startswith("m.yaml: 6 problems") and "must differ" in text
+    for key in ("url", "annotators", "poll_interval_s", "token_env", "colour", "labelstudio:"):
+        assert key in text
+    with pytest.raises(ConfigError, match="must be odd"):
+        parse_labelstudio({"labelstudio": {"annotators": "majority", "majority_of": 4}}, "m")
+
+
+def test_token_from_the_environment_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    ls = LabelStudioConfig(token_env="LS_UNIT_TOKEN")
+    monkeypatch.delenv("LS_UNIT_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match="LS_UNIT_TOKEN' is not set"):
+        ls.token()
+    monkeypatch.setenv("LS_UNIT_TOKEN", "s3cret-value")
+    assert ls.token() == "s3cret-value"
+    client = LabelStudioClient("http://127.0.0.1:1", ls.token())
+    assert "s3cret" not in repr(client) and "s3cret" not in str(vars(client).get("url"))
+
+
+def test_hook_url_and_state_path(tmp_path: Path) -> None:
+    assert LabelStudioConfig(listen_address="0.0.0.0").hook_url(9) == "http://127.0.0.1:9/webhook"
+    assert LabelStudioConfig(listen_address="::1").hook_url(9) == "http://[::1]:9/webhook"
+    assert LabelStudioConfig(webhook_url="http://b/h").hook_url(9) == "http://b/h"
+    assert state_path(LabelStudioConfig(), tmp_path) == tmp_path / "labelstudio-bridge.sqlite"
+
+
+def test_interface_is_valid_xml_with_escaped_wording_and_class_aliases() -> None:
+    root = ET.fromstring(label_config(W))
+    choices = {c.get("value"): c.get("alias") for c in root.iter("Choice")}
+    assert choices == {"Fraud": "1", "Legitimate": "0"}
+    assert root.find("Header").get("value") == W.instructions  # type: ignore[union-attr]
+
+
+def test_task_body_shows_the_record_and_hides_ids_in_meta() -> None:
+    body = task_body(_req(token="t0k"), W)
+    assert body["meta"] == {
+        "request_id": "ab" * 16,
+        "pi": 0.02,
+        "model": "fraud",
+        "ts": 1_767_225_600.0,
+        "deadline": 1_767_830_400.0,
+        "token": "t0k",
+    }
+    data = body["data"]
+    assert data["record_id"] == "txn-1" and data["prediction"] == "Fraud"
+    assert "score 0.9123 " in data["context"] and "2026-01-08 00:00:00 UTC" in data["context"]
+    assert '"url": "https://example.com/x"' in data["payload"]
+    assert "t0k" not in str(data) and "ab" * 16 not in str(data)
+    assert task_body(_req(pred=0, segment=""), W)["data"]["context"].count("(none)") == 1
+
+
+def _ann(i: int, choice: str | None, cancelled: bool = False, by: Any = 7) -> dict[str, Any]:
+    result = (
+        []
+        if choice is None
+        else [
+            {
+                "from_name": "label",
+                "to_name": "record",
+                "type": "choices",
+                "value": {"choices": [choice]},
+            }
+        ]
+    )
+    return {"id": i, "result": result, "was_cancelled": cancelled, "completed_by": by}
+
+
+def test_answers_read_from_aliases_or_wording() -> None:
+    assert read_answer(_ann(1, "1"), W) == Answer(1, False, 1, "labelstudio:7")
+    assert read_answer(_ann(2, "Legitimate", by={"email": "a@b"}), W) == Answer(
+        2, False, 0, "labelstudio:a@b"
+    )
+    assert read_answer(_ann(3, None, cancelled=True), W) == Answer(3, True, None, "labelstudio:7")
+    assert read_answer(_ann(4, "maybe"), W) == Answer(4, False, None, "labelstudio:7")
+    assert read_answer({"id": "x"}, W) is None
+
+
+def _a(i: int, label: int | None, declined: bool = False) -> Answer:
+    return Answer(i, declined, label, f"u{i}")
+
+
+def test_first_policy_takes_the_earliest_answer_and_ignores_skips() -> None:
+    assert decide([], "first", 3).label is None
+    assert decide([_a(1, None, True)], "first", 3).label is None
+    d = decide([_a(5, 0), _a(2, None, True), _a(3, 1)], "first", 3)
+    assert (d.label, d.labeler) == (1, "u3")
+
+
+def test_majority_policy_waits_for_enough_answers() -> None:
+    assert decide([_a(1, 1), _a(2, 1)], "majority", 3).label is None
+    assert decide([_a(1, 1), _a(2, 0), _a(3, 0)], "majority", 3).label == 0
+    assert decide([_a(1, 1), _a(2, 0), _a(3, None, True)], "majority", 3).label is None
+    assert decide([_a(1, 1), _a(2, 0), _a(3, 1), _a(4, 0)], "majority", 3).label is None  # tie
+    assert decide([_a(i, 1) for i in range(3)], "majority", 3).labeler == (
+        "labelstudio:majority-3-of-3"
+    )
+
+
+def test_requests_need_the_fields_a_task_shows() -> None:
+    import json
+
+    assert parse_request(json.dumps(_req()).encode()) is not None
+    for bad in (b"", b"[]", b"{", json.dumps(_req(score="high")).encode()):
+        assert parse_request(bad) is None
+    for field in ("request_id", "id", "model", "segment", "pi", "deadline"):
+        req = _req()
+        del req[field]
+        assert parse_request(json.dumps(req).encode()) is None
+    assert parse_request(json.dumps(_req(pred=2)).encode()) is None
+    assert parse_request(json.dumps(_req(token=5)).encode()) is None
+
+
+def test_webhook_bodies_name_their_tasks() -> None:
+    assert task_ids({"action": "ANNOTATION_CREATED", "task": {"id": 4}, "annotation": {"task": 4}})
+    assert task_ids({"annotation": {"task": 9}}) == {9}
+    assert task_ids({"annotations": [{"task": 1}, {"task": 2}]}) == {1, 2}
+    assert task_ids({"tasks": [{"id": 3}], "action": "TASKS_DELETED"}) == {3}
+    assert task_ids([1, 2]) == set() and task_ids({"task": True}) == set()
+
+
+def test_state_survives_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    state = BridgeState(path)
+    row = TaskRow("r1", "m", 1, 10, "tok", 0.1, 5.0, 9.0, 100.0, OPEN, None)
+    state.add_tasks([row, TaskRow("r2", "m", 1, 11, None, 0.1, 7.0, 9.0, 100.0, OPEN, None)])
+    state.add_tasks([row])  # again: ignored
+    state.set_published("r1", 1)
+    state.record_annotation(55, "r1", "answer", 1)
+    state.close()
+    state = BridgeState(path)
+    assert state.known(["r1", "r2", "r3"]) == {"r1", "r2"}
+    got = state.by_task(10)
+    assert got is not None and (got.status, got.published, got.token) == (ANSWERED, 1, "tok")
+    assert state.annotation_seen(55) == ("answer", 1)
+    assert state.watermarks() == {"m": 7.0}
+    assert state.depth() == {"m": 1}
+    state.close()

@@ -1,0 +1,118 @@
+"""Offline audits in rounds: ``monitor plan --labelled`` and ``monitor estimate`` over rounds."""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from monitor.cli import main
+from monitor.errors import InputFileError
+from monitor.offline.plan import estimate_plan, make_plan
+from monitor.offline.poolfile import Plan, Pool, read_plan
+from monitor.offline.rounds import known_labels, rounds_sample
+from monitor.sim.simulate import calibrated_pool
+from monitor.stats.falpha import falpha_exact
+from tests.unit.test_offline_cli import _estimate_json, _fill, _num
+
+
+def _overconfident_pool(tmp_path: Path, n: int, seed: int) -> tuple[Path, dict[str, int]]:
+    score, label = calibrated_pool(n, 0.05, np.random.default_rng(seed), overconfidence=3.0)
+    path = tmp_path / "pool.csv"
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "score"])
+        writer.writerows((f"u{i}", repr(float(s))) for i, s in enumerate(score))
+    return path, {f"u{i}": int(y) for i, y in enumerate(label)}
+
+
+def test_two_rounds_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool, truth = _overconfident_pool(tmp_path, 20_000, seed=1)
+    one, one_done = tmp_path / "r1.csv", tmp_path / "r1-done.csv"
+    two, two_done = tmp_path / "r2.csv", tmp_path / "r2-done.csv"
+    base = ["plan", "--pool", str(pool), "--alpha", "0.5"]
+    assert main([*base, "--budget", "100", "--out", str(one)]) == 0
+    _fill(one, one_done, truth)
+    assert main([*base, "--budget", "200", "--labelled", str(one_done), "--out", str(two)]) == 0
+    first, second = read_plan(one_done), read_plan(two)
+    assert not set(first.ids) & set(second.ids)  # already labelled items are not chosen again
+    assert second.meta["round"] == "2" and second.meta["known_labels"] == str(len(first))
+    assert float(second.meta["calibration_slope"]) < 0.7  # the over-confidence was seen
+    _fill(two, two_done, truth)
+    result = _estimate_json(capsys, "--labels", str(one_done), str(two_done))
+    assert result["labels"] == len(first) + len(second)
+    ids = sorted(truth, key=lambda k: int(k[1:]))
+    y = np.array([truth[i] for i in ids])
+    pool_rows = list(csv.reader(pool.open()))[1:]
+    pred = np.array([float(s) >= 0.5 for _, s in pool_rows], dtype=np.int8)
+    true_f1 = falpha_exact(pred, y, 0.5)
+    assert _num(result, "ci_low") <= true_f1 <= _num(result, "ci_high")
+    # the files of the rounds must all be given, one plan per round
+    assert main(["estimate", "--labels", str(two_done)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"planned with \d+ labelled items of earlier rounds", err), err
+
+
+def _pool(n: int, seed: int) -> tuple[Pool, np.ndarray]:
+    score, label = calibrated_pool(n, 0.05, np.random.default_rng(seed), overconfidence=10.0)
+    ids = np.array([f"p{i}" for i in range(n)], dtype=np.str_)
+    return Pool(ids, score, (score >= 0.5).astype(np.int8), False), label
+
+
+def _answer(plan: Plan, truth: dict[str, int]) -> Plan:
+    label = np.array([truth[i] for i in plan.ids.tolist()], dtype=np.int8)
+    return Plan(
+        plan.design,
+        plan.ids,
+        plan.score,
+        plan.pred,
+        plan.prob,
+        plan.weight,
+        plan.draws,
+        label,
+        np.ones(len(plan), dtype=np.bool_),
+        plan.meta,
+    )
+
+
+def test_two_rounds_are_unbiased_and_cover() -> None:
+    """Round 2's pi depend on round 1's labels; the estimate stays unbiased (fixed seeds)."""
+    pool, label = _pool(6000, seed=4)
+    truth = dict(zip(pool.ids.tolist(), label.tolist(), strict=True))
+    true_recall = falpha_exact(pool.pred, label, 0.0)
+    values, covered, reps = [], 0, 150
+    for seed in range(reps):
+        r1 = _answer(make_plan(pool, alpha=0.0, budget=60, seed=seed, defensive=0.5), truth)
+        known = known_labels([("r1", r1)])
+        r2 = make_plan(pool, alpha=0.0, budget=140, seed=1000 + seed, known=known)
+        r2 = _answer(r2, truth)
+        sample, plan, path = rounds_sample([("r1", r1), ("r2", r2)])
+        est = estimate_plan(plan, path, None, 0.95, sample).measures.f
+        values.append(est.value)
+        covered += est.lower <= true_recall <= est.upper
+    arr = np.asarray(values)
+    se = arr.std(ddof=1) / math.sqrt(reps)
+    assert abs(arr.mean() - true_recall) < 3.5 * se + 0.01, (arr.mean(), true_recall)
+    assert covered / reps >= 0.88, covered / reps
+
+
+def test_rounds_refuse_with_replacement_and_duplicates(tmp_path: Path) -> None:
+    pool, label = _pool(2000, seed=2)
+    truth = dict(zip(pool.ids.tolist(), label.tolist(), strict=True))
+    r1 = _answer(make_plan(pool, alpha=0.5, budget=50, design="with-replacement"), truth)
+    with pytest.raises(InputFileError, match="rounds need Poisson plans"):
+        known_labels([("r1.csv", r1)])
+    p1 = _answer(make_plan(pool, alpha=0.5, budget=50), truth)
+    with pytest.raises(InputFileError, match="labelled in two of the given plans"):
+        known_labels([("a.csv", p1), ("b.csv", p1)])
+    known = known_labels([("a.csv", p1)])
+    with pytest.raises(InputFileError, match="needs the poisson design"):
+        make_plan(pool, alpha=0.5, budget=50, design="with-replacement", known=known)
+    with pytest.raises(InputFileError, match="two plans of the same round"):
+        rounds_sample([("a.csv", p1), ("b.csv", p1)])
