@@ -17,7 +17,7 @@ from monitor import __version__
 from monitor.errors import ConfigError, InputFileError, StoreError
 
 COMMAND_MODULES = (
-    "monitor.offline.plan",
+    "monitor.offline.cli",
     "monitor.daemon",
     "monitor.sim.auditors",
     "monitor.sim.demo",

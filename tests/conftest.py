@@ -1,7 +1,15 @@
-"""Shared fixtures: seeded randomness, the real broker, Prometheus, Label Studio.
+"""Shared fixtures: seeded randomness, the real brokers, Prometheus, Label Studio.
 
 Tests that need a real component skip with a reason when it is missing on a laptop, but
 under CI (``CI=true``) or with ``MONITOR_REQUIRE_REAL=1`` a missing component is a failure.
+
+Brokers: a test that uses the ``broker`` fixture runs once per broker its ``brokers`` marker
+names, ``tansu`` (the Tansu binary, in memory, starts in ~0.1 s) and/or ``kafka`` (Apache Kafka
+from Maven Central, ``monitor.sim.kafka_broker``, one per session); unmarked tests run on Tansu.
+``MONITOR_TEST_BROKERS=kafka`` (comma-separated kinds) runs every broker test on those kinds
+instead. ``MONITOR_TEST_KAFKA_BOOTSTRAP=host:port`` runs the ``kafka`` cases against an existing
+cluster instead of starting one; the tests use 2 s consumer sessions, so that cluster needs
+``group.min.session.timeout.ms`` <= 2000 (see ``TEST_SETTINGS`` in monitor/sim/kafka_broker.py).
 """
 
 from __future__ import annotations
@@ -10,7 +18,9 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import pytest
@@ -20,6 +30,7 @@ from monitor.config.schema import TopicsConfig
 from monitor.errors import MonitorError
 from monitor.io.kafka_io import ensure_topics
 from monitor.sim.embedded_broker import EmbeddedBroker
+from monitor.sim.kafka_broker import KafkaBroker
 
 REQUIRE_REAL = os.environ.get("CI", "").lower() == "true" or os.environ.get(
     "MONITOR_REQUIRE_REAL", ""
@@ -39,8 +50,53 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(20101206)
 
 
+BROKER_KINDS = ("tansu", "kafka")
+KAFKA_BOOTSTRAP_ENV = "MONITOR_TEST_KAFKA_BOOTSTRAP"
+BROKERS_ENV = "MONITOR_TEST_BROKERS"
+
+
+class Broker(Protocol):
+    """What tests use of a broker: where clients connect, and its process if it runs here."""
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` for clients."""
+        ...
+
+    @property
+    def pid(self) -> int | None:
+        """The broker process's id, None for a cluster this session did not start."""
+        ...
+
+
+@dataclass(frozen=True)
+class ExternalKafka:
+    """A Kafka cluster the session did not start (``MONITOR_TEST_KAFKA_BOOTSTRAP``)."""
+
+    bootstrap: str
+    pid: int | None = None
+
+
+def broker_kinds(marker: pytest.Mark | None) -> tuple[str, ...]:
+    """The brokers a test runs on: ``MONITOR_TEST_BROKERS``, else its marker, else Tansu."""
+    forced = os.environ.get(BROKERS_ENV, "").strip()
+    kinds = tuple(forced.split(",")) if forced else (marker.args if marker else ("tansu",))
+    unknown = set(kinds) - set(BROKER_KINDS)
+    if unknown:
+        msg = f"unknown broker kind(s) {sorted(unknown)}; use {', '.join(BROKER_KINDS)}"
+        raise pytest.UsageError(msg)
+    return kinds
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run each test that uses ``broker`` once per broker kind (see the module docstring)."""
+    if "broker" in metafunc.fixturenames:
+        kinds = broker_kinds(metafunc.definition.get_closest_marker("brokers"))
+        metafunc.parametrize("broker", kinds, indirect=True, scope="function")
+
+
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+def tansu_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     """One Tansu broker on 127.0.0.1 for the whole session (tests use unique topic names)."""
     log_path = tmp_path_factory.mktemp("tansu") / "tansu.log"
     try:
@@ -52,6 +108,40 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
     embedded.stop()
 
 
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """Apache Kafka for the whole session: started here, or ``MONITOR_TEST_KAFKA_BOOTSTRAP``."""
+    external = os.environ.get(KAFKA_BOOTSTRAP_ENV, "").strip()
+    if external:
+        yield ExternalKafka(external)
+        return
+    home = tmp_path_factory.mktemp("kafka")
+    real = KafkaBroker(log_path=home / "kafka.log", data_dir=home / "data")
+    try:
+        real.start()
+    except MonitorError as exc:
+        missing_component(f"Apache Kafka broker: {exc}")
+        raise  # unreachable: missing_component skips or fails
+    yield real
+    real.stop()
+
+
+@pytest.fixture
+def own_kafka(kafka_broker: Broker) -> KafkaBroker:
+    """The session's Apache Kafka when this session runs it (tests that stop and restart it)."""
+    if not isinstance(kafka_broker, KafkaBroker):
+        pytest.skip(f"{KAFKA_BOOTSTRAP_ENV} names a cluster this session cannot restart")
+    return kafka_broker
+
+
+@pytest.fixture
+def broker(request: pytest.FixtureRequest) -> Broker:
+    """The session broker of the kind this test case runs on (``tansu`` or ``kafka``)."""
+    kind = getattr(request, "param", "tansu")
+    found: Broker = request.getfixturevalue(f"{kind}_broker")
+    return found
+
+
 @pytest.fixture
 def client_library() -> str:
     """The Kafka client of daemons a test deploys (tests parametrize it to run both)."""
@@ -59,7 +149,7 @@ def client_library() -> str:
 
 
 @pytest.fixture
-def make_topics(broker: EmbeddedBroker) -> Callable[..., TopicsConfig]:
+def make_topics(broker: Broker) -> Callable[..., TopicsConfig]:
     """Create a fresh, uniquely named set of the daemon's topics on the session broker."""
 
     def _make(partitions: int = 1) -> TopicsConfig:

@@ -112,6 +112,9 @@ CONFLUENT_OPTIONS: Mapping[str, tuple[str, frozenset[str]]] = {
     "retry_backoff_ms": ("retry.backoff.ms", _BOTH),
     "session_timeout_ms": ("session.timeout.ms", _CONSUMER),
     "heartbeat_interval_ms": ("heartbeat.interval.ms", _CONSUMER),
+    # static group membership: a restarted member with the same id takes its partitions back
+    # without waiting for its old session to expire (one id per process of a group)
+    "group_instance_id": ("group.instance.id", _CONSUMER),
     "max_poll_interval_ms": ("max.poll.interval.ms", _CONSUMER),
     "fetch_max_bytes": ("fetch.max.bytes", _CONSUMER),
     "max_partition_fetch_bytes": ("max.partition.fetch.bytes", _CONSUMER),

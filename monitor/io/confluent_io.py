@@ -196,15 +196,21 @@ class ConfluentSource:
             self._consumer.assign(parts)
 
     def lag(self) -> dict[TP, int]:
-        """High watermark minus next offset, for partitions where both are known."""
+        """High watermark minus next offset, for partitions where both are known.
+
+        The next offset is the consumer's position when that is further (past a transaction's
+        commit marker, which is never returned as a record; see ``KafkaSource.lag``).
+        """
         out: dict[TP, int] = {}
-        for tp in self._consumer.assignment():
+        assigned = self._consumer.assignment()
+        positions = {(p.topic, p.partition): p.offset for p in self._consumer.position(assigned)}
+        for tp in assigned:
             key = (tp.topic, tp.partition)
             _, high = self._consumer.get_watermark_offsets(tp, cached=True)
             hw = high if high >= 0 else self._ends.get(key)
             nxt = self._next.get(key)
             if hw is not None and nxt is not None:
-                out[key] = max(0, hw - nxt)
+                out[key] = max(0, hw - max(nxt, positions.get(key, -1)))
             elif hw == 0:
                 out[key] = 0
         return out

@@ -106,12 +106,33 @@ class KafkaSource:
         try:
             self._consumer = KafkaConsumer(**options)
             t = kc.topics
-            self._consumer.subscribe(
-                list(topics or (t.scored, t.requests, t.labels)), listener=_Seeker(self)
-            )
+            subscribed = list(topics or (t.scored, t.requests, t.labels))
+            # Know the topics' partitions before the first JoinGroup. Apache Kafka answers that
+            # join before a fresh consumer's metadata arrives, so the leader's range assignor
+            # assigned nothing and the metadata then forced a second rebalance; kafka-python
+            # (3.0.12) drops the assignment of such a rebalance when a poll times out during its
+            # SyncGroup, and the consumer sat with no partitions (tests/contract, on Kafka).
+            for topic in subscribed:
+                self._consumer.partitions_for_topic(topic)
+            self._consumer.subscribe(subscribed, listener=_Seeker(self))
         except KafkaError as exc:
             msg = "cannot connect the consumer"
             raise BrokerUnavailable.on(msg, exc) from exc
+
+    def _resume_pending_join(self) -> None:
+        """Finish a rebalance that kafka-python (3.0.12) would otherwise abandon.
+
+        A poll that times out during a JoinGroup/SyncGroup leaves the attempt in flight for the
+        next poll, which only resumes it while the coordinator says a rejoin is needed. After a
+        rebalance that a metadata change started, the group leader already counts the new
+        metadata as assigned, so it says none is: the attempt is dropped and the consumer keeps
+        no partitions (seen on Apache Kafka, whose joins are fast). Asking for the rejoin again
+        makes the next poll complete it.
+        """
+        coordinator: Any = getattr(self._consumer, "_coordinator", None)
+        if getattr(coordinator, "_join_task", None) is not None and not coordinator.need_rejoin():
+            log.info("resuming a rebalance", extra={"event": "rebalance_resumed"})
+            coordinator.request_rejoin()
 
     def seek_assigned(self, assigned: Sequence[TopicPartition]) -> None:
         """Seek newly assigned partitions to the stored offsets (beginning when none)."""
@@ -125,6 +146,7 @@ class KafkaSource:
 
     def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
         """Poll once; records in offset order per partition."""
+        self._resume_pending_join()
         try:
             polled = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         except KafkaError as exc:
@@ -191,18 +213,39 @@ class KafkaSource:
                 self._next[key] = off
 
     def lag(self) -> dict[TP, int]:
-        """High watermark minus next offset, for partitions where both are known."""
+        """High watermark minus next offset, for partitions where both are known.
+
+        The next offset is the consumer's position when that is further: a transactional
+        producer's commit marker takes an offset but is never returned as a record, so after the
+        last record of a transaction the next offset alone would leave a lag of 1 for good.
+        """
         out: dict[TP, int] = {}
+        positions = self._positions()
         for tp in self._consumer.assignment():
             hw = self._consumer.highwater(tp)
             if hw is None:
                 hw = self._ends.get((tp.topic, tp.partition))
             nxt = self._next.get((tp.topic, tp.partition))
             if hw is not None and nxt is not None:
+                nxt = max(nxt, positions.get((tp.topic, tp.partition), -1))
                 out[(tp.topic, tp.partition)] = max(0, int(hw) - nxt)
             elif hw is not None and int(hw) == 0:
                 out[(tp.topic, tp.partition)] = 0
         return out
+
+    def _positions(self) -> dict[TP, int]:
+        """The consumer's positions as they stand, with no request sent.
+
+        ``KafkaConsumer.position`` may refresh committed offsets and validate the position
+        against the leader epoch first; called once per step, fetching stalled on Apache Kafka
+        (the throughput benchmark stopped mid-topic), so kafka-python's subscription state is
+        read instead (empty if its layout ever changes: the lag then ignores commit markers).
+        """
+        try:
+            consumed = self._consumer._subscription.all_consumed_offsets()
+            return {(tp.topic, tp.partition): int(om.offset) for tp, om in consumed.items()}
+        except Exception:  # a private structure of kafka-python
+            return {}
 
     def assigned(self) -> bool:
         """Whether the group gave this consumer any partition."""

@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS offsets (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL,
     PRIMARY KEY (topic, partition));
-CREATE TABLE IF NOT EXISTS ptraffic (
+CREATE TABLE IF NOT EXISTS sampler_traffic (
     model TEXT NOT NULL, partition INTEGER NOT NULL, bucket INTEGER NOT NULL, agg TEXT NOT NULL,
     PRIMARY KEY (model, partition, bucket));
 CREATE TABLE IF NOT EXISTS controls (
@@ -60,7 +60,7 @@ CREATE TABLE IF NOT EXISTS control_refreshes (
     refreshes TEXT NOT NULL, PRIMARY KEY (model, partition, bucket));
 CREATE TABLE IF NOT EXISTS segments (
     model TEXT NOT NULL, segment TEXT NOT NULL, PRIMARY KEY (model, segment));
-CREATE TABLE IF NOT EXISTS straffic (
+CREATE TABLE IF NOT EXISTS segment_traffic (
     model TEXT NOT NULL, segment TEXT NOT NULL, bucket INTEGER NOT NULL, agg TEXT NOT NULL,
     PRIMARY KEY (model, segment, bucket));
 CREATE TABLE IF NOT EXISTS requests (
@@ -77,16 +77,19 @@ CREATE TABLE IF NOT EXISTS feed (
 CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
+# tables renamed since a store was written: (old, new), renamed in place when found
+_TABLE_RENAMES = (("ptraffic", "sampler_traffic"), ("straffic", "segment_traffic"))
+
 
 @dataclass
 class LoadedState:
     """Everything read back at start-up."""
 
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
-    ptraffic: dict[PartKey, TrafficAggregate] = field(default_factory=dict)
+    sampler_traffic: dict[PartKey, TrafficAggregate] = field(default_factory=dict)
     controls: dict[PartKey, Control] = field(default_factory=dict)
     segments: dict[str, set[str]] = field(default_factory=dict)
-    straffic: dict[tuple[str, str, int], TrafficAggregate] = field(default_factory=dict)
+    segment_traffic: dict[tuple[str, str, int], TrafficAggregate] = field(default_factory=dict)
     requests: list[RequestState] = field(default_factory=list)
     parked: list[ParkedLabel] = field(default_factory=list)
     watermarks: dict[str, float] = field(default_factory=dict)
@@ -125,6 +128,10 @@ class Store:
             # last transactions, which is safe here because the consumer resumes from the
             # offsets stored in this same database and replays (decisions are deterministic)
             self._db.execute("PRAGMA synchronous=NORMAL")
+            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
+            for old, new in _TABLE_RENAMES:
+                if old in tables and new not in tables:
+                    self._db.execute(f"ALTER TABLE {old} RENAME TO {new}")
             self._db.executescript(_SCHEMA)
             self._db.execute(
                 "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,)
@@ -161,8 +168,8 @@ class Store:
         """Read the whole state back."""
         st = LoadedState(offsets=self.offsets())
         db = self._db
-        for m, p, b, agg in db.execute("SELECT model, partition, bucket, agg FROM ptraffic"):
-            st.ptraffic[(m, int(p), int(b))] = TrafficAggregate.from_list(json.loads(agg))
+        for m, p, b, agg in db.execute("SELECT model, partition, bucket, agg FROM sampler_traffic"):
+            st.sampler_traffic[(m, int(p), int(b))] = TrafficAggregate.from_list(json.loads(agg))
         maps = {
             (m, int(p), int(b)): Calibration.from_list(json.loads(c))
             for m, p, b, c in db.execute("SELECT * FROM control_maps")
@@ -181,8 +188,8 @@ class Store:
                 st.controls[key] = with_refreshes(st.controls[key], json.loads(r))
         for m, s in db.execute("SELECT model, segment FROM segments"):
             st.segments.setdefault(m, set()).add(s)
-        for m, s, b, agg in db.execute("SELECT model, segment, bucket, agg FROM straffic"):
-            st.straffic[(m, s, int(b))] = TrafficAggregate.from_list(json.loads(agg))
+        for m, s, b, agg in db.execute("SELECT model, segment, bucket, agg FROM segment_traffic"):
+            st.segment_traffic[(m, s, int(b))] = TrafficAggregate.from_list(json.loads(agg))
         for body, label, labeler, label_ts in db.execute(
             "SELECT body, label, labeler, label_ts FROM requests ORDER BY rowid"
         ):
@@ -255,7 +262,7 @@ class Store:
         offsets: Mapping[tuple[str, int], int],
     ) -> None:
         db.executemany(
-            "INSERT OR REPLACE INTO ptraffic VALUES (?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO sampler_traffic VALUES (?, ?, ?, ?)",
             [(m, p, b, json.dumps(a.to_list())) for (m, p, b), a in sampler.traffic.items()],
         )
         db.executemany(
@@ -284,14 +291,16 @@ class Store:
         db.executemany("INSERT OR IGNORE INTO segments VALUES (?, ?)", sorted(sampler.segments))
         for (m, p), horizon in sampler.prune.items():
             args = (m, p, horizon)
-            db.execute("DELETE FROM ptraffic WHERE model=? AND partition=? AND bucket<?", args)
+            db.execute(
+                "DELETE FROM sampler_traffic WHERE model=? AND partition=? AND bucket<?", args
+            )
             db.execute("DELETE FROM controls WHERE model=? AND partition=? AND bucket<?", args)
             db.execute("DELETE FROM control_maps WHERE model=? AND partition=? AND bucket<?", args)
             db.execute(
                 "DELETE FROM control_refreshes WHERE model=? AND partition=? AND bucket<?", args
             )
         db.executemany(
-            "INSERT OR REPLACE INTO straffic VALUES (?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO segment_traffic VALUES (?, ?, ?, ?)",
             [(m, s, b, json.dumps(a.to_list())) for (m, s, b), a in estimator.traffic.items()],
         )
         rows: list[tuple[Any, ...]] = []
@@ -332,7 +341,7 @@ class Store:
             "INSERT OR REPLACE INTO watermarks VALUES (?, ?)", list(estimator.watermarks.items())
         )
         for m, horizon in estimator.prune.items():
-            db.execute("DELETE FROM straffic WHERE model=? AND bucket<?", (m, horizon))
+            db.execute("DELETE FROM segment_traffic WHERE model=? AND bucket<?", (m, horizon))
             db.execute("DELETE FROM requests WHERE model=? AND bucket<?", (m, horizon))
         db.executemany(
             "INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)",

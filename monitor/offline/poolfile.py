@@ -2,10 +2,16 @@
 
 A **pool** file has a header line and the columns ``id,score`` plus optionally ``pred`` (0/1;
 default ``score >= threshold``); other columns are ignored. A **plan** file (written by
-``monitor plan``) starts with ``# key=value`` comment lines recording what the estimate needs
-(design, alpha, budget, pool size, predicted positives of the pool, ...), then the header
-``id,score,pred,pi,weight,draws,label`` (``q`` instead of ``pi`` for the with-replacement
-design). The auditors fill in ``label`` with 0 or 1; an empty label is pending, not an error.
+``monitor plan``) is a plain CSV: the header ``id,score,pred,pi,weight,draws,label`` (``q``
+instead of ``pi`` for the with-replacement design), then one row per item, nothing else, so that
+a spreadsheet and ``pandas.read_csv`` open it with no options. The auditors fill in ``label``
+with 0 or 1; an empty label is pending, not an error.
+
+What the estimate needs beyond the rows (design, alpha, budget, seed, pool size, predicted
+positives of the pool, round, ...) is in the plan's **sidecar** ``PLAN.meta.json`` beside
+``PLAN.csv`` (:func:`sidecar_path`): ``{"format": 2, "plan": "PLAN.csv", "meta": {key: value}}``.
+Plans of format 1 kept these as ``# key=value`` comment lines above the header; they are still
+read (the sidecar, when both exist, wins).
 
 Every problem is raised as ``InputFileError`` naming the file, the line (1-based, physical,
 comment lines included), the column and what was expected. Reading stops at the first problem
@@ -16,6 +22,7 @@ comment lines may carry trailing empty cells (a spreadsheet round trip adds them
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import re
@@ -28,7 +35,8 @@ import numpy.typing as npt
 
 from monitor.errors import InputFileError
 
-PLAN_FORMAT = "1"
+PLAN_FORMAT = 2
+SIDECAR_SUFFIX = ".meta.json"
 DESIGNS = ("poisson", "with-replacement")
 _MAX_SHOWN = 40  # characters of a bad cell quoted in an error message
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -53,7 +61,8 @@ class Plan:
 
     ``prob`` is the inclusion probability pi (design ``poisson``) or the per-draw probability q
     (design ``with-replacement``, sums to 1 over the pool). ``labelled`` marks rows whose label
-    is filled in; ``label`` is 0 on pending rows. ``meta`` holds the ``# key=value`` header.
+    is filled in; ``label`` is 0 on pending rows. ``meta`` holds the sidecar's ``meta`` (or a
+    format-1 plan's ``# key=value`` lines); empty when the plan has neither.
     """
 
     design: str
@@ -269,6 +278,7 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
     """Read a (partly) labelled plan written by ``write_plan``; empty labels are pending."""
     spath = os.fspath(path)
     table = _read_table(spath, ("id", "score", "pred", "weight", "label"), PLAN_COLUMNS_DOC)
+    table.meta.update(read_sidecar(sidecar_path(spath)))
     design = _plan_design(table)
     check = _Checker(table)
     ids = check.unique_ids()
@@ -368,43 +378,102 @@ def _fmt(x: float) -> str:
     return repr(float(x))
 
 
-def write_plan(
-    path: str | os.PathLike[str],
-    plan: Plan,
-    comments: Sequence[str] = (),
-) -> None:
-    """Write ``plan`` as CSV, ``# key=value`` header lines first; atomic (temp file + rename).
+def sidecar_path(path: str | os.PathLike[str]) -> Path:
+    """The sidecar of a plan: ``PLAN.csv`` -> ``PLAN.meta.json`` (other names: + ``.meta.json``)."""
+    p = Path(path)
+    if p.suffix.lower() == ".csv":
+        return p.with_suffix(SIDECAR_SUFFIX)
+    return p.with_name(p.name + SIDECAR_SUFFIX)
 
-    Labels are written as given for labelled rows and empty for pending ones.
-    """
-    target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    pcol = "pi" if plan.design == "poisson" else "q"
+
+def _json_value(text: str) -> int | float | str:
+    """A meta value as JSON: whole numbers and finite floats as numbers (exact round trip)."""
+    if re.fullmatch(r"-?(0|[1-9][0-9]*)", text):
+        return int(text)
     try:
-        with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            fh.write("# activeaudit-monitor audit plan\n")
-            fh.write(f"# format={PLAN_FORMAT}\n")
-            for key, value in plan.meta.items():
-                fh.write(f"# {key}={value}\n")
-            for text in comments:
-                fh.write(f"# {text}\n")
-            writer = csv.writer(fh, lineterminator="\n")
-            writer.writerow(["id", "score", "pred", pcol, "weight", "draws", "label"])
-            fmt: Callable[[float], str] = _fmt
-            for i in range(len(plan)):
-                label = str(int(plan.label[i])) if plan.labelled[i] else ""
-                writer.writerow(
-                    [
-                        str(plan.ids[i]),
-                        fmt(plan.score[i]),
-                        int(plan.pred[i]),
-                        fmt(plan.prob[i]),
-                        fmt(plan.weight[i]),
-                        int(plan.draws[i]),
-                        label,
-                    ]
-                )
+        x = float(text)
+    except ValueError:
+        return text
+    return x if math.isfinite(x) and repr(x) == text else text
+
+
+def read_sidecar(path: Path) -> dict[str, str]:
+    """The ``meta`` of a plan's sidecar as strings; empty when there is no sidecar."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        msg = f"{path}: cannot read the plan's sidecar: {exc}"
+        raise InputFileError(msg) from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        msg = f"{path}, line {exc.lineno}: not valid JSON ({exc.msg})"
+        raise InputFileError(msg) from exc
+    meta = doc.get("meta") if isinstance(doc, dict) else None
+    if not isinstance(meta, dict):
+        msg = f'{path}: expected a JSON object with a "meta" object (written by monitor plan)'
+        raise InputFileError(msg)
+    out = {"format": str(doc.get("format", PLAN_FORMAT))}
+    for key, value in meta.items():
+        if isinstance(value, str):
+            out[key] = value
+        elif isinstance(value, int) and not isinstance(value, bool):
+            out[key] = str(value)
+        elif isinstance(value, float):
+            out[key] = repr(value)
+        else:
+            msg = f'{path}: "meta.{key}": expected a string or a number, got {json.dumps(value)}'
+            raise InputFileError(msg)
+    return out
+
+
+def _replace_atomically(target: Path, write: Callable[[Path], object]) -> None:
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        write(tmp)
         os.replace(tmp, target)
     except OSError as exc:
         msg = f"{target}: cannot write: {exc.strerror or exc}"
         raise InputFileError(msg) from exc
+
+
+def write_plan(path: str | os.PathLike[str], plan: Plan) -> None:
+    """Write ``plan`` as a plain CSV and its ``meta`` to the sidecar; each file atomically.
+
+    The sidecar is written first, so a plan file never sits beside a sidecar older than it.
+    Labels are written as given for labelled rows and empty for pending ones.
+    """
+    target = Path(path)
+    meta = {k: _json_value(v) for k, v in plan.meta.items() if k != "format"}
+    doc = {
+        "about": "activeaudit-monitor audit plan: what monitor estimate needs beyond the rows",
+        "format": PLAN_FORMAT,
+        "plan": target.name,
+        "meta": meta,
+    }
+    side = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    _replace_atomically(sidecar_path(target), lambda tmp: tmp.write_text(side, encoding="utf-8"))
+    _replace_atomically(target, lambda tmp: _write_rows(tmp, plan))
+
+
+def _write_rows(path: Path, plan: Plan) -> None:
+    pcol = "pi" if plan.design == "poisson" else "q"
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(["id", "score", "pred", pcol, "weight", "draws", "label"])
+        fmt: Callable[[float], str] = _fmt
+        for i in range(len(plan)):
+            label = str(int(plan.label[i])) if plan.labelled[i] else ""
+            writer.writerow(
+                [
+                    str(plan.ids[i]),
+                    fmt(plan.score[i]),
+                    int(plan.pred[i]),
+                    fmt(plan.prob[i]),
+                    fmt(plan.weight[i]),
+                    int(plan.draws[i]),
+                    label,
+                ]
+            )

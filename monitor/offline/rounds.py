@@ -89,12 +89,8 @@ def next_round_weights(
     return q, recal.cal_map.b, recal.defensive(defensive)
 
 
-def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> tuple[LabeledSample, Plan, str]:
-    """The sample of all rounds: earlier labelled rows known (v = 1, fpc = 0), the latest HT.
-
-    The latest plan (highest ``round``) must have been planned with exactly the labelled rows
-    of the others (its ``known_labels`` header), else the estimate would not be unbiased.
-    """
+def split_rounds(plans: Sequence[tuple[str, Plan]]) -> tuple[str, Plan, Known]:
+    """The latest plan (highest ``round``, exactly one), its path and the earlier rounds' labels."""
     rounds = [(plan_round(p, path), path, p) for path, p in plans]
     top = max(r for r, _, _ in rounds)
     latest = [(path, p) for r, path, p in rounds if r == top]
@@ -103,8 +99,16 @@ def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> tuple[LabeledSample, Pla
         msg = f"{names}: two plans of the same round {top}; give one plan per round"
         raise InputFileError(msg)
     path, plan = latest[0]
-    earlier = [(pa, p) for r, pa, p in rounds if r != top]
-    known = known_labels(earlier)
+    return path, plan, known_labels([(pa, p) for r, pa, p in rounds if r != top])
+
+
+def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> tuple[LabeledSample, Plan, str]:
+    """The sample of all rounds: earlier labelled rows known (v = 1, fpc = 0), the latest HT.
+
+    The latest plan (highest ``round``) must have been planned with exactly the labelled rows
+    of the others (its ``known_labels`` header), else the estimate would not be unbiased.
+    """
+    path, plan, known = split_rounds(plans)
     want = plan.meta.get("known_labels", "0")
     if str(len(known.ids)) != want:
         msg = (

@@ -128,14 +128,14 @@ class Engine:
         self.sampler = SamplerService(
             self.config,
             n_partitions=self.n_partitions,
-            traffic=st.ptraffic,
+            traffic=st.sampler_traffic,
             controls=st.controls,
             segments=st.segments,
         )
         self.estimator = EstimatorService(
             self.config,
             self.clock,
-            traffic=st.straffic,
+            traffic=st.segment_traffic,
             requests=st.requests,
             parked=st.parked,
             watermarks=st.watermarks,

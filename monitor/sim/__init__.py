@@ -1,1 +1,1 @@
-"""The demo and simulations: embedded broker, scored workload, simulated audit team."""
+"""The demo and simulations: local brokers (Tansu, Apache Kafka), scored workload, audit team."""

@@ -1,4 +1,4 @@
-"""Label-free drift of the score distribution against a reference window: PSI and KS.
+"""Label-free drift of the score distribution against a reference window: the PSI.
 
 Scores are summarised by ``SCORE_BINS`` equal-width bins on [0, 1] (additive, so buckets merge).
 """
@@ -49,32 +49,3 @@ def psi(ref_counts: npt.ArrayLike, cur_counts: npt.ArrayLike) -> float:
     r = np.maximum(r, PSI_FLOOR)
     c = np.maximum(c, PSI_FLOOR)
     return float(np.sum((c - r) * np.log(c / r)))
-
-
-def ks_from_histograms(ref: npt.ArrayLike, cur: npt.ArrayLike) -> float:
-    """Two-sample KS distance max_b |F_ref(b) - F_cur(b)| between binned CDFs; NaN if empty.
-
-    Equals the exact KS statistic when every score lies inside its bin's closed lower edge
-    grid, and is a lower bound of it otherwise (ties inside a bin are merged).
-    """
-    r = _shares(ref)
-    c = _shares(cur)
-    if r is None or c is None:
-        return math.nan
-    return float(np.max(np.abs(np.cumsum(r) - np.cumsum(c))))
-
-
-def ks_statistic(ref_scores: npt.ArrayLike, cur_scores: npt.ArrayLike) -> float:
-    """Exact two-sample Kolmogorov-Smirnov statistic sup_x |F_ref(x) - F_cur(x)|; NaN if empty.
-
-    Evaluated at every observed value with ``searchsorted`` (same value as
-    ``scipy.stats.ks_2samp(...).statistic``).
-    """
-    a = np.sort(np.asarray(ref_scores, dtype=np.float64).reshape(-1))
-    b = np.sort(np.asarray(cur_scores, dtype=np.float64).reshape(-1))
-    if a.size == 0 or b.size == 0:
-        return math.nan
-    points = np.concatenate([a, b])
-    cdf_a = np.searchsorted(a, points, side="right") / a.size
-    cdf_b = np.searchsorted(b, points, side="right") / b.size
-    return float(np.max(np.abs(cdf_a - cdf_b)))

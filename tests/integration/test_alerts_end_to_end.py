@@ -1,6 +1,6 @@
 """End to end: a degraded stream pages via Prometheus and Alertmanager; a healthy one does not.
 
-Everything real, everything on 127.0.0.1: the Tansu broker, the daemon (``python -m monitor
+Everything real, everything on 127.0.0.1: Apache Kafka, the daemon (``python -m monitor
 run`` in a subprocess), the simulated audit team answering from the ground truth, a Prometheus
 server scraping the daemon every second with the rules of ``deploy/prometheus/rules``, and an
 Alertmanager (``deploy/alertmanager/alertmanager.yml``) that Prometheus and the daemon itself
@@ -59,10 +59,11 @@ from monitor.config.load import load_config
 from monitor.config.schema import TopicsConfig
 from monitor.sim.auditors import AuditPolicy, SimulatedAuditTeam
 from monitor.sim.demo import DaemonProcess, Metrics, Streamer, scrape
-from monitor.sim.embedded_broker import EmbeddedBroker, free_port
+from monitor.sim.embedded_broker import free_port
 from monitor.sim.workload import Workload, WorkloadSpec, generate, truth_of
+from tests.conftest import Broker
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
@@ -401,7 +402,7 @@ def active_alerts(m: Metrics) -> list[tuple[str, str]]:
 def running_stack(
     drift: tuple[float, float],
     *,
-    broker: EmbeddedBroker,
+    broker: Broker,
     topics: TopicsConfig,
     prometheus_bin: Path,
     alertmanager_bin: Path,
@@ -492,7 +493,7 @@ def poll(what: str, check: Callable[[], Any], timeout_s: float, explain: Callabl
 
 
 def test_degradation_fires_in_the_daemon_prometheus_and_alertmanager(
-    broker: EmbeddedBroker,
+    broker: Broker,
     make_topics: Callable[..., TopicsConfig],
     prometheus_bin: Path,
     alertmanager_bin: Path,
@@ -641,7 +642,7 @@ def test_degradation_fires_in_the_daemon_prometheus_and_alertmanager(
 
 
 def test_no_degradation_raises_no_alert_anywhere(
-    broker: EmbeddedBroker,
+    broker: Broker,
     make_topics: Callable[..., TopicsConfig],
     prometheus_bin: Path,
     alertmanager_bin: Path,

@@ -1,8 +1,9 @@
 """``benchmarks/throughput.py`` end to end on a tiny stream: every phase runs and reports.
 
-Its own broker, 20k records, one daemon variant, 2 s of paced latency, memory at 20k/60k
-records. Checks the table's shape and that each measured path consumed every record; the
-speeds themselves are measured by running the benchmark, not asserted here.
+Its own brokers (Tansu, then Apache Kafka), 20k records, one daemon variant per client, 2 s of
+paced latency, memory at 20k/60k records. Checks each table's shape and that each measured path
+consumed every record; the speeds themselves are measured by running the benchmark, not asserted
+here.
 """
 
 from __future__ import annotations
@@ -14,14 +15,18 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(200)]
+from monitor.sim.kafka_broker import KAFKA_VERSION
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 20_000
 
 
-def test_benchmark_runs_every_phase_on_a_tiny_stream(broker: object) -> None:
-    # ``broker`` only proves the Tansu binary is available (skip locally, fail in CI)
+def test_benchmark_runs_every_phase_on_a_tiny_stream(
+    tansu_broker: object, kafka_broker: object
+) -> None:
+    # the fixtures only prove both brokers can run here (skip locally, fail in CI)
     proc = subprocess.run(
         [
             sys.executable,
@@ -37,16 +42,27 @@ def test_benchmark_runs_every_phase_on_a_tiny_stream(broker: object) -> None:
             "0.5",
             "--memory-records",
             "20000,60000",
+            "--brokers",
+            "tansu,kafka",
         ],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=280,
         check=False,
     )
-    out = proc.stdout
-    assert proc.returncode == 0, out + proc.stderr[-3000:]
-    assert "warning" not in out, out
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "warning" not in proc.stdout, proc.stdout
+    tables = re.split(r"^Throughput on ", proc.stdout, flags=re.M)[1:]
+    assert [t.split(",")[0] for t in tables] == ["Tansu 0.6.0", f"Apache Kafka {KAFKA_VERSION}"]
+    for table in tables:
+        _check_table(table)
+    memory = re.findall(r"^\s+(20000|60000)\s+([\d.]+)\s+([\d.]+)", proc.stdout, re.M)
+    assert [m[0] for m in memory] == ["20000", "60000"], proc.stdout
+    assert all(0 < float(rss) <= float(peak) for _, rss, peak in memory), proc.stdout
+
+
+def _check_table(out: str) -> None:
     rows = {
         m.group(1).strip(): int(m.group(2))
         for m in re.finditer(r"^((?:ceiling|daemon)\S*(?: \S+)*)\s{2,}(\d+)\s", out, re.M)
@@ -61,6 +77,3 @@ def test_benchmark_runs_every_phase_on_a_tiny_stream(broker: object) -> None:
     latency = re.search(r"(\d+) requests, median (\d+) ms, p99 (\d+) ms", out)
     assert latency is not None and int(latency.group(1)) > 0, out
     assert 0 <= int(latency.group(2)) <= int(latency.group(3)), out
-    memory = re.findall(r"^\s+(20000|60000)\s+([\d.]+)\s+([\d.]+)", out, re.M)
-    assert [m[0] for m in memory] == ["20000", "60000"], out
-    assert all(0 < float(rss) <= float(peak) for _, rss, peak in memory), out

@@ -1,4 +1,4 @@
-"""``monitor run`` as a subprocess against the real Kafka-protocol broker (Tansu).
+"""``monitor run`` as a subprocess against real brokers: Apache Kafka and Tansu.
 
 The expected requests are predicted in-process by the same engine over in-memory fakes: the
 daemon must produce exactly those bytes, and labels for them can be produced before the daemon
@@ -34,11 +34,17 @@ from monitor.io.exporter import Exporter
 from monitor.io.kafka_io import read_topic
 from monitor.io.store import Store
 from monitor.runtime.engine import Engine
-from monitor.sim.embedded_broker import EmbeddedBroker, free_port
+from monitor.sim.embedded_broker import free_port
 from monitor.sim.workload import Workload, WorkloadSpec, generate, truth_of
 from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
+from tests.conftest import Broker
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+# seconds each: on both brokers (the longer integration tests run on Apache Kafka only)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.brokers("tansu", "kafka"),
+    pytest.mark.timeout(180),
+]
 
 HOURS = 10
 LABELS_PER_HOUR = 40.0
@@ -51,7 +57,7 @@ def workload() -> Workload:
 
 
 def _yaml(
-    broker: EmbeddedBroker,
+    broker: Broker,
     topics: TopicsConfig,
     data_dir: Path,
     group: str,
@@ -160,7 +166,7 @@ class Run:
             store.close()
         est = EstimatorService(
             self.config,
-            traffic=st.straffic,
+            traffic=st.segment_traffic,
             requests=st.requests,
             parked=st.parked,
             watermarks=st.watermarks,
@@ -170,7 +176,7 @@ class Run:
 
 @pytest.fixture
 def deploy(
-    broker: EmbeddedBroker,
+    broker: Broker,
     make_topics: Callable[..., TopicsConfig],
     tmp_path: Path,
     client_library: str,
@@ -194,7 +200,7 @@ def deploy(
             run.proc.wait()
 
 
-def _produce(broker: EmbeddedBroker, topic: str, values: list[bytes]) -> None:
+def _produce(broker: Broker, topic: str, values: list[bytes]) -> None:
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20)
     for v in values:
         producer.send(topic, v)
@@ -202,7 +208,7 @@ def _produce(broker: EmbeddedBroker, topic: str, values: list[bytes]) -> None:
     producer.close()
 
 
-def _read(broker: EmbeddedBroker, topic: str, n: int, timeout_s: float = 30.0) -> list[bytes]:
+def _read(broker: Broker, topic: str, n: int, timeout_s: float = 30.0) -> list[bytes]:
     consumer = KafkaConsumer(
         topic, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest"
     )
@@ -277,7 +283,7 @@ def _scrape(run: Run, metric: str, want: float, timeout_s: float = 10.0) -> str:
 
 @pytest.mark.parametrize("client_library", ["kafka-python", "confluent-kafka"])
 def test_replay_with_auditor_bad_input_budget_and_sigterm(
-    broker: EmbeddedBroker,
+    broker: Broker,
     deploy: Callable[..., Run],
     workload: Workload,
     tmp_path: Path,
@@ -349,7 +355,7 @@ def test_replay_with_auditor_bad_input_budget_and_sigterm(
     st = store.load()
     store.close()
     est = EstimatorService(
-        run.config, traffic=st.straffic, requests=st.requests, watermarks=st.watermarks
+        run.config, traffic=st.segment_traffic, requests=st.requests, watermarks=st.watermarks
     )
     row = next(x for x in est.snapshot().windows if x.window == "24h" and x.segment == "")
     truth = truth_of(workload.pred, workload.label, 0.5)
@@ -361,7 +367,7 @@ def test_replay_with_auditor_bad_input_budget_and_sigterm(
 
 
 def test_sigkill_mid_replay_then_restart_equals_uninterrupted_run(
-    broker: EmbeddedBroker, deploy: Callable[..., Run], workload: Workload, tmp_path: Path
+    broker: Broker, deploy: Callable[..., Run], workload: Workload, tmp_path: Path
 ) -> None:
     clean = deploy(name="clean")
     crashy = deploy(name="crashy")

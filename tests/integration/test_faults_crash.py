@@ -24,8 +24,8 @@ import pytest
 from monitor.config.load import load_config
 from monitor.io.store import DB_NAME, Store
 from monitor.runtime.failpoint import Failpoint
-from monitor.sim.embedded_broker import EmbeddedBroker
 from monitor.sim.workload import Workload, WorkloadSpec, generate
+from tests.conftest import Broker
 from tests.integration import test_daemon_kafka as kafka_tests
 from tests.integration.test_daemon_kafka import (
     Run,
@@ -36,7 +36,7 @@ from tests.integration.test_daemon_kafka import (
     _scored,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka"), pytest.mark.timeout(300)]
 
 deploy = kafka_tests.deploy  # the daemon-as-a-subprocess fixture
 
@@ -105,7 +105,7 @@ def _stored_offset(run: Run, topic: str) -> int:
 
 
 def test_sigkill_at_failpoints_with_torn_wal_equals_uninterrupted_run(
-    broker: EmbeddedBroker,
+    broker: Broker,
     deploy: Callable[..., Run],
     small_workload: Workload,
     tmp_path: Path,

@@ -88,7 +88,7 @@ def _snapshot(config: Config) -> str:
         store.close()
     est = EstimatorService(
         config,
-        traffic=st.straffic,
+        traffic=st.segment_traffic,
         requests=st.requests,
         parked=st.parked,
         watermarks=st.watermarks,

@@ -25,11 +25,12 @@ from monitor.config.load import load_config
 from monitor.config.schema import TopicsConfig
 from monitor.io.kafka_io import read_topic
 from monitor.runtime.failpoint import Failpoint
-from monitor.sim.embedded_broker import EmbeddedBroker, free_port
+from monitor.sim.embedded_broker import free_port
 from monitor.sim.workload import Workload, WorkloadSpec, generate
+from tests.conftest import Broker
 from tests.integration.test_daemon_kafka import Run, _labels, _produce, _yaml
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka"), pytest.mark.timeout(300)]
 
 PARTITIONS = 4
 TIMEOUT_S = 90.0
@@ -51,9 +52,7 @@ class Proc(Run):
 
 
 @pytest.fixture
-def deploy(
-    broker: EmbeddedBroker, tmp_path: Path
-) -> Iterator[Callable[..., Callable[[str], Proc]]]:
+def deploy(broker: Broker, tmp_path: Path) -> Iterator[Callable[..., Callable[[str], Proc]]]:
     """``deploy(topics, name, group)(who)``: a process of that deployment (killed at the end)."""
     procs: list[Proc] = []
 
@@ -89,7 +88,7 @@ def deploy(
             p.proc.wait()
 
 
-def _produce_scored(broker: EmbeddedBroker, topic: str, w: Workload) -> dict[int, int]:
+def _produce_scored(broker: Broker, topic: str, w: Workload) -> dict[int, int]:
     """Record i to partition i % 4, in order; returns the records per partition."""
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20)
     counts = dict.fromkeys(range(PARTITIONS), 0)
@@ -113,7 +112,7 @@ def _wait(what: str, done: Callable[[], bool], procs: list[Proc]) -> None:
         time.sleep(0.2)
 
 
-def _group_offsets(broker: EmbeddedBroker, group: str, topic: str) -> dict[int, int | None]:
+def _group_offsets(broker: Broker, group: str, topic: str) -> dict[int, int | None]:
     """The group's committed offsets (read by a consumer that does not join it)."""
     consumer = KafkaConsumer(
         bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False
@@ -157,7 +156,7 @@ def _owned(run: Run) -> int:
 def test_two_samplers_and_an_estimator_equal_one_process_through_a_sigkill(
     kill_at: str,
     library: str,
-    broker: EmbeddedBroker,
+    broker: Broker,
     make_topics: Callable[..., TopicsConfig],
     deploy: Callable[..., Callable[[str], Proc]],
 ) -> None:

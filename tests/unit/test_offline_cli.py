@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from monitor.cli import main
-from monitor.offline.poolfile import read_plan
+from monitor.offline.poolfile import read_plan, sidecar_path
 from monitor.sim.simulate import calibrated_pool
 from monitor.stats.falpha import falpha_exact
 
@@ -50,7 +51,13 @@ def _pool(
 
 
 def _fill(plan: Path, out: Path, truth: dict[str, int], keep_pending: int = 0) -> None:
-    """Answer the plan from the truth, leaving the first ``keep_pending`` rows empty."""
+    """Answer the plan from the truth, leaving the first ``keep_pending`` rows empty.
+
+    The plan's sidecar is copied beside ``out`` under its name, as the README asks.
+    """
+    side = sidecar_path(plan)
+    if side.exists() and side != sidecar_path(out):
+        shutil.copyfile(side, sidecar_path(out))
     lines = plan.read_text().splitlines()
     done = 0
     with open(out, "w", newline="") as fh:
@@ -207,17 +214,18 @@ def test_table_format_is_readable(tmp_path: Path, capsys: pytest.CaptureFixture[
         (
             [],
             "id,score,pred,pi,weight,draws,label\na,0.1,0,0.5,2,1,1\n",
-            r"plan\.csv: the plan header records no alpha .*; pass --alpha\n$",
+            r"plan\.csv: no alpha recorded for this plan \(no plan\.meta\.json beside it\); "
+            r"pass --alpha\n$",
         ),
         (
             [],
             "# alpha=2\nid,score,pred,pi,weight,draws,label\na,0.1,0,0.5,2,1,1\n",
-            r"plan\.csv: header 'alpha=2': expected a number in \[0, 1\]\n$",
+            r"plan\.csv: plan meta 'alpha=2': expected a number in \[0, 1\]\n$",
         ),
         (
             [],
             "# alpha=0\n# pool_size=many\nid,score,pred,pi,weight,draws,label\na,0.1,0,0.5,2,1,1\n",
-            r"plan\.csv: header 'pool_size=many': expected a whole number >= 0\n$",
+            r"plan\.csv: plan meta 'pool_size=many': expected a whole number >= 0\n$",
         ),
     ],
 )

@@ -12,7 +12,8 @@ import pytest
 
 from monitor.cli import main
 from monitor.errors import InputFileError
-from monitor.offline.plan import estimate_plan, make_plan
+from monitor.offline.estimate import estimate_plan
+from monitor.offline.plan import make_plan
 from monitor.offline.poolfile import Plan, Pool, read_plan
 from monitor.offline.rounds import known_labels, rounds_sample
 from monitor.sim.simulate import calibrated_pool

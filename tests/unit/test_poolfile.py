@@ -136,16 +136,17 @@ def _plan(design: str = "poisson") -> Plan:
 def test_plan_round_trip_is_exact(tmp_path: Path, design: str) -> None:
     plan = _plan(design)
     path = tmp_path / "plan.csv"
-    write_plan(path, plan, ["a free comment"])
+    write_plan(path, plan)
     back = read_plan(path)
     assert back.design == design
     for name in ("ids", "score", "pred", "prob", "weight", "label", "labelled"):
         np.testing.assert_array_equal(getattr(back, name), getattr(plan, name), err_msg=name)
     if design == "with-replacement":
         np.testing.assert_array_equal(back.draws, plan.draws)
-    assert dict(back.meta) == {"format": "1", **plan.meta}
+    assert dict(back.meta) == {"format": "2", **plan.meta}
     text = path.read_text()
-    header = next(line for line in text.splitlines() if not line.startswith("#"))
+    header = text.splitlines()[0]  # a plain CSV: the header first, no comment line
+    assert "#" not in text
     column = "pi" if design == "poisson" else "q"
     assert header == f"id,score,pred,{column},weight,draws,label"
     assert "\na,0.1,0," in text and text.rstrip("\n").splitlines()[-1].startswith("c,")
@@ -160,9 +161,8 @@ def test_plan_survives_a_spreadsheet(tmp_path: Path) -> None:
     assert padded[-3].startswith("a,") and padded[-3].endswith(",")  # row a: pending
     padded[-3] += "1"
     raw = ("\r\n".join(padded) + "\r\n").encode("utf-8-sig")
-    labelled = tmp_path / "labelled.csv"
-    labelled.write_bytes(raw)
-    back = read_plan(labelled)
+    path.write_bytes(raw)  # saved in place: the sidecar plan.meta.json still belongs to it
+    back = read_plan(path)
     assert back.meta["alpha"] == "0.5"
     assert back.labelled.tolist() == [True, True, True]
     assert back.label.tolist() == [1, 1, 0]

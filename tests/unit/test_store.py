@@ -47,9 +47,15 @@ def test_state_round_trips_and_restored_services_continue_identically(
     # the controls come back with the refreshes inside their buckets
     assert any(c.refreshes for c in st.controls.values())
     assert st.controls == {k: sampler.control(*k) for k in st.controls}
-    sampler2 = SamplerService(CFG, traffic=st.ptraffic, controls=st.controls, segments=st.segments)
+    sampler2 = SamplerService(
+        CFG, traffic=st.sampler_traffic, controls=st.controls, segments=st.segments
+    )
     est2 = EstimatorService(
-        CFG, traffic=st.straffic, requests=st.requests, parked=st.parked, watermarks=st.watermarks
+        CFG,
+        traffic=st.segment_traffic,
+        requests=st.requests,
+        parked=st.parked,
+        watermarks=st.watermarks,
     )
     assert est2.n_parked == 1 and st.parked[0].label.source.value == b"\xff{}"
     assert est2.snapshot().windows == est.snapshot().windows
@@ -93,5 +99,32 @@ def test_pruned_rows_leave_the_store(tmp_path: Path, rng: np.random.Generator) -
     est.apply_traffic(sampler.process(later.batch(slice(None))).traffic)
     store.commit(sampler.take_changes(), est.take_changes(), {})
     st = store.load()
-    assert {k[2] for k in st.straffic} == {k[2] for k in st.ptraffic} == {int(later.ts[0] // 3600)}
+    assert (
+        {k[2] for k in st.segment_traffic}
+        == {k[2] for k in st.sampler_traffic}
+        == {int(later.ts[0] // 3600)}
+    )
     store.close()
+
+
+def test_a_store_with_the_old_table_names_opens_with_its_traffic(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    import sqlite3
+
+    s = make_stream(rng, 2000, span_s=2 * 3600)
+    sampler, est = SamplerService(CFG), EstimatorService(CFG)
+    res = sampler.process(s.batch(slice(0, None)))
+    est.apply_traffic(res.traffic)
+    store = Store(tmp_path)
+    store.commit(sampler.take_changes(), est.take_changes(), {("scored", 0): len(s)})
+    before = store.load()
+    store.close()
+    with sqlite3.connect(tmp_path / "monitor.sqlite") as db:  # as a store of an older release
+        db.execute("ALTER TABLE sampler_traffic RENAME TO ptraffic")
+        db.execute("ALTER TABLE segment_traffic RENAME TO straffic")
+    store = Store(tmp_path)
+    after = store.load()
+    store.close()
+    assert before.sampler_traffic and after.sampler_traffic == before.sampler_traffic
+    assert before.segment_traffic and after.segment_traffic == before.segment_traffic

@@ -6,12 +6,9 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from monitor.stats.drift import (
     SCORE_BINS,
-    ks_from_histograms,
-    ks_statistic,
     psi,
     score_histogram,
 )
@@ -75,28 +72,3 @@ def test_psi(rng: np.random.Generator) -> None:
     assert psi(ref, shifted) > 0.25
     assert psi(ref, ref) == 0.0
     assert math.isnan(psi(np.zeros(SCORE_BINS), ref))
-
-
-def test_ks_statistic_equals_scipy(rng: np.random.Generator) -> None:
-    for n_ref, n_cur, shift in [(500, 700, 0.0), (1000, 50, 0.1), (30, 30, 0.3)]:
-        a = rng.beta(2, 5, n_ref)
-        b = np.clip(rng.beta(2, 5, n_cur) + shift, 0, 1)
-        assert ks_statistic(a, b) == pytest.approx(stats.ks_2samp(a, b).statistic, abs=1e-12)
-    ties = np.array([0.1, 0.1, 0.2, 0.5])
-    other = np.array([0.1, 0.5, 0.5])
-    assert ks_statistic(ties, other) == pytest.approx(stats.ks_2samp(ties, other).statistic)
-    assert math.isnan(ks_statistic([], [0.1]))
-
-
-def test_ks_from_histograms(rng: np.random.Generator) -> None:
-    # scores on the bin grid: the binned statistic is the exact one
-    a = rng.integers(0, SCORE_BINS, 3000) / SCORE_BINS
-    b = rng.integers(0, SCORE_BINS // 2, 2000) / SCORE_BINS
-    exact = stats.ks_2samp(a, b).statistic
-    assert ks_from_histograms(score_histogram(a), score_histogram(b)) == pytest.approx(exact)
-    # otherwise it is a lower bound
-    c = rng.beta(2, 5, 1000)
-    d = rng.beta(2.5, 5, 1000)
-    binned = ks_from_histograms(score_histogram(c), score_histogram(d))
-    assert binned <= stats.ks_2samp(c, d).statistic + 1e-12
-    assert math.isnan(ks_from_histograms(np.zeros(SCORE_BINS), score_histogram(c)))

@@ -1,0 +1,278 @@
+"""The offline audit's command line: ``monitor plan``, ``monitor estimate``, ``offline-demo``.
+
+Arguments, files and printing only; the planning is ``offline.plan``, the estimates
+``offline.estimate`` and ``offline.assisted``, the demo ``offline.demo``, the files
+``offline.poolfile``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from monitor.errors import InputFileError
+from monitor.offline.assisted import assisted_estimate, check_pool
+from monitor.offline.demo import demo_report, run_offline_demo
+from monitor.offline.estimate import estimate_json, estimate_plan, estimate_table, plan_sample
+from monitor.offline.plan import DEFAULT_DEFENSIVE, make_plan, measure_name
+from monitor.offline.poolfile import (
+    DESIGNS,
+    Plan,
+    Pool,
+    read_plan,
+    read_pool,
+    sidecar_path,
+    write_plan,
+)
+from monitor.offline.rounds import known_labels, rounds_sample, split_rounds
+from monitor.stats.calibration import IDENTITY
+from monitor.stats.design import recalibrate
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    pool = read_pool(args.pool, args.threshold)
+    known = None
+    if args.labelled:
+        known = known_labels([(p, read_plan(p)) for p in args.labelled])
+    plan = make_plan(
+        pool,
+        alpha=args.alpha,
+        budget=args.budget,
+        seed=args.seed,
+        defensive=args.defensive,
+        design=args.design,
+        threshold=args.threshold,
+        known=known,
+        pool_path=args.pool,
+    )
+    write_plan(args.out, plan)
+    if plan.design == "poisson":
+        what = f"{len(plan)} items to audit (expected {args.budget})"
+    else:
+        what = f"{len(plan)} distinct items to audit for {args.budget} draws"
+    print(f"{args.out}: {what} out of {len(pool)} in {args.pool}")
+    print(
+        f"fill in its label column with 0 or 1 (empty = pending); {sidecar_path(args.out)} "
+        "records what monitor estimate needs: keep it beside the plan under the same name"
+    )
+    if plan.meta["selection"] != "active":
+        print(
+            f"note: the intrinsic {measure_name(args.alpha)} of the pool is undefined; "
+            "items were selected uniformly"
+        )
+    return 0
+
+
+def _read_estimate_pool(path: str, plans: list[tuple[str, Plan]]) -> Pool:
+    """The ``--pool`` of ``estimate``, pred as the plans had it, checked against them."""
+    text = plans[-1][1].meta.get("threshold", "0.5")
+    try:
+        threshold = float(text)
+    except ValueError:  # "pred column": the pool file gives pred
+        threshold = 0.5
+    pool = read_pool(path, threshold)
+    check_pool(pool, plans, path)
+    return pool
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    plans = [(p, read_plan(p)) for p in args.labels]
+    pool = None if args.pool is None else _read_estimate_pool(args.pool, plans)
+    if len(plans) == 1 and plans[0][1].meta.get("known_labels", "0") == "0":
+        path, plan = plans[0]
+        sample = plan_sample(plan)
+        cal_map = IDENTITY  # no earlier labels to fit a map on
+    else:  # rounds; a later round alone is refused (its earlier labels are part of the total)
+        sample, plan, path = rounds_sample(plans)
+        cal_map = recalibrate(split_rounds(plans)[2].sample).cal_map  # the map that chose it
+    result = estimate_plan(plan, path, args.alpha, args.level, sample)
+    missing = [p for p, pl in plans if not pl.meta]
+    if missing:
+        result.warnings.append(
+            f"no sidecar {sidecar_path(missing[0])} (written by monitor plan beside the plan): "
+            "alpha, pool totals and round are unknown; copy it beside the labelled file"
+        )
+    if pool is not None:
+        assisted = assisted_estimate(sample, pool, result.alpha, args.level, cal_map)
+        result = replace(result, assisted=assisted)
+    if args.format == "json":
+        print(json.dumps(estimate_json(result, plan), allow_nan=False))
+    else:
+        print(estimate_table(result, plan, path))
+    return 0
+
+
+def _write_pool(path: Path, pool: Pool) -> None:
+    try:
+        with open(path, "w", encoding="utf-8", newline="") as fh:
+            writer = csv.writer(fh, lineterminator="\n")
+            writer.writerow(["id", "score"])
+            writer.writerows(zip(pool.ids.tolist(), map(repr, pool.score.tolist()), strict=True))
+    except OSError as exc:
+        msg = f"{path}: cannot write: {exc.strerror or exc}"
+        raise InputFileError(msg) from exc
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    r = run_offline_demo(
+        seed=args.seed,
+        budget=args.budget,
+        positive_rate=args.positive_rate,
+        pool_size=args.pool_size,
+        alpha=args.alpha,
+        defensive=args.defensive,
+    )
+    print(demo_report(r, args))
+    if args.out_dir is not None:
+        out = Path(args.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        _write_pool(out / "pool.csv", r.pool)
+        unlabelled = replace(r.plan, labelled=np.zeros(len(r.plan), np.bool_))
+        write_plan(out / "plan.csv", unlabelled)
+        write_plan(out / "plan_labelled.csv", r.plan)
+        print(f"\nwrote {out}/pool.csv, plan.csv and plan_labelled.csv; try:")
+        print(f"  monitor estimate --labels {out}/plan_labelled.csv --pool {out}/pool.csv")
+    return 0
+
+
+def unit_interval(text: str) -> float:
+    """Argparse type: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 1.0:
+        msg = f"expected a number in [0, 1], got '{text}'"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def open_unit_interval(text: str) -> float:
+    """Argparse type: a number strictly between 0 and 1 (a confidence level, a rate)."""
+    value = unit_interval(text)
+    if value in (0.0, 1.0):
+        msg = f"expected a number strictly between 0 and 1, got '{text}'"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def positive_int(text: str) -> int:
+    """Argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        msg = f"expected a whole number >= 1, got '{text}'"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def register(sub: Any) -> None:
+    """Add ``plan``, ``estimate`` and ``offline-demo`` to the ``monitor`` command line."""
+    p = sub.add_parser(
+        "plan",
+        help="choose the items of a pool to audit (active estimation)",
+        description="Choose which items of a pool to send for audit so that F_alpha is "
+        "estimated with the least variance (Sawade et al., Algorithm 1).",
+    )
+    p.add_argument("--pool", required=True, help="pool CSV with columns id,score[,pred]")
+    p.add_argument("--budget", required=True, type=positive_int, help="number of labels to buy")
+    p.add_argument(
+        "--alpha",
+        required=True,
+        type=unit_interval,
+        help="F_alpha to optimise for: 0 recall, 0.5 F1, 1 precision",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the selection (default 0)")
+    p.add_argument(
+        "--defensive",
+        type=unit_interval,
+        default=DEFAULT_DEFENSIVE,
+        help=f"lambda of the mix with uniform sampling (default {DEFAULT_DEFENSIVE})",
+    )
+    p.add_argument(
+        "--threshold",
+        type=unit_interval,
+        default=0.5,
+        help="pred = score >= threshold when the pool has no pred column (default 0.5)",
+    )
+    p.add_argument("--design", choices=DESIGNS, default="poisson", help="default poisson")
+    p.add_argument(
+        "--labelled",
+        nargs="+",
+        default=[],
+        metavar="DONE.csv",
+        help="labelled plans of earlier rounds: plan the next round (not chosen again, "
+        "q* at the scores recalibrated on their labels)",
+    )
+    p.add_argument("--out", required=True, help="plan CSV to write")
+    p.set_defaults(func=_cmd_plan)
+
+    e = sub.add_parser(
+        "estimate",
+        help="estimate F_alpha, precision and recall from a labelled plan",
+        description="Estimate F_alpha, precision and recall with confidence intervals from "
+        "the labelled plan (empty labels are pending).",
+    )
+    e.add_argument(
+        "--labels",
+        required=True,
+        nargs="+",
+        metavar="PLAN.csv",
+        help="the plan CSV with its label column filled; for rounds, every round's plan",
+    )
+    e.add_argument(
+        "--alpha", type=unit_interval, default=None, help="default: the alpha of the plan"
+    )
+    e.add_argument(
+        "--level", type=open_unit_interval, default=0.95, help="confidence level (default 0.95)"
+    )
+    e.add_argument(
+        "--pool",
+        default=None,
+        metavar="POOL.csv",
+        help="the pool the plans were made from: adds the model-assisted (GREG) estimate",
+    )
+    e.add_argument("--format", choices=("table", "json"), default="table")
+    e.set_defaults(func=_cmd_estimate)
+    d = sub.add_parser(
+        "offline-demo",
+        help="plan, label from a simulated truth and estimate: active against uniform sampling",
+        description="Simulate a skewed pool with known truth, plan an active audit, answer it "
+        "from the truth and print the estimates beside the truth and beside uniform sampling "
+        "with the same budget.",
+    )
+    d.add_argument("--seed", type=int, default=0, help="seed of the pool and the plan")
+    d.add_argument("--budget", type=positive_int, default=200, help="labels (default 200)")
+    d.add_argument(
+        "--positive-rate",
+        type=open_unit_interval,
+        default=0.02,
+        help="share of true positives in the pool (default 0.02)",
+    )
+    d.add_argument(
+        "--pool-size", type=positive_int, default=20_000, help="pool size (default 20000)"
+    )
+    d.add_argument(
+        "--alpha", type=unit_interval, default=0.5, help="F_alpha to plan for (default 0.5: F1)"
+    )
+    d.add_argument(
+        "--defensive",
+        type=unit_interval,
+        default=DEFAULT_DEFENSIVE,
+        help=f"lambda of the mix with uniform (default {DEFAULT_DEFENSIVE})",
+    )
+    d.add_argument(
+        "--out-dir",
+        default=None,
+        help="also write pool.csv, plan.csv and plan_labelled.csv there (for monitor estimate)",
+    )
+    d.set_defaults(func=_cmd_demo)

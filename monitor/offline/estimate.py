@@ -1,0 +1,249 @@
+"""The estimate of a labelled offline plan (``monitor estimate``): ratio, and model-assisted.
+
+``estimate_plan`` returns G_hat = sum(v l w) / sum(v w) (seed 000, Eq. 4, v = 1/pi or 1/(n q))
+for F_alpha, precision and recall, with confidence intervals (``monitor.stats.interval``), the
+model likelihood (seed 002, Sec. 4.1), the effective sample size and the confusion counts of the
+pool, post-stratified to the known stratum sizes N1 (``pool_predicted_positives``) and
+N0 = pool_size - N1: tp = N1 sum_{f=1}(v y) / sum_{f=1}(v), fn = N0 sum_{f=0}(v y) /
+sum_{f=0}(v). With the pool given, the model-assisted (GREG) estimate of
+``monitor.offline.assisted`` is reported beside it (``estimate_json``, ``estimate_table``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from monitor.errors import InputFileError
+from monitor.offline.assisted import Assisted
+from monitor.offline.plan import measure_name
+from monitor.offline.poolfile import Plan, sidecar_path
+from monitor.stats.estimate import Confusion, Estimate
+from monitor.stats.measures import Measures, measure_all
+from monitor.stats.sample import LabeledSample
+
+
+@dataclass(frozen=True)
+class PlanEstimate:
+    """The estimate from a labelled plan, ready to print."""
+
+    alpha: float
+    level: float
+    measures: Measures
+    confusion: Confusion | None
+    labels: int
+    pending: int
+    warnings: list[str]
+    assisted: Assisted | None = None
+
+
+def plan_sample(plan: Plan) -> LabeledSample:
+    """The labelled part of a plan as a sample (one row per draw for with-replacement)."""
+    lab = plan.labelled
+    if plan.design == "poisson":
+        return LabeledSample.poisson(
+            plan.score[lab], plan.pred[lab], plan.label[lab], plan.prob[lab]
+        )
+    rep = plan.draws[lab]
+    return LabeledSample.with_replacement(
+        np.repeat(plan.score[lab], rep),
+        np.repeat(plan.pred[lab], rep),
+        np.repeat(plan.label[lab], rep),
+        np.repeat(plan.prob[lab], rep),
+    )
+
+
+def _meta_int(plan: Plan, key: str, path: str) -> int | None:
+    text = plan.meta.get(key)
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        msg = f"{path}: plan meta '{key}={text}': expected a whole number >= 0"
+        raise InputFileError(msg)
+    return value
+
+
+def plan_alpha(plan: Plan, override: float | None, path: str) -> float:
+    """The alpha to estimate: ``--alpha`` if given, else the one recorded in the plan."""
+    if override is not None:
+        return override
+    text = plan.meta.get("alpha")
+    if text is None:
+        msg = (
+            f"{path}: no alpha recorded for this plan (no {sidecar_path(path).name} beside it); "
+            "pass --alpha"
+        )
+        raise InputFileError(msg)
+    try:
+        alpha = float(text)
+    except ValueError:
+        alpha = math.nan
+    if not 0.0 <= alpha <= 1.0:
+        msg = f"{path}: plan meta 'alpha={text}': expected a number in [0, 1]"
+        raise InputFileError(msg)
+    return alpha
+
+
+def post_stratified_confusion(sample: LabeledSample, n_pos: int, n_neg: int) -> Confusion:
+    """Confusion counts of the pool, scaled to the known numbers of predicted positives/negatives.
+
+    tp = N1 sum_{f=1}(v y) / sum_{f=1}(v), fp = N1 - tp; fn and tn likewise with N0 (NaN for a
+    stratum with items but no label).
+    """
+    cells = []
+    for f, size in ((1, n_pos), (0, n_neg)):
+        mask = sample.pred == f
+        total = float(sample.v[mask].sum())
+        if size == 0:
+            pos = 0.0
+        elif total > 0.0:
+            pos = size * float(np.dot(sample.v[mask], sample.label[mask])) / total
+        else:
+            pos = math.nan
+        cells.append((pos, size - pos))
+    (tp, fp), (fn, tn) = cells
+    return Confusion(tp, fp, fn, tn)
+
+
+def estimate_plan(
+    plan: Plan,
+    path: str,
+    alpha: float | None,
+    level: float,
+    sample: LabeledSample | None = None,
+) -> PlanEstimate:
+    """Estimate F_alpha, precision, recall and the pool's confusion counts from a labelled plan.
+
+    ``sample`` replaces the plan's own labelled rows (rounds: ``rounds.rounds_sample``).
+    """
+    a = plan_alpha(plan, alpha, path)
+    if sample is None:
+        sample = plan_sample(plan)
+    measures = measure_all(sample, a, level)
+    n_pos = _meta_int(plan, "pool_predicted_positives", path)
+    size = _meta_int(plan, "pool_size", path)
+    confusion = None
+    if n_pos is not None and size is not None:
+        confusion = post_stratified_confusion(sample, n_pos, size - n_pos)
+    warnings = []
+    pending = int(np.count_nonzero(~plan.labelled))
+    if pending:
+        warnings.append(
+            f"{pending} of {len(plan)} plan items are still pending; the estimate assumes the "
+            "labelled ones are not chosen by their outcome"
+        )
+    zero = _meta_int(plan, "zero_probability_items", path) or 0
+    if zero:
+        warnings.append(
+            f"{zero} pool items had no chance of selection (defensive=0); an estimate that gives "
+            "them weight (recall when they are predicted negative) is biased"
+        )
+    labels = len(sample) if plan.design == "poisson" else int(np.count_nonzero(plan.labelled))
+    return PlanEstimate(a, level, measures, confusion, labels, pending, warnings)
+
+
+def _num(x: float) -> float | None:
+    return None if not math.isfinite(x) else float(x)
+
+
+def estimate_json(result: PlanEstimate, plan: Plan) -> dict[str, Any]:
+    """The JSON object printed by ``monitor estimate --format json`` (NaN becomes null)."""
+    m = result.measures
+    out: dict[str, Any] = {
+        "measure": measure_name(result.alpha),
+        "alpha": result.alpha,
+        "level": result.level,
+        "estimate": _num(m.f.value),
+        "ci_low": _num(m.f.lower),
+        "ci_high": _num(m.f.upper),
+        "se": _num(m.f.se),
+        "labels": result.labels,
+        "pending": result.pending,
+        "draws": int(plan.draws[plan.labelled].sum()),
+        "design": plan.design,
+    }
+    for name, est in (("precision", m.precision), ("recall", m.recall)):
+        out[name] = _num(est.value)
+        out[f"{name}_ci_low"] = _num(est.lower)
+        out[f"{name}_ci_high"] = _num(est.upper)
+    out["likelihood"] = _num(m.likelihood)
+    out["ess"] = _num(m.ess)
+    c = result.confusion
+    out["confusion"] = (
+        None if c is None else {k: _num(getattr(c, k)) for k in ("tp", "fp", "fn", "tn")}
+    )
+    out["ratio"] = {
+        "estimator": "Horvitz-Thompson ratio (Hajek), from the labels alone",
+        **_estimate_fields(m.f, m.precision, m.recall),
+    }
+    a = result.assisted
+    out["model_assisted"] = (
+        None
+        if a is None
+        else {
+            "estimator": "GREG: regression on the recalibrated score per prediction stratum, "
+            "pool totals from --pool",
+            "calibration_map": {"a": a.cal_map.a, "b": a.cal_map.b, "labels": a.cal_map.n_labels},
+            **_estimate_fields(a.f, a.precision, a.recall),
+        }
+    )
+    out["warnings"] = result.warnings
+    return out
+
+
+def _estimate_fields(f: Estimate, precision: Estimate, recall: Estimate) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "estimate": _num(f.value),
+        "ci_low": _num(f.lower),
+        "ci_high": _num(f.upper),
+        "se": _num(f.se),
+    }
+    for name, est in (("precision", precision), ("recall", recall)):
+        out[name] = _num(est.value)
+        out[f"{name}_ci_low"] = _num(est.lower)
+        out[f"{name}_ci_high"] = _num(est.upper)
+    return out
+
+
+def _interval(est: Estimate) -> str:
+    if not est.defined:
+        return "undefined (no label carries weight yet)"
+    return f"{est.value:.4f}  [{est.lower:.4f}, {est.upper:.4f}]"
+
+
+def estimate_table(result: PlanEstimate, plan: Plan, path: str) -> str:
+    """The human-readable report of ``monitor estimate``."""
+    m = result.measures
+    pct = f"{100 * result.level:g}%"
+    fname = f"{measure_name(result.alpha)} (alpha={result.alpha:g})"
+    lines = [
+        f"{path}: {plan.design} design, {result.labels} labels used, {result.pending} pending",
+        f"ratio (Horvitz-Thompson) estimate from the labels alone, {pct} interval:",
+    ]
+    for name, est in ((fname, m.f), ("precision", m.precision), ("recall", m.recall)):
+        lines.append(f"  {name:<16} {_interval(est)}")
+    a = result.assisted
+    if a is not None:
+        how = (
+            "raw scores"
+            if a.cal_map.is_identity
+            else f"scores recalibrated on {a.cal_map.n_labels} earlier labels"
+        )
+        lines.append(f"model-assisted (GREG) estimate on the pool's {how}, {pct} interval:")
+        for name, est in ((fname, a.f), ("precision", a.precision), ("recall", a.recall)):
+            lines.append(f"  {name:<16} {_interval(est)}")
+    lines.append(f"model likelihood {m.likelihood:.4f}, effective sample size {m.ess:.1f}")
+    c = result.confusion
+    if c is not None:
+        lines.append(
+            f"confusion over the pool: tp {c.tp:.1f}  fp {c.fp:.1f}  fn {c.fn:.1f}  tn {c.tn:.1f}"
+        )
+    lines.extend(f"warning: {w}" for w in result.warnings)
+    return "\n".join(lines)
