@@ -191,14 +191,12 @@ def inclusion_for_budget(q: npt.ArrayLike, budget: float) -> tuple[FloatArray, f
     # tail[k] = sum of desc[k:], the mass left after capping the k largest
     tail = np.cumsum(desc[::-1])[::-1]
     k = np.arange(desc.size)
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        kappas = (budget - k) / tail
-        ok = kappas * desc <= 1.0 + 1e-12
+    # kappa_k desc[k] <= 1, multiplied out: kappa_k itself overflows when the tail is denormal
+    ok = (budget - k) * desc <= tail * (1.0 + 1e-12)
     first = int(np.argmax(ok))  # exists: at k = ceil(budget) - 1 < size the check holds
-    scaled = float(kappas[first])
-    pi = np.minimum(1.0, scaled * (qq / top))
-    with np.errstate(over="ignore"):
-        kappa = float(np.float64(scaled) / top)
+    with np.errstate(over="ignore", divide="ignore"):
+        pi = np.minimum(1.0, (budget - first) * (qq / top) / tail[first])
+        kappa = float(np.float64(budget - first) / tail[first] / top)
     return pi, kappa
 
 
