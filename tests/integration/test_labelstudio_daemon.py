@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -102,6 +103,21 @@ def _f_lines(run: DaemonRun) -> list[str]:
     )
 
 
+def _settled_f_lines(run: DaemonRun, timeout_s: float = 30.0) -> list[str]:
+    """The F lines once two reads 1.5 s apart agree: the counters of a step are exported before
+    the snapshot that step publishes (at most ~1 s later)."""
+    deadline = time.monotonic() + timeout_s
+    last = _f_lines(run)
+    while time.monotonic() < deadline:
+        time.sleep(1.5)
+        now = _f_lines(run)
+        if now == last:
+            return now
+        last = now
+    msg = f"the F estimates kept changing for {timeout_s} s"
+    raise AssertionError(msg)
+
+
 def test_answers_in_labelstudio_are_joined_by_the_daemon(
     broker: EmbeddedBroker,
     make_topics: Callable[..., TopicsConfig],
@@ -157,7 +173,7 @@ def test_answers_in_labelstudio_are_joined_by_the_daemon(
         "the skip counted",
         lambda: metric(bridge, "labelstudio_bridge_declined_total", model="default") == 1,
     )
-    before = _f_lines(daemon)
+    before = _settled_f_lines(daemon)
     assert before and not all(line.endswith("NaN") for line in before)
 
     # an edit flips the first answer: published, dead-lettered as a conflict, no estimate moves
@@ -171,7 +187,7 @@ def test_answers_in_labelstudio_are_joined_by_the_daemon(
         lambda: metric(bridge, "labelstudio_bridge_edits_total", model="default") == 1,
     )
     assert daemon.sample("monitor_labels_received_total", model="default") == len(answered)
-    assert _f_lines(daemon) == before
+    assert _settled_f_lines(daemon) == before
     assert metric(bridge, "labelstudio_bridge_queue_depth", model="default") == 2  # skip + open
     assert open_["id"] not in {t["id"] for t in answered}
 
