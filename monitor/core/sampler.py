@@ -167,6 +167,19 @@ class SamplerService:
             if before is None
             else cap_ratio(before.latest, agg.n, agg.qstar_total, agg.pi_total, cfg.defensive)
         )
+        return self._control_from(model, cfg, agg, prev_bucket=prev, ratio=ratio)
+
+    def _control_from(
+        self,
+        model: str,
+        cfg: ModelConfig,
+        agg: TrafficAggregate,
+        *,
+        prev_bucket: int,
+        ratio: float,
+        covered_s: float | None = None,
+    ) -> Control:
+        """``control_for_bucket`` from the traffic ``agg`` (``covered_s``: the time it spans)."""
         return control_for_bucket(
             n=agg.n,
             n_pred=agg.n_pred,
@@ -174,13 +187,14 @@ class SamplerService:
             score_total=agg.phat_total,
             mean_qstar=agg.mean_qstar,
             ts_min=agg.ts_min,
-            prev_bucket=prev,
+            prev_bucket=prev_bucket,
             alpha=cfg.alpha,
             labels_per_hour=cfg.labels_per_hour,
             bucket_s=self.config.windows.bucket_s,
             n_partitions=self.n_partitions,
             calibration=self.calibration.get(model, NO_CALIBRATION),
             cap_ratio=ratio,
+            covered_s=covered_s,
             expected_records_per_hour=cfg.expected_records_per_hour,
         )
 
@@ -396,23 +410,7 @@ class SamplerService:
             span += max(p_cov, MIN_COVERAGE * bucket_s)
             agg = pagg + cur
         ratio = cap_ratio(ctl.latest, cur.n, cur.qstar_total, cur.pi_total, cfg.defensive)
-        new = control_for_bucket(
-            n=agg.n,
-            n_pred=agg.n_pred,
-            pred_score_total=agg.pred_phat_total,
-            score_total=agg.phat_total,
-            mean_qstar=agg.mean_qstar,
-            ts_min=agg.ts_min,
-            prev_bucket=bucket,
-            alpha=cfg.alpha,
-            labels_per_hour=cfg.labels_per_hour,
-            bucket_s=bucket_s,
-            n_partitions=self.n_partitions,
-            calibration=self.calibration.get(model, NO_CALIBRATION),
-            cap_ratio=ratio,
-            covered_s=span,
-            expected_records_per_hour=cfg.expected_records_per_hour,
-        )
+        new = self._control_from(model, cfg, agg, prev_bucket=bucket, ratio=ratio, covered_s=span)
         self._controls[key] = ctl.refreshed(offset, new)
         self._changes.controls[key] = self._controls[key]
 
