@@ -584,13 +584,19 @@ def test_degradation_fires_in_the_daemon_prometheus_and_alertmanager(
         )
         first.setdefault("daemon", run.elapsed())
         windows = [w for a, w in active_alerts(m) if a == "f_below_floor"]
+        bounds = {
+            w: m.get("monitor_alert_bound", alert="f_below_floor", model=MODEL, window=w)
+            for w in windows
+        }
         for w in windows:
-            bound = m.get("monitor_alert_bound", alert="f_below_floor", model=MODEL, window=w)
             threshold = m.get(
                 "monitor_alert_threshold", alert="f_below_floor", model=MODEL, window=w
             )
             assert threshold == pytest.approx(run.floor)
-            assert bound < run.floor, describe(m)
+        # an alert fires on a strict bound below the floor; by hysteresis it then stays active
+        # while the bound at the unadjusted rate is below it, so a later look may export a strict
+        # bound above the floor for a window that fired earlier: at least one window shows it now
+        assert min(bounds.values()) < run.floor, describe(m)
 
         fired = poll(
             "Prometheus did not fire MonitorFMeasureBelowFloor",
