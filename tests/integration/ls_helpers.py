@@ -25,6 +25,7 @@ from monitor.bridges.ls_server import LabelStudioServer
 from monitor.config.load import load_config
 from monitor.config.schema import Config, TopicsConfig
 from monitor.sim.embedded_broker import EmbeddedBroker, free_port
+from monitor.sim.workload import Workload, WorkloadSpec, generate
 
 FAST_GROUP = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}  # tests only (Tansu)
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -258,3 +259,58 @@ def produce_raw(bootstrap: str, topic: str, values: list[bytes]) -> None:
         producer.send(topic, v)
     producer.flush(10)
     producer.close(5)
+
+
+@dataclass
+class AuditedStream:
+    """A daemon and a bridge on one Label Studio project, with the daemon's requests as tasks."""
+
+    daemon: DaemonRun
+    bridge: LabelStudioBridge
+    workload: Workload
+    truth: dict[str, int]
+    tag: str
+    client: LabelStudioClient
+    tasks: list[dict[str, Any]]  # in task-id order
+
+
+def stream_into_labelstudio(
+    broker: EmbeddedBroker,
+    topics: TopicsConfig,
+    server: LabelStudioServer,
+    tmp_path: Path,
+    cleanup: list[Any],
+    *,
+    labels_per_hour: int,
+    seed: int,
+) -> AuditedStream:
+    """Start a daemon and a bridge, stream 1,200 scored records and wait until every request of
+    the daemon is a task of the project."""
+    tag = uuid.uuid4().hex[:8]
+    path = tmp_path / "monitor.yaml"
+    models = (
+        f"models:\n  default:\n    labels_per_hour: {labels_per_hour}\n"
+        "    expected_records_per_hour: 600\n"
+    )
+    path.write_text(
+        yaml_config(broker, topics, tmp_path / "data", models + section(server, tag, 3600))
+    )
+    daemon = DaemonRun(path, tmp_path / "daemon.log").start()
+    cleanup.append(daemon)
+    bridge = bridge_from_file(path, server.token).start()
+    cleanup.append(bridge)
+    w = generate(WorkloadSpec(n=1200, hours=2.0, seed=seed))
+    produce_raw(broker.bootstrap, topics.scored, [json.dumps(r).encode() for r in w.records()])
+    client = LabelStudioClient(server.url, server.token)
+    title = f"Audit {tag}: default"
+    wait_for(
+        "the daemon's requests as tasks",
+        lambda: (
+            (n := daemon.sample("monitor_audit_requests_total", model="default")) is not None
+            and n > 4
+            and len(project_tasks(client, title)) == n
+        ),
+        timeout_s=90,
+    )
+    tasks = sorted(project_tasks(client, title), key=lambda t: t["id"])
+    return AuditedStream(daemon, bridge, w, dict(w.truth_rows()), tag, client, tasks)

@@ -11,32 +11,24 @@ task page is kept under ``test-artifacts/`` (its path is printed).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shutil
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from monitor.bridges.labelstudio import LabelStudioBridge
-from monitor.bridges.ls_client import LabelStudioClient
 from monitor.bridges.ls_server import LabelStudioServer
 from monitor.config.schema import TopicsConfig
 from monitor.sim.embedded_broker import EmbeddedBroker
-from monitor.sim.workload import WorkloadSpec, generate
 from tests.conftest import missing_component
 from tests.integration.ls_helpers import (
     DaemonRun,
     annotate,
-    bridge_from_file,
-    produce_raw,
-    project_tasks,
-    section,
+    stream_into_labelstudio,
     wait_for,
-    yaml_config,
 )
 
 pytestmark = pytest.mark.integration
@@ -85,32 +77,12 @@ def test_a_click_in_the_browser_moves_the_estimate(
     if chromium is None:
         missing_component("Debian's chromium is not installed (apt-get install chromium)")
     assert chromium is not None
-    tag = uuid.uuid4().hex[:8]
     topics = make_topics()
-    path = tmp_path / "monitor.yaml"
-    models = "models:\n  default:\n    labels_per_hour: 10\n    expected_records_per_hour: 600\n"
-    path.write_text(
-        yaml_config(broker, topics, tmp_path / "data", models + section(labelstudio, tag, 3600))
+    run = stream_into_labelstudio(
+        broker, topics, labelstudio, tmp_path, cleanup, labels_per_hour=10, seed=8
     )
-    daemon = DaemonRun(path, tmp_path / "daemon.log").start()
-    cleanup.append(daemon)
-    bridge = bridge_from_file(path, labelstudio.token).start()
-    cleanup.append(bridge)
-    w = generate(WorkloadSpec(n=1200, hours=2.0, seed=8))
-    truth = dict(w.truth_rows())
-    produce_raw(broker.bootstrap, topics.scored, [json.dumps(r).encode() for r in w.records()])
-    client = LabelStudioClient(labelstudio.url, labelstudio.token)
-    title = f"Audit {tag}: default"
-    wait_for(
-        "the daemon's requests as tasks",
-        lambda: (
-            (n := daemon.sample("monitor_audit_requests_total", model="default")) is not None
-            and n > 4
-            and len(project_tasks(client, title)) == n
-        ),
-        timeout_s=90,
-    )
-    tasks = sorted(project_tasks(client, title), key=lambda t: t["id"])
+    daemon, bridge, truth, client, tasks = run.daemon, run.bridge, run.truth, run.client, run.tasks
+    tag = run.tag
     positives = [t for t in tasks if t["data"]["prediction"] == "Fraud"]
     assert positives, "no request for a record the model predicted positive"
     target = positives[0]

@@ -28,7 +28,7 @@ from monitor.io.exporter import Exporter
 from monitor.io.store import Store
 from monitor.runtime.engine import Engine
 from monitor.sim.embedded_broker import EmbeddedBroker
-from monitor.sim.workload import Workload, WorkloadSpec, generate
+from monitor.sim.workload import Workload
 from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
 from tests.integration.ls_helpers import (
     DaemonRun,
@@ -38,11 +38,11 @@ from tests.integration.ls_helpers import (
     http_status,
     metric,
     produce,
-    produce_raw,
     project_tasks,
     read_labels,
     request,
     section,
+    stream_into_labelstudio,
     wait_for,
     yaml_config,
 )
@@ -125,33 +125,12 @@ def test_answers_in_labelstudio_are_joined_by_the_daemon(
     tmp_path: Path,
     cleanup: list[LabelStudioBridge | DaemonRun],
 ) -> None:
-    tag = uuid.uuid4().hex[:8]
     topics = make_topics()
-    path = tmp_path / "monitor.yaml"
-    models = "models:\n  default:\n    labels_per_hour: 6\n    expected_records_per_hour: 600\n"
-    path.write_text(
-        yaml_config(broker, topics, tmp_path / "data", models + section(labelstudio, tag, 3600))
+    run = stream_into_labelstudio(
+        broker, topics, labelstudio, tmp_path, cleanup, labels_per_hour=6, seed=5
     )
-    daemon = DaemonRun(path, tmp_path / "daemon.log").start()
-    cleanup.append(daemon)
-    bridge = bridge_from_file(path, labelstudio.token).start()
-    cleanup.append(bridge)
-    w = generate(WorkloadSpec(n=1200, hours=2.0, seed=5))
-    truth = dict(w.truth_rows())
-    produce_raw(broker.bootstrap, topics.scored, [json.dumps(r).encode() for r in w.records()])
-
-    client = LabelStudioClient(labelstudio.url, labelstudio.token)
-    title = f"Audit {tag}: default"
-    wait_for(
-        "the daemon's requests as tasks",
-        lambda: (
-            (n := daemon.sample("monitor_audit_requests_total", model="default")) is not None
-            and n > 4
-            and len(project_tasks(client, title)) == n
-        ),
-        timeout_s=90,
-    )
-    tasks = sorted(project_tasks(client, title), key=lambda t: t["id"])
+    daemon, bridge, truth, client, tasks = run.daemon, run.bridge, run.truth, run.client, run.tasks
+    w = run.workload
     n_requests = len(tasks)
     assert daemon.sample("monitor_labels_received_total", model="default") == 0
     assert _f_lines(daemon) == [] or all(line.endswith("NaN") for line in _f_lines(daemon))
