@@ -36,8 +36,11 @@ import numpy.typing as npt
 
 from monitor.config.schema import Config, ModelConfig, WindowsConfig
 from monitor.core import recalibration
+from monitor.core.estimator import EstimatorService
+from monitor.core.messages import LabelResult, RawRecord
 from monitor.core.records import ScoredBatch
 from monitor.core.sampler import SamplerService
+from monitor.core.snapshot import WindowEstimate
 from monitor.core.windows import TrafficAggregate
 from monitor.sim.simulate import LOGIT_SD, logit_mean_for_rate
 from monitor.stats.budget import NO_CALIBRATION
@@ -50,6 +53,7 @@ DESIGNS = ("uniform", "raw", "recal", "recal+GREG")
 BUCKETS = 10
 DRIFT = 3  # first over-confident bucket
 FIT_BUCKETS = 2
+CHUNKS = 5  # steps per bucket of the daemon-path run (labels and a refit after each)
 LEVEL = 0.95
 START = 1_800_000_000.0
 
@@ -96,13 +100,14 @@ class Tally:
 PHASES = ("before", "first after", "later")
 
 
-def _config(case: StreamCase, recalibrate: bool) -> Config:
+def _config(case: StreamCase, recalibrate: bool, estimator: str = "ratio") -> Config:
     model = ModelConfig(
         name="default",
         alpha=case.alpha,
         labels_per_hour=case.labels_per_bucket,
         expected_records_per_hour=float(case.records_per_bucket),
         recalibrate=recalibrate,
+        estimator=estimator,
     )
     return Config(models={"default": model}, windows=WindowsConfig(3600, (("1h", 3600),)))
 
@@ -128,6 +133,21 @@ def _bucket_batch(
         offset=np.arange(offset, offset + n, dtype=np.int64),
     )
     return batch, label
+
+
+def _rows(batch: ScoredBatch, idx: npt.NDArray[np.intp]) -> ScoredBatch:
+    """The records ``idx`` of a batch (in their order)."""
+    return ScoredBatch(
+        ids=batch.ids[idx],
+        score=batch.score[idx],
+        pred=batch.pred[idx],
+        ts=batch.ts[idx],
+        model=batch.model[idx],
+        segment=batch.segment[idx],
+        payload=[batch.payload[i] for i in idx.tolist()],
+        partition=batch.partition[idx],
+        offset=batch.offset[idx],
+    )
 
 
 def _phase(bucket: int) -> str | None:
@@ -197,6 +217,85 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
         if phase is not None:
             for d in DESIGNS:
                 out.setdefault((d, phase), []).append((ests[d], truth))
+    return out
+
+
+DaemonRows = list[tuple[int, WindowEstimate, float]]  # (bucket, the 1h window, true F_alpha)
+
+
+def run_daemon_rep(case: StreamCase, rep: int, seed: int, answer_rate: float = 1.0) -> DaemonRows:
+    """One stream through the daemon's own sampler and estimator (``estimator: model_assisted``).
+
+    Per bucket the sampler's requests and traffic go to an ``EstimatorService`` as the engine
+    passes them, in ``CHUNKS`` steps; after each step its requests are answered with probability
+    ``answer_rate`` (at random: the rest stay pending), labels as ``LabelResult`` records, and
+    the map new controls take is refitted from the estimator's labels of the last
+    ``FIT_BUCKETS`` buckets, so the refreshes inside a bucket (record 1000, 2000, 4000) take
+    maps fitted on labels of the same bucket and the bucket's p_hat mixes several maps. The
+    window "1h" of the snapshot after each bucket is that bucket: its exported (model-assisted
+    where usable) and ratio estimates against the bucket's true F_alpha.
+    """
+    config = _config(case, recalibrate=True, estimator="model_assisted")
+    sampler = SamplerService(config)
+    estimator = EstimatorService(config, clock=lambda: 0.0)
+    rng = np.random.default_rng([seed, rep])
+    a_rng = np.random.default_rng([seed, rep, 2])
+    lam0 = config.model("default").defensive
+    first = int(START // 3600)
+    out: DaemonRows = []
+    for b in range(BUCKETS):
+        batch, label = _bucket_batch(rng, case, b, rep, b * case.records_per_bucket)
+        truth_of = dict(zip(batch.ids.tolist(), label.tolist(), strict=True))
+        src = RawRecord("labels", 0, 0, 0, None, None)
+        for part in np.array_split(np.arange(len(batch)), CHUNKS):
+            res = sampler.process(_rows(batch, part))
+            estimator.apply_traffic(res.traffic)
+            estimator.upsert_requests(res.requests)
+            answered = a_rng.random(len(res.requests)) < answer_rate
+            estimator.handle_labels(
+                [
+                    LabelResult(r.request_id, None, truth_of[r.id], None, None, None, src)
+                    for r, ok in zip(res.requests, answered, strict=True)
+                    if ok
+                ]
+            )
+            recent = estimator.labelled("default", first + b - FIT_BUCKETS + 1)
+            previous = sampler.calibration.get("default", NO_CALIBRATION)
+            sampler.calibration = {"default": recalibration.refit(previous, recent, lam0)}
+        window = next(w for w in estimator.snapshot().windows if w.segment == "")
+        out.append((b, window, falpha_exact(batch.pred, label, case.alpha)))
+    return out
+
+
+@dataclass
+class DaemonTally:
+    """The daemon path over a set of windows: exported and ratio estimates, assisted share."""
+
+    exported: Tally
+    ratio: Tally
+    assisted: int = 0
+
+    @property
+    def savings(self) -> float:
+        """(MAE of the ratio / MAE of the exported estimate)^2: labels the ratio needs more."""
+        e, r = self.exported.mae, self.ratio.mae
+        return (r / e) ** 2 if e > 0 else math.nan
+
+
+def evaluate_daemon(
+    case: StreamCase, reps: int, seed: int, answer_rate: float = 1.0
+) -> DaemonTally:
+    """The daemon path's windows after the drift's first bucket (every bucket but the cold
+    start when the stream is calibrated throughout), over ``reps`` streams."""
+    first = 1 if case.overconfidence == 1.0 else DRIFT + 1
+    out = DaemonTally(Tally([]), Tally([]))
+    for rep in range(reps):
+        for b, w, truth in run_daemon_rep(case, rep, seed, answer_rate):
+            if b < first or w.ratio is None:
+                continue
+            out.exported.add(w.f, truth)
+            out.ratio.add(w.ratio[0], truth)
+            out.assisted += w.assisted[0]
     return out
 
 
