@@ -348,3 +348,39 @@ def main(reps: int, quick: bool, seed: int, echo: Callable[[str], None]) -> int:
     for line in report(rows):
         echo(line)
     return 0
+
+
+#: (name, over-confidence, positive rate, alpha, answer rate) of the daemon-path table
+DAEMON_CELLS = (
+    ("calibrated 5%, F1", 1.0, 0.05, 0.5, 1.0),
+    ("calibrated 1%, F1", 1.0, 0.01, 0.5, 1.0),
+    ("x3 5%, F1", 3.0, 0.05, 0.5, 1.0),
+    ("x10 5%, F1", 10.0, 0.05, 0.5, 1.0),
+    ("x3 1%, F1", 3.0, 0.01, 0.5, 1.0),
+    ("x10 1%, F1", 10.0, 0.01, 0.5, 1.0),
+    ("x10 5%, recall", 10.0, 0.05, 0.0, 1.0),
+    ("x3 5%, F1, 70% answered", 3.0, 0.05, 0.5, 0.7),
+)
+
+
+def main_daemon(reps: int, seed: int, echo: Callable[[str], None]) -> int:
+    """The daemon path (``run_daemon_rep``) per cell: coverage, MAE, savings against the ratio."""
+    echo(
+        f"Daemon path, estimator: model_assisted: {reps} streams per cell, {BUCKETS} buckets of "
+        f"5000 records, 150 labels per bucket, over-confident from bucket {DRIFT} (windows: every "
+        f"bucket but the first when calibrated, from bucket {DRIFT + 1} on otherwise)"
+    )
+    echo(
+        f"  {'cell':<26} {'windows':>7} {'coverage':>9} {'ratio':>7} {'MAE':>8} {'ratio':>8}"
+        f" {'savings':>8} {'assisted':>9}"
+    )
+    for name, over, rate, alpha, answer in DAEMON_CELLS:
+        case = StreamCase(name, over, rate, alpha, 5_000, 150.0)
+        t = evaluate_daemon(case, reps, seed, answer)
+        n = len(t.exported.errors)
+        echo(
+            f"  {name:<26} {n:>7} {t.exported.coverage:>9.3f} {t.ratio.coverage:>7.3f}"
+            f" {t.exported.mae:>8.4f} {t.ratio.mae:>8.4f} {t.savings:>7.2f}x"
+            f" {t.assisted / max(n, 1):>9.2f}"
+        )
+    return 0
