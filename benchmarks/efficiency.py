@@ -4,7 +4,8 @@ Run: ``.venv/bin/python -m benchmarks.efficiency [--reps R] [--quick] [--jobs J]
 With ``--designs``: the designs that learn from their labels (recalibrated q* in two rounds,
 with and without the model-assisted estimate) against today's, on the simulated pools and two
 real cases (``benchmarks.designs``); ``--stream``: the streaming controller over a simulated
-stream whose model turns over-confident after a drift (``benchmarks.stream``).
+stream whose model turns over-confident after a drift (``benchmarks.stream``); ``--stream-daemon``:
+the same through the daemon's sampler and estimator with ``estimator: model_assisted``.
 
 For every case (a pool with true labels, a model's scores and an alpha) and every method, items
 are sampled from the pool with a budget of n labels, F_alpha is estimated with
@@ -425,15 +426,22 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
     parser.add_argument(
         "--stream", action="store_true", help="the streaming controller through a drift"
     )
+    parser.add_argument(
+        "--stream-daemon",
+        action="store_true",
+        help="the daemon's model-assisted estimate (sampler + estimator) through a drift",
+    )
     args = parser.parse_args(argv)
     reps = args.reps if args.reps is not None else (40 if args.quick else 1000)
     if args.designs:
         from benchmarks import designs
 
         return designs.main(reps, args.quick, args.jobs, args.seed, echo)
-    if args.stream:
+    if args.stream or args.stream_daemon:
         from benchmarks import stream
 
+        if args.stream_daemon:
+            return stream.main_daemon(reps, args.seed, echo)
         return stream.main(reps, args.quick, args.seed, echo)
     pool_size, n_pools = (10_000, 2) if args.quick else (20_000, 5)
     start = time.perf_counter()

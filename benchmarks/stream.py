@@ -36,8 +36,11 @@ import numpy.typing as npt
 
 from monitor.config.schema import Config, ModelConfig, WindowsConfig
 from monitor.core import recalibration
+from monitor.core.estimator import EstimatorService
+from monitor.core.messages import LabelResult, RawRecord
 from monitor.core.records import ScoredBatch
 from monitor.core.sampler import SamplerService
+from monitor.core.snapshot import WindowEstimate
 from monitor.core.windows import TrafficAggregate
 from monitor.sim.simulate import LOGIT_SD, logit_mean_for_rate
 from monitor.stats.budget import NO_CALIBRATION
@@ -50,6 +53,7 @@ DESIGNS = ("uniform", "raw", "recal", "recal+GREG")
 BUCKETS = 10
 DRIFT = 3  # first over-confident bucket
 FIT_BUCKETS = 2
+CHUNKS = 5  # steps per bucket of the daemon-path run (labels and a refit after each)
 LEVEL = 0.95
 START = 1_800_000_000.0
 
@@ -96,13 +100,14 @@ class Tally:
 PHASES = ("before", "first after", "later")
 
 
-def _config(case: StreamCase, recalibrate: bool) -> Config:
+def _config(case: StreamCase, recalibrate: bool, estimator: str = "ratio") -> Config:
     model = ModelConfig(
         name="default",
         alpha=case.alpha,
         labels_per_hour=case.labels_per_bucket,
         expected_records_per_hour=float(case.records_per_bucket),
         recalibrate=recalibrate,
+        estimator=estimator,
     )
     return Config(models={"default": model}, windows=WindowsConfig(3600, (("1h", 3600),)))
 
@@ -128,6 +133,21 @@ def _bucket_batch(
         offset=np.arange(offset, offset + n, dtype=np.int64),
     )
     return batch, label
+
+
+def _rows(batch: ScoredBatch, idx: npt.NDArray[np.intp]) -> ScoredBatch:
+    """The records ``idx`` of a batch (in their order)."""
+    return ScoredBatch(
+        ids=batch.ids[idx],
+        score=batch.score[idx],
+        pred=batch.pred[idx],
+        ts=batch.ts[idx],
+        model=batch.model[idx],
+        segment=batch.segment[idx],
+        payload=[batch.payload[i] for i in idx.tolist()],
+        partition=batch.partition[idx],
+        offset=batch.offset[idx],
+    )
 
 
 def _phase(bucket: int) -> str | None:
@@ -200,6 +220,85 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
     return out
 
 
+DaemonRows = list[tuple[int, WindowEstimate, float]]  # (bucket, the 1h window, true F_alpha)
+
+
+def run_daemon_rep(case: StreamCase, rep: int, seed: int, answer_rate: float = 1.0) -> DaemonRows:
+    """One stream through the daemon's own sampler and estimator (``estimator: model_assisted``).
+
+    Per bucket the sampler's requests and traffic go to an ``EstimatorService`` as the engine
+    passes them, in ``CHUNKS`` steps; after each step its requests are answered with probability
+    ``answer_rate`` (at random: the rest stay pending), labels as ``LabelResult`` records, and
+    the map new controls take is refitted from the estimator's labels of the last
+    ``FIT_BUCKETS`` buckets, so the refreshes inside a bucket (record 1000, 2000, 4000) take
+    maps fitted on labels of the same bucket and the bucket's p_hat mixes several maps. The
+    window "1h" of the snapshot after each bucket is that bucket: its exported (model-assisted
+    where usable) and ratio estimates against the bucket's true F_alpha.
+    """
+    config = _config(case, recalibrate=True, estimator="model_assisted")
+    sampler = SamplerService(config)
+    estimator = EstimatorService(config, clock=lambda: 0.0)
+    rng = np.random.default_rng([seed, rep])
+    a_rng = np.random.default_rng([seed, rep, 2])
+    lam0 = config.model("default").defensive
+    first = int(START // 3600)
+    out: DaemonRows = []
+    for b in range(BUCKETS):
+        batch, label = _bucket_batch(rng, case, b, rep, b * case.records_per_bucket)
+        truth_of = dict(zip(batch.ids.tolist(), label.tolist(), strict=True))
+        src = RawRecord("labels", 0, 0, 0, None, None)
+        for part in np.array_split(np.arange(len(batch)), CHUNKS):
+            res = sampler.process(_rows(batch, part))
+            estimator.apply_traffic(res.traffic)
+            estimator.upsert_requests(res.requests)
+            answered = a_rng.random(len(res.requests)) < answer_rate
+            estimator.handle_labels(
+                [
+                    LabelResult(r.request_id, None, truth_of[r.id], None, None, None, src)
+                    for r, ok in zip(res.requests, answered, strict=True)
+                    if ok
+                ]
+            )
+            recent = estimator.labelled("default", first + b - FIT_BUCKETS + 1)
+            previous = sampler.calibration.get("default", NO_CALIBRATION)
+            sampler.calibration = {"default": recalibration.refit(previous, recent, lam0)}
+        window = next(w for w in estimator.snapshot().windows if w.segment == "")
+        out.append((b, window, falpha_exact(batch.pred, label, case.alpha)))
+    return out
+
+
+@dataclass
+class DaemonTally:
+    """The daemon path over a set of windows: exported and ratio estimates, assisted share."""
+
+    exported: Tally
+    ratio: Tally
+    assisted: int = 0
+
+    @property
+    def savings(self) -> float:
+        """(MAE of the ratio / MAE of the exported estimate)^2: labels the ratio needs more."""
+        e, r = self.exported.mae, self.ratio.mae
+        return (r / e) ** 2 if e > 0 else math.nan
+
+
+def evaluate_daemon(
+    case: StreamCase, reps: int, seed: int, answer_rate: float = 1.0
+) -> DaemonTally:
+    """The daemon path's windows after the drift's first bucket (every bucket but the cold
+    start when the stream is calibrated throughout), over ``reps`` streams."""
+    first = 1 if case.overconfidence == 1.0 else DRIFT + 1
+    out = DaemonTally(Tally([]), Tally([]))
+    for rep in range(reps):
+        for b, w, truth in run_daemon_rep(case, rep, seed, answer_rate):
+            if b < first or w.ratio is None:
+                continue
+            out.exported.add(w.f, truth)
+            out.ratio.add(w.ratio[0], truth)
+            out.assisted += w.assisted[0]
+    return out
+
+
 def evaluate(case: StreamCase, reps: int, seed: int) -> dict[tuple[str, str], Tally]:
     """Tallies per (design, phase) over ``reps`` streams."""
     tallies = {(d, p): Tally([]) for d in DESIGNS for p in PHASES}
@@ -248,4 +347,40 @@ def main(reps: int, quick: bool, seed: int, echo: Callable[[str], None]) -> int:
     )
     for line in report(rows):
         echo(line)
+    return 0
+
+
+#: (name, over-confidence, positive rate, alpha, answer rate) of the daemon-path table
+DAEMON_CELLS = (
+    ("calibrated 5%, F1", 1.0, 0.05, 0.5, 1.0),
+    ("calibrated 1%, F1", 1.0, 0.01, 0.5, 1.0),
+    ("x3 5%, F1", 3.0, 0.05, 0.5, 1.0),
+    ("x10 5%, F1", 10.0, 0.05, 0.5, 1.0),
+    ("x3 1%, F1", 3.0, 0.01, 0.5, 1.0),
+    ("x10 1%, F1", 10.0, 0.01, 0.5, 1.0),
+    ("x10 5%, recall", 10.0, 0.05, 0.0, 1.0),
+    ("x3 5%, F1, 70% answered", 3.0, 0.05, 0.5, 0.7),
+)
+
+
+def main_daemon(reps: int, seed: int, echo: Callable[[str], None]) -> int:
+    """The daemon path (``run_daemon_rep``) per cell: coverage, MAE, savings against the ratio."""
+    echo(
+        f"Daemon path, estimator: model_assisted: {reps} streams per cell, {BUCKETS} buckets of "
+        f"5000 records, 150 labels per bucket, over-confident from bucket {DRIFT} (windows: every "
+        f"bucket but the first when calibrated, from bucket {DRIFT + 1} on otherwise)"
+    )
+    echo(
+        f"  {'cell':<26} {'windows':>7} {'coverage':>9} {'ratio':>7} {'MAE':>8} {'ratio':>8}"
+        f" {'savings':>8} {'assisted':>9}"
+    )
+    for name, over, rate, alpha, answer in DAEMON_CELLS:
+        case = StreamCase(name, over, rate, alpha, 5_000, 150.0)
+        t = evaluate_daemon(case, reps, seed, answer)
+        n = len(t.exported.errors)
+        echo(
+            f"  {name:<26} {n:>7} {t.exported.coverage:>9.3f} {t.ratio.coverage:>7.3f}"
+            f" {t.exported.mae:>8.4f} {t.ratio.mae:>8.4f} {t.savings:>7.2f}x"
+            f" {t.assisted / max(n, 1):>9.2f}"
+        )
     return 0

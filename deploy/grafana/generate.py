@@ -162,11 +162,13 @@ def quality_panels() -> list[Json]:
         timeseries(
             "F estimate and confidence interval ($window)",
             "Audited F_alpha of the window (line) and its confidence interval (band). The "
-            "critical alert fires when the upper bound stays below the floor.",
+            "critical alert fires when the upper bound stays below the floor. With "
+            "estimator: model_assisted, 'ratio' is the plain ratio estimate beside it.",
             targets(
                 (f"monitor_f_measure{{{MSW}}}", "F"),
                 (f"monitor_f_measure_ci_lower{{{MSW}}}", "lower"),
                 (f"monitor_f_measure_ci_upper{{{MSW}}}", "upper"),
+                (f"monitor_f_measure_ratio{{{MSW}}}", "ratio"),
             ),
             unit="percentunit",
             unit_range=(0.0, 1.0),

@@ -20,6 +20,7 @@ import yaml
 
 from monitor.config.kafka_client import CONFLUENT_OPTIONS, LIBRARIES, client_settings
 from monitor.config.schema import (
+    ESTIMATORS,
     MEASURES,
     AlertConfig,
     AlertmanagerConfig,
@@ -85,6 +86,7 @@ _MODEL_KEYS = (
     "expected_records_per_hour",
     "recalibrate",
     "refresh_records",
+    "estimator",
     "alerts",
 )
 _LABEL_KEYS = ("deadline_s", "token_secret", "park_grace_s", "max_parked")
@@ -448,6 +450,12 @@ def _model(problems: Problems, name: str, spec: Any, path: str) -> ModelConfig:
     if not isinstance(recalibrate, bool):
         problems.add(sec.where("recalibrate"), f"expected a boolean, {got(recalibrate)}")
         recalibrate = base.recalibrate
+    estimator = sec.text("estimator", base.estimator)
+    if estimator not in ESTIMATORS:
+        problems.add(
+            sec.where("estimator"), f"expected one of {', '.join(ESTIMATORS)}, {got(estimator)}"
+        )
+        estimator = base.estimator
     return ModelConfig(
         name=name,
         alpha=alpha,
@@ -459,6 +467,7 @@ def _model(problems: Problems, name: str, spec: Any, path: str) -> ModelConfig:
         ),
         recalibrate=recalibrate,
         refresh_records=sec.integer("refresh_records", base.refresh_records, 0),
+        estimator=estimator,
         alerts=alerts,
     )
 

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 MEASURES = ("f", "precision", "recall")
+#: ``models.NAME.estimator``: the ratio estimate (seed 000 Eq. 4) or the model-assisted one
+ESTIMATORS = ("ratio", "model_assisted")
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,8 @@ class ModelConfig:
     expected_records_per_hour: float = 100_000.0  # traffic guess used until traffic is measured
     recalibrate: bool = False  # q* at scores recalibrated from the labels (DESIGN.md, round 2)
     refresh_records: int = 1000  # controls also refresh at record N, 2N, 4N.. of a bucket; 0: off
+    # ratio | model_assisted: GREG with p_hat over all traffic (monitor.stats.greg) where usable
+    estimator: str = "ratio"
     alerts: AlertConfig = field(default_factory=AlertConfig)  # floors, baseline, error control
 
 

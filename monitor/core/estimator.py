@@ -14,6 +14,13 @@ Per (model, segment, window) the estimate is the Horvitz-Thompson ratio of seed 
 buckets; the intrinsic F ``sum(f s) / (alpha sum(f) + (1 - alpha) sum(s))`` and the PSI of the
 score histogram against the preceding window come from the label-free traffic aggregates.
 Segment "" aggregates all the model's traffic; other rows are per segment.
+
+With ``models.NAME.estimator: model_assisted`` the exported (and alerted) F_alpha, precision
+and recall are the regression (GREG) estimates of ``monitor.stats.greg`` where usable
+(``greg.choose``): each labelled request's p_hat as its request recorded it, the strata's N_h and
+S_h = sum p_hat from the window's traffic aggregates (under the map of the control each record was
+decided with, the same p_hat), and the same two-phase weights v = 1/(pi r_c) as the ratio. The
+ratio estimates are kept beside them (``WindowEstimate.ratio``).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from monitor.stats.calibration import calibration_error
 from monitor.stats.drift import psi
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import intrinsic_falpha_from_sums, intrinsic_falpha_se_from_sums
+from monitor.stats.greg import StratumTraffic, choose
 from monitor.stats.measures import measure_all
 from monitor.stats.response import pending_share, response_sample, worst_case_bounds
 from monitor.stats.sample import LabeledSample
@@ -361,6 +369,11 @@ class EstimatorService:
         r_pi = np.array([s.request.pi for s in reqs], dtype=np.float64)
         r_label = np.array([-1 if s.label is None else s.label for s in reqs], dtype=np.int8)
         r_dead = np.array([s.request.deadline for s in reqs], dtype=np.float64)
+        r_phat = np.array(
+            [math.nan if s.request.phat is None else s.request.phat for s in reqs],
+            dtype=np.float64,
+        )
+        assisted = cfg.estimator == "model_assisted"
         wm = self._watermarks[model]
         rows: list[WindowEstimate] = []
         for seg in ["", *segments]:
@@ -370,6 +383,8 @@ class EstimatorService:
                 ref = preceding_buckets(w_bucket, window_s, bucket_s)
                 agg = traffic.total(seg, cur)
                 ref_agg = traffic.total(seg, ref)
+                ratio: tuple[Estimate, Estimate, Estimate] | None = None
+                used, why = (False, False, False), ""
                 in_win = seg_mask & (r_bucket >= cur.start) & (r_bucket < cur.stop)
                 labelled = in_win & (r_label >= 0)
                 unlabelled = in_win & (r_label < 0)
@@ -388,10 +403,19 @@ class EstimatorService:
                     f, prec, rec = m.f, m.precision, m.recall
                     conf, lik, ess = m.confusion, m.likelihood, m.ess
                     lik_se = m.likelihood_log_se
+                    if assisted:
+                        ratio = (f, prec, rec)
+                        choice = choose(
+                            sample, r_phat[labelled], *_strata(agg), ratio, cfg.alpha, level
+                        )
+                        f, prec, rec = choice.f, choice.precision, choice.recall
+                        used, why = choice.assisted, choice.reason
                 else:
                     f = prec = rec = Estimate.missing(level)
                     conf = Confusion(math.nan, math.nan, math.nan, math.nan)
                     lik, ess, lik_se = math.nan, 0.0, math.nan
+                    ratio = (f, prec, rec) if assisted else None
+                    used, why = (False, False, False), "no labels" if assisted else ""
                 intrinsic = intrinsic_falpha_from_sums(
                     agg.pred_score_total, float(agg.n_pred), agg.score_total, cfg.alpha
                 )
@@ -441,9 +465,18 @@ class EstimatorService:
                         worst=_worst_case(*labels_in, cfg.alpha),
                         intrinsic_f_recalibrated=recal_f,
                         calibration_error=ece,
+                        ratio=ratio,
+                        assisted=used,
+                        fallback=why,
                     )
                 )
         return rows
+
+
+def _strata(agg: TrafficAggregate) -> tuple[StratumTraffic, StratumTraffic]:
+    """(N_0, S_0) and (N_1, S_1) of a window's traffic: records and sums of p_hat per stratum."""
+    n1, s1 = float(agg.n_pred), agg.pred_phat_total
+    return StratumTraffic(float(agg.n) - n1, agg.phat_total - s1), StratumTraffic(n1, s1)
 
 
 def _answer_rates(pred: np.ndarray, label: np.ndarray) -> tuple[float, float]:

@@ -106,7 +106,14 @@ def request_token(secret: str, request_id: str) -> str:
 
 @dataclass(frozen=True)
 class AuditRequest:
-    """One label request, as produced to the requests topic (key = ``request_id``)."""
+    """One label request, as produced to the requests topic (key = ``request_id``).
+
+    ``phat`` is the recalibrated probability p_hat = m(s) of the record under the calibration
+    map of the control it was decided with (the score itself while the map is the identity):
+    the value the traffic aggregates summed for it, which the model-assisted estimate
+    (``monitor.stats.greg``) needs for each labelled item. None for a request written before
+    it was recorded (such a window falls back to the ratio estimate).
+    """
 
     request_id: str
     id: str
@@ -120,9 +127,10 @@ class AuditRequest:
     deadline: float
     payload: Any = None
     token: str | None = None
+    phat: float | None = None
 
     def to_json(self) -> bytes:
-        """Deterministic JSON: sorted keys, compact separators (``token`` only when set)."""
+        """Deterministic JSON: sorted keys, compact separators (``token``, ``phat`` when set)."""
         body: dict[str, Any] = {
             "request_id": self.request_id,
             "id": self.id,
@@ -138,6 +146,8 @@ class AuditRequest:
         }
         if self.token is not None:
             body["token"] = self.token
+        if self.phat is not None:
+            body["phat"] = self.phat
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
     @property
@@ -166,11 +176,13 @@ class AuditRequest:
                 deadline=float(obj["deadline"]),
                 payload=obj.get("payload"),
                 token=obj.get("token"),
+                phat=None if obj.get("phat") is None else float(obj["phat"]),
             )
         except (KeyError, TypeError) as exc:
             msg = f"not a request: {exc!r}"
             raise ValueError(msg) from exc
-        if not (0.0 < req.pi <= 1.0 and 0.0 <= req.score <= 1.0 and req.pred in (0, 1)):
+        phat_ok = req.phat is None or 0.0 <= req.phat <= 1.0
+        if not (0.0 < req.pi <= 1.0 and 0.0 <= req.score <= 1.0 and req.pred in (0, 1) and phat_ok):
             msg = "request field out of range"
             raise ValueError(msg)
         return req

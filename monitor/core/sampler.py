@@ -4,7 +4,9 @@ Per model the decisions of a batch are vectorised: q* (seed 000, Cor. 2) at the 
 of the record's (partition, bucket), defensive mixing, ``pi = min(1, kappa q)`` and the
 deterministic decision ``hash_uniform(id, salt + "|" + model) < pi`` (see
 ``monitor.stats.budget``). A record's request id is ``blake2b(f"{salt}|{model}|{id}", 16)``, so
-a replay makes the same decisions and produces byte-identical requests.
+a replay makes the same decisions and produces byte-identical requests. A request records the
+record's p_hat under the map of the control in force (on the aggregates' fixed-point grid), so
+the estimator can pair each label with what the traffic aggregates summed for it.
 
 Controls are frozen at the first record of a bucket on a partition from that partition's
 aggregate of earlier buckets, and refreshed inside the bucket at its ``N``-th, ``2N``-th,
@@ -40,7 +42,14 @@ import numpy.typing as npt
 from monitor.config.schema import Config, ModelConfig
 from monitor.core.messages import AuditRequest, request_id_for, request_token
 from monitor.core.records import ScoredBatch
-from monitor.core.windows import GroupKey, TrafficAggregate, bucket_of, group_traffic
+from monitor.core.windows import (
+    FIXED_ONE,
+    GroupKey,
+    TrafficAggregate,
+    bucket_of,
+    group_traffic,
+    to_fixed,
+)
 from monitor.stats.budget import (
     MIN_COVERAGE,
     NO_CALIBRATION,
@@ -248,6 +257,7 @@ class SamplerService:
         if folded:
             result.folded[model] = result.folded.get(model, 0) + folded
         secret = self.config.label_token_secret
+        phat = to_fixed(cols.phat) / FIXED_ONE  # each request's p_hat as its aggregate summed it
         for j in np.flatnonzero(requested).tolist():
             rid = request_id_for(self.config.salt, model, str(cols.ids[j]))
             t = float(cols.ts[j])
@@ -265,6 +275,7 @@ class SamplerService:
                     deadline=t + self.config.label_deadline_s,
                     payload=batch.payload[int(idx[j])],
                     token=request_token(secret, rid) if secret else None,
+                    phat=float(phat[j]),
                 )
             )
 

@@ -64,6 +64,13 @@ class WindowEstimate:
     intrinsic_f_recalibrated: float = math.nan
     # design-weighted expected calibration error of the raw scores on the audited items
     calibration_error: float = math.nan
+    # with models.NAME.estimator = model_assisted (monitor.stats.greg.choose): the ratio
+    # estimates of F_alpha, precision and recall (f, precision and recall above are then the
+    # model-assisted ones where ``assisted`` says so), and why the ratio was kept where it was;
+    # None / all False / "" with the ratio estimator
+    ratio: tuple[Estimate, Estimate, Estimate] | None = None
+    assisted: tuple[bool, bool, bool] = (False, False, False)
+    fallback: str = ""
 
 
 @dataclass(frozen=True)

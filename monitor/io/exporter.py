@@ -175,10 +175,34 @@ def _render_answers(fam: _Families, w: WindowEstimate, base: tuple[str, str, str
         fam.add(f"monitor_{name}_worst_case_upper", f"{text}: highest", labels, values, high)
 
 
+def _render_ratio(fam: _Families, w: WindowEstimate, base: tuple[str, str, str]) -> None:
+    """With ``estimator: model_assisted``: the ratio estimates beside the exported ones."""
+    if w.ratio is None:
+        return
+    with_alpha = (*WINDOW_LABELS, "alpha")
+    alpha_values = (*base, alpha_label(w.alpha))
+    for (name, doc, _), est, used in zip(_MEASURES, w.ratio, w.assisted, strict=True):
+        labels, values = (
+            (with_alpha, alpha_values) if name == "f_measure" else (WINDOW_LABELS, base)
+        )
+        text = f"{doc} by the ratio estimator (for comparison)"
+        fam.add(f"monitor_{name}_ratio", text, labels, values, est.value)
+        fam.add(f"monitor_{name}_ratio_ci_lower", f"{text}: lower bound", labels, values, est.lower)
+        fam.add(f"monitor_{name}_ratio_ci_upper", f"{text}: upper bound", labels, values, est.upper)
+        fam.add(
+            "monitor_estimate_model_assisted",
+            "1 when the exported measure is the model-assisted estimate, 0 when the ratio one",
+            (*WINDOW_LABELS, "measure"),
+            (*base, name),
+            1.0 if used else 0.0,
+        )
+
+
 def _render_window(fam: _Families, w: WindowEstimate) -> None:
     base = (w.model, w.segment, w.window)
     with_alpha = (*WINDOW_LABELS, "alpha")
     alpha_values = (*base, alpha_label(w.alpha))
+    _render_ratio(fam, w, base)
     for name, doc, get in _MEASURES:
         labels, values = (
             (with_alpha, alpha_values) if name == "f_measure" else (WINDOW_LABELS, base)

@@ -26,10 +26,22 @@ with variance by linearisation from the residuals e_i = y_i - a_h - b_h p_hat_i:
 
 plus the unseen-event floor of ``monitor.stats.interval`` on the false negatives (fewer than 2
 sampled with pi < 1: pseudo events of the stratum's mean ``fpc v^2``), and the interval of
-``interval.interval_from_se`` (logit scale, t with n - 1 degrees of freedom). The map comes from
-earlier labels (it chose these items), the regression coefficients from these: the estimator is
-approximately design-unbiased (bias O(1/n)), and its coverage is measured in
-``benchmarks/efficiency.py`` rather than assumed.
+``interval.interval_from_se`` (logit scale, t with n - 1 degrees of freedom). ``se_model`` is the
+same without the finite-population correction (every fpc 1: the super-population variance the
+alerts about the model use).
+
+Labels that arrive late or never (``monitor.stats.response``): with a two-phase sample (v =
+1/(pi r_c), fpc = 1 - pi r_c, answer classes within a prediction stratum) the regression runs on
+those weights (the response homogeneity group model, Saerndal, Swensson and Wretman 1992,
+Sec. 15.6-15.7) and the variance is the two-phase one of ``interval.ratio_estimate`` applied to
+the linearised residuals z_i = dF/dY_h v_i e_i: ``sum((1 - pi) r z^2) + sum_c (1 - r_c) m_c S_c^2``.
+
+The map comes from earlier labels (it chose these items; in the daemon each record's p_hat is
+under the map of the control it was decided with, fixed before its decision, so for a fixed slope
+the correction ``(1 - I_i / pi_i)(y_i - b p_hat_i)`` has mean 0 given the past, as the
+Horvitz-Thompson terms do), the regression coefficients from these labels: the estimator is
+approximately design-unbiased (bias O(1/n)), and its coverage is measured
+(``benchmarks/efficiency.py``, ``tests/statistical/test_stream_greg.py``) rather than assumed.
 """
 
 from __future__ import annotations
@@ -41,7 +53,12 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.stats.estimate import Estimate
-from monitor.stats.interval import PSEUDO_EVENTS, interval_from_se, unseen_event_design
+from monitor.stats.interval import (
+    PSEUDO_EVENTS,
+    interval_from_se,
+    second_phase_variance,
+    unseen_event_design,
+)
 from monitor.stats.sample import LabeledSample
 
 FloatArray = npt.NDArray[np.float64]
@@ -134,14 +151,85 @@ def greg_falpha(
     value = min(max(t / d, 0.0), 1.0)
     d_t = (d - (1.0 - alpha) * t) / (d * d)
     d_m = -(1.0 - alpha) * t / (d * d)
-    unseen = unseen_event_design(
-        sample.label.astype(np.float64), sample.v, sample.fpc, ~f1, PSEUDO_EVENTS
-    )
-    var_m = neg.var + unseen
-    se = math.sqrt(d_t * d_t * pos.var + d_m * d_m * var_m)
+    # linearised residual of F per labelled item: dF/dY_h v e (the strata are sampled apart)
+    a = np.where(f1, pos.a, neg.a)
+    b = np.where(f1, pos.b, neg.b)
+    z = np.where(f1, d_t, d_m) * sample.v * (y - a - b * p)
+    answers = sample.answers
+    if answers is None:
+        sampled = float(np.dot(sample.fpc, z * z))
+    else:  # phase one, (1 - pi) r = r - (1 - fpc), then the answers (interval.ratio_estimate)
+        phase1 = np.maximum(answers.rate - 1.0 + sample.fpc, 0.0)
+        sampled = float(np.dot(phase1, z * z)) + second_phase_variance(z, answers)
+    frame = ~f1
+    unseen = unseen_event_design(y, sample.v, sample.fpc, frame, PSEUDO_EVENTS)
+    unseen_model = unseen_event_design(y, sample.v, np.ones_like(y), frame, PSEUDO_EVENTS)
+    se = math.sqrt(sampled + d_m * d_m * unseen)
+    se_model = math.sqrt(float(np.dot(z, z)) + d_m * d_m * unseen_model)
     sv = float(sample.v.sum())
+    v2 = float(np.dot(sample.v, sample.v))
     design = float(np.dot(sample.fpc, sample.v**2))
     n_eff = math.inf if design <= 0.0 else sv * sv / design
-    ess = sv * sv / float(np.dot(sample.v, sample.v))
+    ess = sv * sv / v2
     lower, upper = interval_from_se(value, se, n, n_eff, level)
-    return Estimate(value, se, lower, upper, n, ess, level)
+    return Estimate(value, se, lower, upper, n, ess, level, n_eff, se_model, ess)
+
+
+def fallback_reason(sample: LabeledSample, p_hat: npt.ArrayLike) -> str | None:
+    """Why a window keeps the ratio estimate instead of this one (None: it need not).
+
+    The model-assisted estimate is used only when every labelled item has its p_hat (requests
+    written before it was recorded have none: NaN) and each prediction stratum has at least
+    ``MIN_LABELS`` labels (with fewer, the stratum's Y_h rests on a handful of weights and the
+    linearised variance is not trusted). The caller also keeps the ratio estimate when this
+    one's standard error is the larger (``monitor.core.estimator``).
+    """
+    p = np.asarray(p_hat, dtype=np.float64)
+    if bool(np.isnan(p).any()):
+        return "labels without a recorded p_hat"
+    for k, name in ((1, "predicted positives"), (0, "predicted negatives")):
+        got = int(np.count_nonzero(sample.pred == k))
+        if got < MIN_LABELS:
+            return f"{got} labels among the {name} (fewer than {MIN_LABELS})"
+    return None
+
+
+@dataclass(frozen=True)
+class Choice:
+    """F_alpha, precision and recall as exported, which are model-assisted, and why not."""
+
+    f: Estimate
+    precision: Estimate
+    recall: Estimate
+    assisted: tuple[bool, bool, bool]
+    reason: str  # why the ratio was kept ("" when every measure is model-assisted)
+
+
+def choose(  # noqa: PLR0917  (the two estimates' inputs side by side)
+    sample: LabeledSample,
+    p_hat: npt.ArrayLike,
+    negatives: StratumTraffic,
+    positives: StratumTraffic,
+    ratio: tuple[Estimate, Estimate, Estimate],
+    alpha: float,
+    level: float,
+) -> Choice:
+    """The model-assisted F_alpha, precision and recall where usable, else the ratio ones.
+
+    The rule: the ratio estimate (``ratio``: F_alpha, precision, recall) is kept for every
+    measure when :func:`fallback_reason` gives a reason, and for one measure when the
+    model-assisted estimate of it is undefined or its standard error is larger than the
+    ratio's (so the exported one is never the less precise by its own estimate).
+    """
+    reason = fallback_reason(sample, p_hat)
+    if reason is not None:
+        return Choice(*ratio, assisted=(False, False, False), reason=reason)
+    out: list[Estimate] = []
+    used: list[bool] = []
+    for a, r in zip((alpha, 1.0, 0.0), ratio, strict=True):
+        g = greg_falpha(sample, p_hat, negatives, positives, alpha=a, level=level)
+        better = g.defined and r.defined and g.se <= r.se  # NaN compares False
+        out.append(g if better else r)
+        used.append(better)
+    why = "" if all(used) else "standard error above the ratio's"
+    return Choice(out[0], out[1], out[2], assisted=(used[0], used[1], used[2]), reason=why)

@@ -77,7 +77,7 @@ windows:
 labels: {deadline_s: 2d, park_grace_s: 0}
 models:
   fraud: {beta: 2, labels_per_day: 480, threshold: 0.7, defensive: 1}
-  churn: {alpha: 1}
+  churn: {alpha: 1, estimator: model_assisted}
 default_model: fraud
 """
     )
@@ -93,6 +93,8 @@ default_model: fraud
     assert fraud.labels_per_hour == pytest.approx(20.0)
     assert fraud.name == "fraud"
     assert config.models["churn"].alpha == 1.0
+    assert config.models["churn"].estimator == "model_assisted"
+    assert fraud.estimator == "ratio"
     assert config.default_model == "fraud"
 
 
@@ -109,6 +111,8 @@ default_model: fraud
         ({"models": {"m": {"threshold": 1.01}}}, r"^models\.m\.threshold: must be in \[0, 1\], got 1\.01$"),
         ({"models": {"m": {"defensive": 0}}}, r"^models\.m\.defensive: must be in \(0, 1\], got 0$"),
         ({"models": {"m": {"expected_records_per_hour": 0}}}, r"^models\.m\.expected_records_per_hour: must be > 0"),
+        ({"models": {"m": {"estimator": "greg"}}}, r"^models\.m\.estimator: expected one of ratio, model_assisted, got 'greg' \(a string\)$"),
+        ({"models": {"m": {"estimator": 1}}}, r"^models\.m\.estimator: expected a non-empty string, got 1"),
         ({"models": {"m": {"alpha": ".5"}}}, r"^models\.m\.alpha: expected a number, got '\.5' \(a string\)$"),
         ({"models": {"m": {"alpha": True}}}, r"^models\.m\.alpha: expected a number, got true \(a boolean\)$"),
         ({"models": {"m": {"alpha": float("nan")}}}, r"^models\.m\.alpha: must be in \[0, 1\], got nan$"),

@@ -165,6 +165,8 @@ def _window(model: str, segment: str, window: str) -> WindowEstimate:
         pending_weight=0.2,
         worst=WorstCase((0.6, 0.8), (0.7, 0.9), (0.5, 0.75)),
         psi=0.012,
+        ratio=(est, est, est),  # as with estimator: model_assisted
+        assisted=(True, True, False),
     )
 
 

@@ -312,3 +312,26 @@ def test_port_zero_binds_a_free_port() -> None:
         assert _get(f"http://127.0.0.1:{bound}/healthz")[0] == 200
     finally:
         exp.stop()
+
+
+def test_model_assisted_windows_export_the_ratio_estimates_beside(exporter: Exporter) -> None:
+    ratio = (
+        Estimate(0.69, 0.05, 0.59, 0.78, 180, 95.5, 0.95),
+        Estimate(0.81, 0.04, 0.73, 0.88, 180, 95.5, 0.95),
+        Estimate(0.61, 0.06, 0.49, 0.72, 180, 95.5, 0.95),
+    )
+    exporter.publish(Snapshot(windows=(_window(ratio=ratio, assisted=(True, False, True)),)))
+    get = exporter.registry.get_sample_value
+    assert get("monitor_f_measure", WA) == 0.71  # the exported (model-assisted) one
+    assert get("monitor_f_measure_ratio", WA) == 0.69
+    assert get("monitor_f_measure_ratio_ci_lower", WA) == 0.59
+    assert get("monitor_f_measure_ratio_ci_upper", WA) == 0.78
+    assert get("monitor_precision_ratio", W) == 0.81
+    assert get("monitor_recall_ratio_ci_upper", W) == 0.72
+    assisted = "monitor_estimate_model_assisted"
+    assert get(assisted, {**W, "measure": "f_measure"}) == 1.0
+    assert get(assisted, {**W, "measure": "precision"}) == 0.0
+    assert get(assisted, {**W, "measure": "recall"}) == 1.0
+    exporter.publish(Snapshot(windows=(_window(),)))  # the ratio estimator: nothing beside
+    assert get("monitor_f_measure_ratio", WA) is None
+    assert get(assisted, {**W, "measure": "f_measure"}) is None

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -97,6 +98,19 @@ def test_request_json_is_deterministic_and_round_trips() -> None:
     assert AuditRequest.from_json(raw) == r
     with pytest.raises(ValueError, match="request"):
         AuditRequest.from_json(b'{"id": 1}')
+
+
+def test_request_p_hat_round_trips_and_old_requests_have_none() -> None:
+    r = AuditRequest("ab", "x", "m", "", 0.25, 1, 0.5, 10.0, 0, 20.0, phat=0.125)
+    assert json.loads(r.to_json())["phat"] == 0.125
+    assert AuditRequest.from_json(r.to_json()) == r
+    old = dataclasses.replace(r, phat=None)
+    assert "phat" not in json.loads(old.to_json())  # what requests looked like before
+    assert AuditRequest.from_json(old.to_json()).phat is None
+    body = json.loads(r.to_json())
+    body["phat"] = 1.5
+    with pytest.raises(ValueError, match="out of range"):
+        AuditRequest.from_json(json.dumps(body).encode())
 
 
 def test_segment_cap_folds_new_segments_into_other(rng: np.random.Generator) -> None:

@@ -11,7 +11,7 @@ from monitor.config.schema import Config, ModelConfig
 from monitor.core import aggregates, recalibration
 from monitor.core.aggregates import BucketState
 from monitor.core.sampler import SamplerService
-from monitor.core.windows import FIXED_ONE, TrafficAggregate
+from monitor.core.windows import FIXED_ONE, TrafficAggregate, to_fixed
 from monitor.stats.budget import NO_CALIBRATION, Calibration, Control
 from monitor.stats.calibration import PlattMap
 from monitor.stats.falpha import intrinsic_falpha_from_sums
@@ -185,3 +185,39 @@ def test_a_sampler_taking_over_from_the_aggregates_topic_decides_with_the_stored
     later_ids = set(s.ids[committed:].tolist())
     want = {rid for rid, body in reference.items() if json.loads(body)["id"] in later_ids}
     assert {r.request_id for r in again} == want
+
+
+def test_requests_record_the_p_hat_their_aggregates_summed() -> None:
+    """With every record requested, the requests' p_hat add up to the aggregates' sums exactly.
+
+    The map changes between steps, so the refreshes of one bucket take different maps: each
+    request carries the p_hat of the control it was decided with, on the fixed-point grid.
+    """
+    cfg = Config(
+        models={
+            "default": ModelConfig(
+                name="default",
+                labels_per_hour=1e9,  # pi = 1 for every record
+                expected_records_per_hour=3000.0,
+                defensive=1.0,
+                refresh_records=100,
+            )
+        }
+    )
+    rng = np.random.default_rng(5)
+    s = make_stream(rng, 3000, span_s=2 * 3600.0)
+    sampler = SamplerService(cfg)
+    total = TrafficAggregate.zero()
+    requests = []
+    for k, rows in enumerate(np.array_split(np.arange(len(s)), 6)):
+        sampler.calibration = {"default": Calibration(k + 1, PlattMap(0.2 * k, 1.0 + k), 0.1)}
+        res = sampler.process(s.batch(rows))
+        requests += res.requests
+        total = sum(res.traffic.values(), total)
+    assert len(requests) == len(s)
+    phat = np.array([r.phat for r in requests], dtype=np.float64)
+    pred = np.array([r.pred for r in requests])
+    assert int(to_fixed(phat).sum()) == total.sum_phat
+    assert int(to_fixed(phat[pred == 1]).sum()) == total.sum_pred_phat
+    assert np.array_equal(to_fixed(phat) / FIXED_ONE, phat)  # already on the grid
+    assert len(np.unique(np.round(phat - np.array([r.score for r in requests]), 6))) > 10

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from monitor.sim.simulate import calibrated_pool
+from monitor.stats.estimate import Estimate
 from monitor.stats.falpha import estimate_falpha, falpha_exact
-from monitor.stats.greg import MIN_LABELS, StratumTraffic, fit_stratum, greg_falpha
+from monitor.stats.greg import MIN_LABELS, StratumTraffic, choose, fit_stratum, greg_falpha
 from monitor.stats.sample import LabeledSample
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
 
@@ -91,3 +92,53 @@ def test_covers_and_beats_the_ratio_estimate_with_a_good_map() -> None:
     assert 0.91 <= covered / reps <= 0.98
     assert np.sqrt(np.mean(np.square(greg_err))) < np.sqrt(np.mean(np.square(ratio_err)))
     assert abs(np.mean(greg_err)) < 3 * np.std(greg_err) / math.sqrt(reps)
+
+
+def _sample(rng: np.random.Generator, n: int = 400) -> tuple[LabeledSample, np.ndarray]:
+    score, label = calibrated_pool(n, 0.2, rng)
+    pred = (score >= 0.5).astype(np.int8)
+    pi = rng.uniform(0.05, 1.0, n)
+    return LabeledSample.poisson(score, pred, label, pi), pi
+
+
+def test_two_phase_variance_reduces_to_one_phase_and_grows_with_pending(
+    rng: np.random.Generator,
+) -> None:
+    one, pi = _sample(rng)
+    traffic = (StratumTraffic(5000.0, 600.0), StratumTraffic(800.0, 500.0))
+    base = greg_falpha(one, one.score, *traffic, alpha=0.5, level=0.95)
+    group = one.pred.astype(np.int64)  # classes within the prediction strata
+    every = LabeledSample.two_phase(
+        one.score, one.pred, one.label, pi, rate=np.ones(len(one)), group=group
+    )
+    same = greg_falpha(every, every.score, *traffic, alpha=0.5, level=0.95)
+    assert same.value == pytest.approx(base.value) and same.se == pytest.approx(base.se)
+    half = LabeledSample.two_phase(
+        one.score, one.pred, one.label, pi, rate=np.full(len(one), 0.5), group=group
+    )
+    pending = greg_falpha(half, half.score, *traffic, alpha=0.5, level=0.95)
+    assert pending.se > base.se
+    # the super-population se takes every fpc as 1
+    assert base.se_model > base.se and base.n_eff_model == pytest.approx(base.ess)
+
+
+def test_choose_states_why_it_keeps_the_ratio(rng: np.random.Generator) -> None:
+    s, _ = _sample(rng)
+    traffic = (StratumTraffic(5000.0, 600.0), StratumTraffic(800.0, 500.0))
+    wide = Estimate(0.5, 1.0, 0.0, 1.0, 400, 100.0, 0.95)
+    ratio = (wide, wide, wide)
+    used = choose(s, s.score, *traffic, ratio, 0.5, 0.95)
+    assert used.assisted == (True, True, True) and used.reason == ""
+    assert used.f == greg_falpha(s, s.score, *traffic, alpha=0.5, level=0.95)
+    no_phat = np.where(np.arange(len(s)) == 3, np.nan, s.score)
+    kept = choose(s, no_phat, *traffic, ratio, 0.5, 0.95)
+    assert kept.f is wide and kept.reason == "labels without a recorded p_hat"
+    assert int(s.pred.sum()) >= MIN_LABELS  # enough predicted positives; now take most away
+    keep = (s.pred == 0) | (np.cumsum(s.pred) <= MIN_LABELS - 1)
+    sub = LabeledSample(s.score[keep], s.pred[keep], s.label[keep], s.v[keep], s.fpc[keep])
+    kept = choose(sub, sub.score, *traffic, ratio, 0.5, 0.95)
+    assert kept.reason == f"{MIN_LABELS - 1} labels among the predicted positives (fewer than 20)"
+    tight = Estimate(0.5, 1e-9, 0.5, 0.5, 400, 100.0, 0.95)
+    mixed = choose(s, s.score, *traffic, (tight, wide, wide), 0.5, 0.95)
+    assert mixed.f is tight and mixed.assisted == (False, True, True)
+    assert mixed.reason == "standard error above the ratio's"

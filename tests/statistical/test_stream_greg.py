@@ -1,0 +1,77 @@
+"""Coverage of the daemon's model-assisted estimate through the streaming controller.
+
+``benchmarks.stream.run_daemon_rep``: the daemon's own sampler (recalibrating, map refitted after
+each fifth of a bucket, so a bucket's p_hat mixes maps) and estimator (``estimator:
+model_assisted``) over 10 hourly buckets of 5,000 records and 150 labels an hour, calibrated
+throughout or over-confident (logits x3, x10) from bucket 3 on. Each bucket's "1h" window is
+scored against the bucket's true F1: the exported estimate (GREG where ``greg.choose`` allows,
+else the ratio) and the ratio beside it, on the same labels. Windows: every bucket but the cold
+start (calibrated), the buckets from the second after the drift on (over-confident).
+
+Measured with 60 streams per cell (``python -m benchmarks.efficiency --stream-daemon --reps 60
+--seed 14``): coverage of the exported estimate / of the ratio, savings (MAE of the ratio / MAE of
+the exported)^2, share of windows whose F is model-assisted:
+
+    calibrated 5%, F1            0.941 / 0.941   1.31x   0.92
+    calibrated 1%, F1            0.930 / 0.931   1.01x   0.09
+    x3 5%, F1                    0.919 / 0.917   1.26x   0.92
+    x10 5%, F1                   0.906 / 0.919   1.21x   0.87
+    x3 1%, F1                    0.864 / 0.869   1.01x   0.07
+    x10 1%, F1                   0.881 / 0.881   1.00x   0.03
+    x10 5%, recall               0.908 / 0.919   1.12x   0.64
+    x3 5%, F1, 70% answered      0.914 / 0.925   1.16x   0.78
+
+At 1% positives a bucket rarely has 20 labelled predicted positives, so the ratio is kept; both
+miss 0.90 there through the streaming controller (x3, x10), a shortfall of the design, not of the
+model-assisted estimate.
+
+Here 30 streams per cell (the suite's budget, about 60 CPU seconds in all): coverage at least the
+issue's 0.90 less two binomial standard errors on that many windows (0.855-0.863), not more than
+0.03 below the ratio's on the same windows, and an MAE at most 2% above the ratio's.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+try:
+    from benchmarks import stream
+except ImportError:  # plain `pytest` does not put the repository root on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from benchmarks import stream
+
+REPS = 30
+SEED = 14
+
+CELLS = [
+    # (over-confidence, positive rate, answer rate)
+    (1.0, 0.05, 1.0),
+    (1.0, 0.01, 1.0),
+    (3.0, 0.05, 1.0),
+    (10.0, 0.05, 1.0),
+    (10.0, 0.01, 1.0),
+    (3.0, 0.05, 0.7),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("over", "rate", "answer"), CELLS)
+def test_daemon_model_assisted_estimate_covers(over: float, rate: float, answer: float) -> None:
+    name = f"x{over:g} {rate:.0%} pos, {answer:.0%} answered"
+    case = stream.StreamCase(name, over, rate, 0.5, 5_000, 150.0)
+    t = stream.evaluate_daemon(case, REPS, SEED, answer)
+    n = len(t.exported.errors)
+    print(
+        f"{name}: {n} windows, coverage {t.exported.coverage:.3f} (ratio {t.ratio.coverage:.3f}),"
+        f" MAE {t.exported.mae:.4f} (ratio {t.ratio.mae:.4f}), savings {t.savings:.2f}x,"
+        f" model-assisted in {t.assisted / n:.2f}"
+    )
+    assert n >= 0.95 * REPS * (stream.BUCKETS - (1 if over == 1.0 else stream.DRIFT + 1))
+    # the issue's goal of 0.90, less two binomial standard errors of a coverage on n windows
+    assert t.exported.coverage >= 0.90 - 2.0 * math.sqrt(0.90 * 0.10 / n)
+    assert t.exported.coverage >= t.ratio.coverage - 0.03
+    assert t.exported.mae <= 1.02 * t.ratio.mae
