@@ -208,13 +208,14 @@ def decode_map(key: bytes | None, value: bytes | None) -> tuple[str, Calibration
     if obj.get("model") != model:
         msg = f"calibration map key names model {model!r}, its value {obj.get('model')!r}"
         raise ValueError(msg)
+    want = "[version >= 1, a finite, b >= 0, lam in (0, 1]]"
     try:
         cal = Calibration.from_list(obj.get("calibration"))
     except (TypeError, ValueError) as exc:
-        msg = f"calibration map of model {model!r}: {exc}"
+        msg = f"the map of model {model!r} must be {want} ({exc})"
         raise ValueError(msg) from exc
     if cal.version < 1:
-        msg = f"calibration map of model {model!r} must have version >= 1 (0 is no map)"
+        msg = f"the map of model {model!r} must be {want} (version 0 is no map)"
         raise ValueError(msg)
     return model, cal
 
