@@ -21,7 +21,7 @@ down) rebuilds the same way.
 Calibration maps (``models.NAME.recalibrate``): the estimator publishes each map it fits on the
 aggregates topic (``monitor.core.aggregates``). The sampler takes the newest it read at the
 rebuild, then follows the partitions it read for newer ones (``TopicReader.follow``, every
-step), and new controls of a recalibrating model record the newest it holds. Which map a control
+step while a configured model recalibrates), and new controls of a recalibrating model record the newest it holds. Which map a control
 took is not a function of the scored stream, so a step that froze such a control flushes its
 states before it produces its requests: no request can be out while its control is not, and a
 sampler rebuilt at the committed offset takes the published control for a control it freezes
@@ -76,6 +76,7 @@ class SamplerEngine:
         self.sampler = self.published.service(config, self.n_partitions)
         # per recalibrating model: the newest calibration map read (new controls take it)
         self.maps: dict[str, Calibration] = {}
+        self._follow = any(m.recalibrate for m in config.models.values())
 
     # ------------------------------------------------------------ assignment
     def offsets(self) -> dict[TP, int]:
@@ -211,7 +212,8 @@ class SamplerEngine:
             return 0
         for (t, p), v in source.lag().items():
             self.metrics.set_lag(t, p, v)
-        self._follow_maps(self.aggregates.follow())
+        if self._follow:  # only maps are wanted from what follows
+            self._follow_maps(self.aggregates.follow())
         if not raw:
             self._flush(source, sink)  # idle: make everything durable now
             return 0
