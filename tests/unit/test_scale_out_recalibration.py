@@ -247,6 +247,31 @@ def test_a_rebuilt_sampler_takes_the_published_control_not_its_newer_map(
     assert _check_published_controls(log, cfg) == {0, 1, 2}
 
 
+def test_no_request_is_out_before_the_control_that_took_its_map(
+    workload: Workload, tmp_path: Path
+) -> None:
+    """The worst tear: a sampler that never flushed on its own dies, and every request it had
+    queued reached the broker, none of its bucket states. A newer map is out when the next
+    owner replays; it must still decide those records under the map the lost run took."""
+    log = _log(workload)
+    cfg = _recal(tmp_path, poll=150)
+    _publish(log, V1)
+    a, src = _sampler(log, cfg, range(PARTITIONS), flush_every_s=math.inf)
+    sink = FakeSink(log)
+    for _ in range(6):
+        a.step(src, sink)
+    assert not log.committed
+    for topic, key, value, partition in sink._queue:  # SIGKILL
+        if topic == TOPICS.requests:
+            log.append(topic, value, key, partition)
+    sink._queue.clear()
+    _publish(log, V2)
+    a2, src2 = _sampler(log, cfg, range(PARTITIONS))
+    assert a2.maps == {"default": V2}
+    _drain(a2, src2, FakeSink(log))
+    assert _check_published_controls(log, cfg) == {0, 1, 2}
+
+
 class _Estimator:
     """``--role estimator`` with its store, answering every request from the ground truth."""
 
