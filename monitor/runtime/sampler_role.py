@@ -20,13 +20,13 @@ down) rebuilds the same way.
 
 Calibration maps (``models.NAME.recalibrate``): the estimator publishes each map it fits on the
 aggregates topic (``monitor.core.aggregates``). The sampler takes the newest it read at the
-rebuild, then follows the partitions it read for newer ones (``TopicReader.follow``, every
-step while a configured model recalibrates), and new controls of a recalibrating model record the newest it holds. Which map a control
-took is not a function of the scored stream, so a step that froze such a control flushes its
-states before it produces its requests: no request can be out while its control is not, and a
-sampler rebuilt at the committed offset takes the published control for a control it freezes
-again (``as_of``'s ``ahead``), whatever maps it has read since. The requests are then the same,
-byte for byte, after any crash or hand-over.
+rebuild, then follows the partitions it read for newer ones (``TopicReader.follow``, every step
+while a configured model recalibrates), and new controls of a recalibrating model record the
+newest it holds. Which map a control took is not a function of the scored stream, so a step that
+froze such a control flushes its states before it produces its requests: no request can be out
+while its control is not, and a sampler rebuilt at the committed offset takes the published
+control for a control it freezes again (``as_of``'s ``ahead``), whatever maps it has read since.
+The requests are then the same, byte for byte, after any crash or hand-over.
 """
 
 from __future__ import annotations
