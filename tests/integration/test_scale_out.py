@@ -328,6 +328,8 @@ def test_samplers_take_the_estimators_maps_and_replay_them_byte_for_byte_through
         producer.close()
         team.stop()
     assert 0 < killed_at < CHUNKS, f"{kill_at} did not kill the sampler mid-stream"
+    if kill_at.startswith("flush"):  # flushed, not committed: the survivor took those controls
+        assert any(e["ahead"] for e in s2.events("sampler_rebuilt")), s2.log_tail()
     for run in (s1, s2, estimator):
         assert run.stop()[0] == 0, run.log_tail()
 
