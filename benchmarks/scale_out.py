@@ -315,6 +315,7 @@ def run_samplers(
     broker: int | None,
     timeout_s: float,
     library: str = "kafka-python",
+    recalibrate: bool = False,
 ) -> RunResult:
     """Run ``k`` samplers over the whole scored topic; measure as the module docstring says."""
     n = sum(ends.values())
@@ -331,6 +332,7 @@ def run_samplers(
         library=library,
         poll_timeout_ms=200,
         group=group,
+        recalibrate=recalibrate,
     )
     cpus = os.cpu_count() or 1
     pinned = pin and shutil.which("taskset") is not None
@@ -538,6 +540,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=["kafka-python", "confluent-kafka"],
         help="the samplers' Kafka client (kafka.client_library)",
     )
+    parser.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="recalibrate: true (the samplers follow the aggregates topic for maps and flush "
+        "before the requests of a step that froze a control; no estimator, so no map)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     parser.add_argument(
         "--work-dir", type=Path, help="keep configs and sampler logs here (default: a temp dir)"
@@ -569,6 +577,7 @@ def main(argv: list[str] | None = None) -> int:
                 work,
                 pin=args.pin,
                 library=args.client_library,
+                recalibrate=args.recalibrate,
                 broker=pid,
                 timeout_s=args.timeout,
             )

@@ -157,9 +157,11 @@ def write_daemon_config(
     library: str = "kafka-python",
     poll_timeout_ms: int = 100,
     group: str | None = None,
+    recalibrate: bool = False,
 ) -> Path:
     """``data_dir/monitor.yaml`` for a benchmark daemon (test consumer timeouts: fast joins)."""
     mpr = f"\n  max_poll_records: {max_poll_records}" if max_poll_records else ""
+    recal = "\n    recalibrate: true" if recalibrate else ""
     text = f"""
 kafka:
   bootstrap_servers: ["{bootstrap}"]
@@ -182,7 +184,7 @@ storage:
 models:
   default:
     labels_per_hour: {labels_per_hour:.3f}
-    expected_records_per_hour: {records_per_hour:.1f}
+    expected_records_per_hour: {records_per_hour:.1f}{recal}
 """
     path = data_dir / "monitor.yaml"
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -312,15 +312,12 @@ def _sampler_wiring(
     cleanup: contextlib.ExitStack,
 ) -> Wiring:
     """``--role sampler``: no data directory, no estimates; state on the aggregates topic."""
-    from monitor.io.kafka_io import read_topic  # noqa: PLC0415 - shell only
+    from monitor.io.kafka_io import KafkaTopicReader  # noqa: PLC0415 - shell only
 
     topics = config.kafka.topics
-    engine = SamplerEngine(
-        config,
-        exporter,
-        lambda select: read_topic(config, topics.aggregates, select),
-        failpoint=failpoint,
-    )
+    reader = KafkaTopicReader(config, topics.aggregates)
+    cleanup.callback(reader.close)
+    engine = SamplerEngine(config, exporter, reader, failpoint=failpoint)
     group = config.kafka.sampler_group_id
     connect = kafka_connect(config, [topics.scored], group, engine.on_assigned)
     return engine, connect, {"group_id": group}

@@ -21,6 +21,21 @@ force from the record at ``offset`` on (``monitor.core.sampler``); an aggregate 
 scored partition's history is read from one place. The topic is compacted (a key keeps its
 latest state) and a bucket the sampler prunes gets a tombstone (null value).
 
+The estimator publishes each calibration map it fits from a model's labels
+(``monitor.core.recalibration``) on the same topic, to EVERY partition, so a sampler finds it in
+the partitions it reads anyway::
+
+    key   = {"calibration": "model"}                             (JSON object: not a state key)
+    value = {"v": 1, "model": ..., "calibration": [version, a, b, lam]}
+
+Compaction keeps a model's latest map per partition. A sampler takes, for new controls of a
+model with ``recalibrate: true``, the newest version it has read (``as_of`` at a rebuild, then
+the records that follow); the control records it. The map is not a function of the scored
+stream, so a sampler flushes the states of a step that froze a control of such a model before
+it produces that step's requests, and a sampler rebuilt at C takes, for a control it freezes
+again at the same record, the control published beyond C (``Rebuild.ahead``) rather than its
+own newest map: the stored control wins, and the requests are the same, byte for byte.
+
 Two readers:
 
 - a sampler assigned scored partitions resumes at the group's committed offset C of each and
@@ -50,6 +65,8 @@ from monitor.core.messages import RawRecord, Reject, decode_reason
 from monitor.core.sampler import PartKey, SamplerChanges, SamplerService
 from monitor.core.windows import GroupKey, TrafficAggregate
 from monitor.stats.budget import (
+    NO_CALIBRATION,
+    Calibration,
     Control,
     control_from_list,
     control_to_list,
@@ -156,23 +173,87 @@ def decode(key: bytes | None, value: bytes | None) -> tuple[PartKey, BucketState
     return pk, state
 
 
+def is_map(key: bytes | None) -> bool:
+    """Whether a record of the aggregates topic is a calibration map (its key is an object)."""
+    return key is not None and key[:1] == b"{"
+
+
+def encode_map_key(model: str) -> bytes:
+    """The Kafka key of a model's calibration map: compact JSON ``{"calibration": "model"}``."""
+    return json.dumps({"calibration": model}, separators=(",", ":")).encode("utf-8")
+
+
+def encode_map(model: str, calibration: Calibration) -> bytes:
+    """The record value of a published calibration map (deterministic JSON)."""
+    body = {"v": FORMAT_VERSION, "model": model, "calibration": calibration.to_list()}
+    return json.dumps(body, separators=(",", ":"), sort_keys=True).encode("utf-8")
+
+
+def decode_map(key: bytes | None, value: bytes | None) -> tuple[str, Calibration]:
+    """The model and map of one map record; ``ValueError`` (what is wrong) if malformed."""
+    k = json.loads(key or b"")
+    if not (
+        isinstance(k, dict) and list(k) == ["calibration"] and isinstance(k["calibration"], str)
+    ):
+        msg = 'calibration map key must be {"calibration": "model"}'
+        raise ValueError(msg)
+    model = k["calibration"]
+    if value is None:
+        msg = f"calibration map of model {model!r} has no value (maps are never deleted)"
+        raise ValueError(msg)
+    obj = json.loads(value)
+    if not isinstance(obj, dict) or obj.get("v") != FORMAT_VERSION:
+        msg = f"calibration map value must be a JSON object with v={FORMAT_VERSION}"
+        raise ValueError(msg)
+    if obj.get("model") != model:
+        msg = f"calibration map key names model {model!r}, its value {obj.get('model')!r}"
+        raise ValueError(msg)
+    want = "[version >= 1, a finite, b >= 0, lam in (0, 1]]"
+    try:
+        cal = Calibration.from_list(obj.get("calibration"))
+    except (TypeError, ValueError) as exc:
+        msg = f"the map of model {model!r} must be {want} ({exc})"
+        raise ValueError(msg) from exc
+    if cal.version < 1:
+        msg = f"the map of model {model!r} must be {want} (version 0 is no map)"
+        raise ValueError(msg)
+    return model, cal
+
+
 def decode_states(
     records: Sequence[RawRecord],
 ) -> tuple[list[tuple[PartKey, BucketState | None]], list[Reject]]:
-    """Bucket states read from the aggregates topic (malformed ones are rejected)."""
+    """Bucket states read from the aggregates topic (malformed ones are rejected).
+
+    Calibration maps are the estimator's own records: checked (a malformed one is rejected like
+    a malformed state), never traffic.
+    """
     ok: list[tuple[PartKey, BucketState | None]] = []
     bad: list[Reject] = []
     for r in records:
+        what = "a calibration map" if is_map(r.key) else "an aggregates state"
         try:
-            ok.append(decode(r.key, r.value))
+            if is_map(r.key):
+                decode_map(r.key, r.value)
+            else:
+                ok.append(decode(r.key, r.value))
         except (ValueError, OverflowError, RecursionError) as exc:
-            bad.append(Reject(decode_reason(exc), f"not an aggregates state: {exc}"[:200], r))
+            bad.append(Reject(decode_reason(exc), f"not {what}: {exc}"[:200], r))
     return ok, bad
+
+
+@dataclass
+class Rebuild:
+    """What a sampler resuming at committed offsets reads back from the aggregates topic."""
+
+    states: dict[PartKey, BucketState]  # each bucket's state after the committed offset
+    ahead: dict[PartKey, Control]  # the latest control published beyond it, per bucket
+    maps: dict[str, Calibration]  # the newest calibration map per model
 
 
 def as_of(
     records: Iterable[tuple[bytes | None, bytes | None]], committed: Mapping[int, int]
-) -> dict[PartKey, BucketState]:
+) -> Rebuild:
     """The state of each bucket of the partitions in ``committed`` after their offset there.
 
     Args:
@@ -180,18 +261,27 @@ def as_of(
         committed: scored partition -> committed next offset C (0 when none).
 
     Returns:
-        Per key, the last state before the partition's first state with ``through > C``
-        (tombstones before it delete); for a key seen only after that point whose state was
-        opened below C (its earlier version compacted away), its first state after it.
-        Malformed records are skipped: the estimator dead-letters them.
+        ``states``: per key, the last state before the partition's first state with
+        ``through > C`` (tombstones before it delete); for a key seen only after that point
+        whose state was opened below C (its earlier version compacted away), its first state
+        after it. ``ahead``: per key, the control of its last state from that point on (what a
+        run that did not commit published). ``maps``: per model, the calibration map of the
+        highest version. Malformed records are skipped: the estimator dead-letters them.
     """
     out: dict[PartKey, BucketState] = {}
     cut: set[int] = set()
     later: dict[PartKey, BucketState] = {}
+    ahead: dict[PartKey, Control] = {}
+    maps: dict[str, Calibration] = {}
     for key, value in records:
         try:
+            if is_map(key):
+                model, cal = decode_map(key, value)
+                if cal.version > maps.get(model, NO_CALIBRATION).version:
+                    maps[model] = cal
+                continue
             pk, state = decode(key, value)
-        except ValueError:
+        except (ValueError, OverflowError, RecursionError):
             continue
         p = pk[1]
         if p not in committed:
@@ -201,13 +291,15 @@ def as_of(
         if p in cut:
             if state is not None and state.opened < committed[p]:
                 later.setdefault(pk, state)
+            if state is not None and state.control is not None:
+                ahead[pk] = state.control
         elif state is None:
             out.pop(pk, None)
         else:
             out[pk] = state
     for pk, state in later.items():
         out.setdefault(pk, state)
-    return out
+    return Rebuild(out, ahead, maps)
 
 
 Message = tuple[int, bytes, bytes | None]  # (scored partition, key, value or None)
@@ -215,15 +307,20 @@ Message = tuple[int, bytes, bytes | None]  # (scored partition, key, value or No
 
 @dataclass
 class BucketStates:
-    """The sampler's side: the latest state of each of its buckets and the records to produce."""
+    """The sampler's side: the latest state of each of its buckets and the records to produce.
+
+    ``ahead``: controls published beyond the resume point (``Rebuild.ahead``).
+    """
 
     states: dict[PartKey, BucketState] = field(default_factory=dict)
+    ahead: dict[PartKey, Control] = field(default_factory=dict)
 
     def service(self, config: Config, n_partitions: int) -> SamplerService:
         """A ``SamplerService`` resuming from these states (controls, aggregates, segments).
 
         It is told each bucket's ``through``, so records a replay brings again are decided
-        again but not counted twice.
+        again but not counted twice, and the controls published beyond it, which it takes
+        when it freezes a control again at the same record.
         """
         segments: dict[str, set[str]] = {}
         for st in self.states.values():
@@ -235,6 +332,7 @@ class BucketStates:
             controls={k: st.control for k, st in self.states.items() if st.control is not None},
             segments=segments,
             counted={k: st.through for k, st in self.states.items()},
+            published=self.ahead,
         )
 
     def record(

@@ -27,6 +27,10 @@ Records older than the retention horizon (``2 k`` buckets behind the partition's
 ``calibration`` holds, per model, the calibration map new controls take (DESIGN.md, "Learning
 from the labels"). It is fitted from labels, so the caller sets it only once it is durable;
 a control records the map it took, and a control read back from the store is used as it is.
+A sampler rebuilt from published bucket states is also given the controls a run that did not
+commit published beyond its resume point (``published``): a control frozen again at the same
+record (a bucket's first, or a refresh point) is taken from there, map included, not computed
+with the map this sampler happens to hold.
 """
 
 from __future__ import annotations
@@ -107,6 +111,7 @@ class SamplerService:
         controls: Mapping[PartKey, Control] | None = None,
         segments: Mapping[str, set[str]] | None = None,
         counted: Mapping[PartKey, int] | None = None,
+        published: Mapping[PartKey, Control] | None = None,
     ) -> None:
         self.config = config
         self.n_partitions = max(1, n_partitions)
@@ -123,6 +128,8 @@ class SamplerService:
         self._counted: dict[tuple[str, int], dict[int, int]] = {}
         for (m, p, b), through in (counted or {}).items():
             self._counted.setdefault((m, p), {})[b] = through
+        # per key: the control published beyond the resume point (the stored control wins)
+        self._published: dict[PartKey, Control] = dict(published or {})
         self._changes = SamplerChanges()
         # per model: the latest durable calibration map; new controls record it
         self.calibration: dict[str, Calibration] = {}
@@ -162,7 +169,23 @@ class SamplerService:
         folded = np.count_nonzero(out == OTHER_SEGMENT) - np.count_nonzero(segment == OTHER_SEGMENT)
         return out, max(0, int(folded))
 
+    def _stored(self, key: PartKey, offset: int | None) -> Control | None:
+        """The control of ``key`` published beyond the resume point, if any.
+
+        The one frozen at the bucket's start (``offset`` None) or the refresh in force from
+        ``offset`` on.
+        """
+        pub = self._published.get(key)
+        if pub is None:
+            return None
+        if offset is None:
+            return Control(pub.g, pub.kappa, pub.mean_qstar, pub.calibration)
+        return next((r.control for r in pub.refreshes if r.offset == offset), None)
+
     def _new_control(self, model: str, partition: int, bucket: int, horizon: int) -> Control:
+        stored = self._stored((model, partition, bucket), None)
+        if stored is not None:
+            return stored
         cfg = self.model_config(model)
         history = self._traffic.get((model, partition), {})
         earlier = [b for b in history if horizon <= b < bucket]
@@ -401,10 +424,16 @@ class SamplerService:
 
         From the latest earlier bucket within the horizon plus the bucket's records so far, over
         the time they span (``control_for_bucket`` with ``covered_s``); kappa re-solved from the
-        share of uncapped requests so far in the bucket under the control in force.
+        share of uncapped requests so far in the bucket under the control in force. A refresh
+        published beyond the resume point at ``offset`` is taken as it is.
         """
         key = (model, p, bucket)
         ctl = self._controls[key]
+        stored = self._stored(key, offset)
+        if stored is not None:
+            self._controls[key] = ctl.refreshed(offset, stored)
+            self._changes.controls[key] = self._controls[key]
+            return
         bucket_s = self.config.windows.bucket_s
         history = self._traffic.get((model, p), {})
         cur = history.get(bucket, TrafficAggregate.zero())

@@ -27,7 +27,7 @@ from monitor.config.kafka_client import kafka_client_options
 from monitor.config.schema import Config, TopicsConfig
 from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable
-from monitor.runtime.ports import RECONNECT_BACKOFF_MAX_MS, TP, Assigned
+from monitor.runtime.ports import RECONNECT_BACKOFF_MAX_MS, TP, Assigned, Entry
 
 log = logging.getLogger(__name__)
 
@@ -397,47 +397,86 @@ def ensure_topics(
 READ_IDLE_S = 0.3  # a read to the end stops after a poll this long brings nothing
 
 
-def read_topic(
-    config: Config, topic: str, select: Callable[[int], Collection[int]]
-) -> list[tuple[int, bytes | None, bytes | None]]:
+class KafkaTopicReader:
+    """A ``TopicReader``: a consumer outside any group over some partitions of one topic.
+
+    ``read`` assigns the partitions ``select(n)`` (n partitions), reads them from the beginning
+    to the end offsets taken at the start, then until a poll brings nothing for ``READ_IDLE_S``
+    (a broker may report the end of its last batch approximately); ``follow`` then returns what
+    was appended since, without waiting. A broker error is ``BrokerUnavailable`` (the next
+    ``read`` starts again with a new consumer).
+    """
+
+    def __init__(self, config: Config, topic: str) -> None:
+        self.config = config
+        self.topic = topic
+        self._consumer: KafkaConsumer | None = None
+
+    def _open(self) -> KafkaConsumer:
+        options: dict[str, Any] = {
+            "bootstrap_servers": list(self.config.kafka.bootstrap_servers),
+            "group_id": None,
+            "enable_auto_commit": False,
+            **FETCH_OPTIONS,
+            "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+            "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+        }
+        options.update(kafka_client_options(self.config.kafka, "consumer"))
+        return KafkaConsumer(**options)
+
+    def read(self, select: Callable[[int], Collection[int]]) -> list[Entry]:
+        """Every record of the partitions ``select(n)`` of the topic, in log order."""
+        out: list[Entry] = []
+        try:
+            if self._consumer is None:
+                self._consumer = self._open()
+            consumer = self._consumer
+            n = len(consumer.partitions_for_topic(self.topic) or ())
+            parts = [TopicPartition(self.topic, p) for p in sorted(select(n)) if 0 <= p < n]
+            if not parts:
+                self.close()
+                return out
+            consumer.assign(parts)
+            consumer.seek_to_beginning(*parts)
+            ends = consumer.end_offsets(parts)
+            while True:
+                polled = consumer.poll(timeout_ms=int(READ_IDLE_S * 1000), max_records=10_000)
+                for tp, recs in polled.items():
+                    out.extend((tp.partition, r.key, r.value) for r in recs)
+                if not polled and all(consumer.position(tp) >= ends[tp] for tp in parts):
+                    return out
+        except KafkaError as exc:
+            self.close()
+            msg = f"cannot read {self.topic}"
+            raise BrokerUnavailable.on(msg, exc) from exc
+
+    def follow(self) -> list[Entry]:
+        """The records appended to the partitions of the last ``read`` since then."""
+        if self._consumer is None:
+            return []
+        try:
+            polled = self._consumer.poll(timeout_ms=0, max_records=10_000)
+        except KafkaError as exc:
+            self.close()
+            msg = f"cannot read {self.topic}"
+            raise BrokerUnavailable.on(msg, exc) from exc
+        return [(tp.partition, r.key, r.value) for tp, recs in polled.items() for r in recs]
+
+    def close(self) -> None:
+        """Close the consumer (a later ``read`` opens a new one)."""
+        if self._consumer is not None:
+            with contextlib.suppress(KafkaError):
+                self._consumer.close(autocommit=False)
+            self._consumer = None
+
+
+def read_topic(config: Config, topic: str, select: Callable[[int], Collection[int]]) -> list[Entry]:
     """Every record of the partitions ``select(n)`` of ``topic`` (n partitions), in log order.
 
-    A consumer outside any group reads from the beginning to the end offsets taken at the
-    start, then until a poll brings nothing for ``READ_IDLE_S`` (a broker may report the end of
-    its last batch approximately). Returns (partition, key, value) triples.
+    Returns (partition, key, value) triples (``KafkaTopicReader.read``).
     """
-    options: dict[str, Any] = {
-        "bootstrap_servers": list(config.kafka.bootstrap_servers),
-        "group_id": None,
-        "enable_auto_commit": False,
-        **FETCH_OPTIONS,
-        "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
-        "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
-    }
-    options.update(kafka_client_options(config.kafka, "consumer"))
-    out: list[tuple[int, bytes | None, bytes | None]] = []
+    reader = KafkaTopicReader(config, topic)
     try:
-        consumer = KafkaConsumer(**options)
-    except KafkaError as exc:
-        msg = f"cannot read {topic}"
-        raise BrokerUnavailable.on(msg, exc) from exc
-    try:
-        n = len(consumer.partitions_for_topic(topic) or ())
-        parts = [TopicPartition(topic, p) for p in sorted(select(n)) if 0 <= p < n]
-        if not parts:
-            return out
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        ends = consumer.end_offsets(parts)
-        while True:
-            polled = consumer.poll(timeout_ms=int(READ_IDLE_S * 1000), max_records=10_000)
-            for tp, recs in polled.items():
-                out.extend((tp.partition, r.key, r.value) for r in recs)
-            if not polled and all(consumer.position(tp) >= ends[tp] for tp in parts):
-                return out
-    except KafkaError as exc:
-        msg = f"cannot read {topic}"
-        raise BrokerUnavailable.on(msg, exc) from exc
+        return reader.read(select)
     finally:
-        with contextlib.suppress(KafkaError):
-            consumer.close(autocommit=False)
+        reader.close()

@@ -91,7 +91,8 @@ class Engine:
     sampler and the estimator. ``role="estimator"`` reads the requests, labels and aggregates
     topics instead: the traffic comes from samplers running elsewhere
     (``monitor.runtime.sampler_role``) as bucket states, turned into exact deltas by a
-    ``TrafficFeed`` stored with the rest.
+    ``TrafficFeed`` stored with the rest. It refits the calibration maps as ``all`` does and
+    publishes each new one on the aggregates topic for the samplers (``_publish_maps``).
     """
 
     def __init__(
@@ -121,6 +122,7 @@ class Engine:
         self._last_snapshot = -1e18
         self._dirty = True
         self._capped: set[str] = set()  # models whose segment limit was reported
+        self._maps_due: set[str] = set()  # role estimator: stored maps not yet on Kafka
         self._load()
 
     def _load(self) -> None:
@@ -141,26 +143,28 @@ class Engine:
             watermarks=st.watermarks,
         )
         self.feed = TrafficFeed(st.feed) if self.role == "estimator" else None
-        if self.feed is None:
-            try:
-                self.sampler.calibration = recalibration.decode(
-                    self.store.get_json(recalibration.STORE_KEY)
-                )
-            except ValueError as exc:
-                msg = (
-                    f"the stored calibration maps ({recalibration.STORE_KEY!r} in the state "
-                    f"store) are unreadable: {exc}; restore the data directory from a backup"
-                )
-                raise StoreError(msg) from exc
+        try:
+            self.sampler.calibration = recalibration.decode(
+                self.store.get_json(recalibration.STORE_KEY)
+            )
+        except ValueError as exc:
+            msg = (
+                f"the stored calibration maps ({recalibration.STORE_KEY!r} in the state "
+                f"store) are unreadable: {exc}; restore the data directory from a backup"
+            )
+            raise StoreError(msg) from exc
+        if self.feed is not None:  # (again: a crash may have come between store and Kafka)
+            self._maps_due = set(self.sampler.calibration)
         self._dirty = True
 
     def _recalibrate(self, models: Iterable[str]) -> None:
         """Refit the calibration maps of ``models`` from their labels; durable, then in use.
 
-        Role ``all`` only (DESIGN.md, "Why it stays deterministic"): the maps are written to the
-        store in their own transaction *before* the sampler takes them, so every control that
-        records a map finds it stored, and a replay after a crash at any point reads the map
-        the lost step used (a map not yet stored was never used).
+        DESIGN.md, "Why it stays deterministic": the maps are written to the store in their own
+        transaction *before* the sampler takes them, so every control that records a map finds
+        it stored, and a replay after a crash at any point reads the map the lost step used (a
+        map not yet stored was never used). Role ``estimator``: the new maps are then due on
+        the aggregates topic, where the samplers take them (``_publish_maps``).
         """
         cal = self.sampler.calibration
         bucket_s = self.config.windows.bucket_s
@@ -180,6 +184,35 @@ class Engine:
         if new != cal:
             self.store.put_json(recalibration.STORE_KEY, recalibration.encode(new))
             self.sampler.calibration = new
+            if self.feed is not None:
+                self._maps_due.update(m for m in new if new[m] != cal.get(m))
+
+    def _publish_maps(self, source: Source, sink: Sink) -> None:
+        """Role estimator: produce the stored maps not yet on Kafka to EVERY aggregates partition.
+
+        A sampler reads the aggregates partitions of its scored partitions (``p % n``), so each
+        finds every map; compaction keeps a model's latest one per partition
+        (``monitor.core.aggregates``). Flushed before they count as published; after a crash
+        in between, ``_load`` publishes the stored maps again (a sampler ignores a map whose
+        version it has).
+        """
+        topic = self.config.kafka.topics.aggregates
+        n = max(1, source.partitions_for(topic))
+        cal = self.sampler.calibration
+        for model in sorted(self._maps_due):
+            key, value = aggregates.encode_map_key(model), aggregates.encode_map(model, cal[model])
+            for p in range(n):
+                sink.produce(topic, key, value, p)
+        sink.flush(FLUSH_TIMEOUT_S)
+        log.info(
+            "calibration maps published",
+            extra={
+                "event": "calibration_published",
+                "maps": {m: cal[m].version for m in sorted(self._maps_due)},
+                "partitions": n,
+            },
+        )
+        self._maps_due.clear()
 
     @property
     def topics(self) -> list[str]:
@@ -294,8 +327,10 @@ class Engine:
             if fp is not None:
                 fp.hit("commit")
         labels_ok = self.estimator.take_label_counts()
-        if labels_ok and self.feed is None:
+        if labels_ok:
             self._recalibrate(labels_ok)
+        if self._maps_due:
+            self._publish_maps(source, sink)
         count_step(self.metrics, records, requested, labels_ok, rejects)
         latencies = self.estimator.take_label_latencies()
         if latencies:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from monitor.errors import RejectReason
 
 TP = tuple[str, int]  # (topic, partition)
+Entry = tuple[int, bytes | None, bytes | None]  # (partition, key, value) of a topic read whole
 Assigned = Callable[[Sequence[TP]], None]  # called with a consumer's new assignment
 # both Kafka clients retry a lost broker at most this far apart
 RECONNECT_BACKOFF_MAX_MS = 10_000
@@ -76,6 +77,22 @@ class Sink(Protocol):
 
     def flush(self, timeout_s: float) -> None:
         """Wait until every queued record is acknowledged; ``BrokerUnavailable`` otherwise."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection."""
+        ...
+
+
+class TopicReader(Protocol):
+    """One topic read outside any group: some partitions from the beginning, then what follows."""
+
+    def read(self, select: Callable[[int], Collection[int]]) -> list[Entry]:
+        """Every record of the partitions ``select(n)`` (of n), in log order per partition."""
+        ...
+
+    def follow(self) -> list[Entry]:
+        """Records appended to those partitions since the last ``read``/``follow``; no wait."""
         ...
 
     def close(self) -> None:

@@ -17,29 +17,36 @@ partition handed from one sampler to another, even by a SIGKILL mid-flush or bet
 its commit, yields the same requests (some twice, with the same key and bytes, which the
 estimator ignores) and the same aggregates as one ``--role all`` process. A failed step (broker
 down) rebuilds the same way.
+
+Calibration maps (``models.NAME.recalibrate``): the estimator publishes each map it fits on the
+aggregates topic (``monitor.core.aggregates``). The sampler takes the newest it read at the
+rebuild, then follows the partitions it read for newer ones (``TopicReader.follow``, every step
+while a configured model recalibrates), and new controls of a recalibrating model record the
+newest it holds. Which map a control took is not a function of the scored stream, so a step that
+froze such a control flushes its states before it produces its requests: no request can be out
+while its control is not, and a sampler rebuilt at the committed offset takes the published
+control for a control it freezes again (``as_of``'s ``ahead``), whatever maps it has read since.
+The requests are then the same, byte for byte, after any crash or hand-over.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Sequence
 
 from monitor.config.schema import Config
-from monitor.core.aggregates import BucketStates, as_of
+from monitor.core.aggregates import BucketStates, as_of, decode_map, is_map
 from monitor.core.records import deadletter_value, decode_scored
 from monitor.errors import BrokerUnavailable
 from monitor.runtime.engine import FLUSH_TIMEOUT_S, count_step, split_poll
 from monitor.runtime.failpoint import Failpoint
-from monitor.runtime.ports import TP, Metrics, Sink, Source
+from monitor.runtime.ports import TP, Entry, Metrics, Sink, Source, TopicReader
+from monitor.stats.budget import NO_CALIBRATION, Calibration
 
 log = logging.getLogger(__name__)
 
 FLUSH_EVERY_S = 0.5  # flush and commit at most this often while records keep coming
-
-Entry = tuple[int, bytes | None, bytes | None]  # (partition, key, value)
-# reads the given partitions (a function of the partition count) of the aggregates topic
-ReadAggregates = Callable[[Callable[[int], Collection[int]]], list[Entry]]
 
 
 class SamplerEngine:
@@ -49,7 +56,7 @@ class SamplerEngine:
         self,
         config: Config,
         metrics: Metrics,
-        read_aggregates: ReadAggregates,
+        aggregates: TopicReader,
         *,
         failpoint: Failpoint | None = None,
         flush_every_s: float = FLUSH_EVERY_S,
@@ -57,7 +64,7 @@ class SamplerEngine:
         self.config = config
         self.flush_every_s = flush_every_s
         self.metrics = metrics
-        self.read_aggregates = read_aggregates
+        self.aggregates = aggregates
         self.failpoint = failpoint
         self.n_partitions = 1
         self._assigned: set[int] = set()  # scored partitions
@@ -67,6 +74,9 @@ class SamplerEngine:
         self._stale = False  # the state does not match the assignment: rebuild before a step
         self.published = BucketStates()
         self.sampler = self.published.service(config, self.n_partitions)
+        # per recalibrating model: the newest calibration map read (new controls take it)
+        self.maps: dict[str, Calibration] = {}
+        self._follow = any(m.recalibrate for m in config.models.values())
 
     # ------------------------------------------------------------ assignment
     def offsets(self) -> dict[TP, int]:
@@ -91,9 +101,13 @@ class SamplerEngine:
             self._n_aggregates = max(1, n)
             return {p % self._n_aggregates for p in at}
 
-        records = self.read_aggregates(select)
-        self.published = BucketStates(as_of(((k, v) for _, k, v in records), at))
+        records = self.aggregates.read(select)
+        rebuilt = as_of(((k, v) for _, k, v in records), at)
+        self.published = BucketStates(rebuilt.states, rebuilt.ahead)
         self.sampler = self.published.service(self.config, self.n_partitions)
+        self.maps = {}
+        for model, cal in sorted(rebuilt.maps.items()):
+            self._take_map(model, cal)
         source.seek(committed)
         self._stale = False
         log.info(
@@ -102,10 +116,40 @@ class SamplerEngine:
                 "event": "sampler_rebuilt",
                 "partitions": sorted(at),
                 "buckets": len(self.published.states),
+                "ahead": len(rebuilt.ahead),
+                "maps": {m: c.version for m, c in sorted(self.maps.items())},
                 "records_read": len(records),
                 "seconds": round(time.monotonic() - started, 3),
             },
         )
+
+    def _take_map(self, model: str, cal: Calibration) -> None:
+        """Use ``cal`` for new controls of ``model`` if it recalibrates and ``cal`` is newer."""
+        if not self.config.model(model).recalibrate:
+            return
+        if cal.version <= self.maps.get(model, NO_CALIBRATION).version:
+            return
+        self.maps[model] = cal
+        self.sampler.calibration[model] = cal
+        log.info(
+            "calibration map taken",
+            extra={"event": "calibration_taken", "model": model, "version": cal.version},
+        )
+
+    def _follow_maps(self, records: Sequence[Entry]) -> None:
+        """Take the maps among records appended to the aggregates partitions since last read."""
+        for p, key, value in records:
+            if not is_map(key):
+                continue  # a bucket state (ours or another sampler's)
+            try:
+                model, cal = decode_map(key, value)
+            except (ValueError, RecursionError) as exc:
+                log.warning(
+                    "malformed calibration map skipped (the estimator dead-letters it)",
+                    extra={"event": "calibration_malformed", "partition": p, "error": str(exc)},
+                )
+                continue
+            self._take_map(model, cal)
 
     def set_partitions(self, n: int) -> None:
         """The scored topic's partition count (the budget is split evenly across them)."""
@@ -168,6 +212,8 @@ class SamplerEngine:
             return 0
         for (t, p), v in source.lag().items():
             self.metrics.set_lag(t, p, v)
+        if self._follow:  # only maps are wanted from what follows
+            self._follow_maps(self.aggregates.follow())
         if not raw:
             self._flush(source, sink)  # idle: make everything durable now
             return 0
@@ -180,11 +226,17 @@ class SamplerEngine:
         res = self.sampler.process(batch)
         starts = {p: o for (_, p), o in first.items()}
         ends = {p: o for (_, p), o in offsets.items()}
-        messages = self.published.record(res.traffic, self.sampler.take_changes(), starts, ends)
-        for req in res.requests:
-            sink.produce(topics.requests, req.key, req.to_json())
+        changes = self.sampler.take_changes()
+        messages = self.published.record(res.traffic, changes, starts, ends)
         for p, key, value in messages:
             sink.produce(topics.aggregates, key, value, p % self._n_aggregates)
+        if any(cfg.model(k[0]).recalibrate for k in changes.controls):
+            # a control took a map the stream does not determine: out before its requests
+            sink.flush(FLUSH_TIMEOUT_S)
+            if fp is not None:
+                fp.hit("flush")
+        for req in res.requests:
+            sink.produce(topics.requests, req.key, req.to_json())
         for rej in rejects:
             sink.produce(topics.deadletter, rej.record.key, deadletter_value(rej))
         if fp is not None:

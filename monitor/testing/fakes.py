@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable
-from monitor.runtime.ports import TP
+from monitor.runtime.ports import TP, Entry
 
 
 @dataclass
@@ -137,6 +137,33 @@ class FakeSink:
         for topic, key, value, partition in self._queue:
             self.log.append(topic, value, key, partition)
         self._queue.clear()
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class FakeTopicReader:
+    """A ``TopicReader`` over one topic of a ``FakeLog``."""
+
+    def __init__(self, log_: FakeLog, topic: str) -> None:
+        self.log = log_
+        self.topic = topic
+        self._pos: dict[int, int] = {}  # partition -> next index to return
+
+    def read(self, select: Callable[[int], Collection[int]]) -> list[Entry]:
+        """Every record of the selected partitions; ``follow`` continues after them."""
+        parts = self.log.topics.get(self.topic, [])
+        self._pos = {p: 0 for p in sorted(select(len(parts))) if 0 <= p < len(parts)}
+        return self.follow()
+
+    def follow(self) -> list[Entry]:
+        """The records appended to the selected partitions since the last call."""
+        out: list[Entry] = []
+        for p, at in self._pos.items():
+            part = self.log.topics[self.topic][p]
+            out.extend((p, k, v) for k, v, _ in part[at:])
+            self._pos[p] = len(part)
+        return out
 
     def close(self) -> None:
         """Nothing to release."""

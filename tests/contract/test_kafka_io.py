@@ -13,10 +13,10 @@ import pytest
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.core.messages import RawRecord
 from monitor.io.confluent_io import ConfluentSink, ConfluentSource
-from monitor.io.kafka_io import KafkaSink, KafkaSource, ensure_topics
-from monitor.runtime.ports import Sink, Source
+from monitor.io.kafka_io import KafkaSink, KafkaSource, KafkaTopicReader, ensure_topics
+from monitor.runtime.ports import Sink, Source, TopicReader
 from monitor.sim.embedded_broker import EmbeddedBroker
-from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
+from monitor.testing.fakes import FakeLog, FakeSink, FakeSource, FakeTopicReader
 from tests.conftest import Broker
 
 TP = tuple[str, int]
@@ -44,6 +44,7 @@ class Bus:
     topics: TopicsConfig
     make_source: Callable[[Callable[[], Mapping[TP, int]], TopicsConfig], Source]
     make_sink: Callable[[], Sink]
+    make_reader: Callable[[str], TopicReader]
     closers: list[Callable[[], None]]
 
     def source(
@@ -52,6 +53,11 @@ class Bus:
         src = self.make_source(lambda: dict(stored or {}), topics or self.topics)
         self.closers.append(src.close)
         return src
+
+    def reader(self, topic: str) -> TopicReader:
+        rdr = self.make_reader(topic)
+        self.closers.append(rdr.close)
+        return rdr
 
     def sink(self) -> Sink:
         snk = self.make_sink()
@@ -88,6 +94,7 @@ def bus(request: pytest.FixtureRequest) -> Iterator[Bus]:
                 log, list(dict.fromkeys([t.scored, t.requests, t.labels])), stored
             ),
             lambda: FakeSink(log),
+            lambda topic: FakeTopicReader(log, topic),
             closers,
         )
     else:
@@ -104,7 +111,13 @@ def bus(request: pytest.FixtureRequest) -> Iterator[Bus]:
             cfg = replace(config, kafka=kafka)
             return source_class(cfg, stored)
 
-        yield Bus(topics, make_source, lambda: sink_class(config), closers)
+        yield Bus(
+            topics,
+            make_source,
+            lambda: sink_class(config),
+            lambda topic: KafkaTopicReader(config, topic),  # kafka-python whatever the library
+            closers,
+        )
     for close in reversed(closers):
         close()
 
@@ -185,6 +198,23 @@ def test_sink_writes_to_a_partition_and_writes_tombstones(bus: Bus) -> None:
     reader = bus.source(topics=TopicsConfig(scored=a, requests=a, labels=a, deadletter=a))
     got = _drain(reader, 2, a)
     assert [(r.partition, r.key, r.value) for r in got] == [(0, b"k1", b"state"), (0, b"k1", None)]
+
+
+def test_a_topic_reader_reads_partitions_whole_then_follows_what_is_appended(bus: Bus) -> None:
+    a = bus.topics.aggregates
+    bus.produce(a, [b"x", b"y"])
+    reader = bus.reader(a)
+    assert reader.read(range) == [(0, b"k0", b"x"), (0, b"k1", b"y")]
+    bus.produce(a, [b"z"])
+    got: list[tuple[int, bytes | None, bytes | None]] = []
+    deadline = time.monotonic() + 20.0
+    while not got and time.monotonic() < deadline:
+        got = reader.follow()  # never waits
+        time.sleep(0.05)
+    assert got == [(0, b"k0", b"z")]
+    assert reader.follow() == []
+    assert reader.read(lambda n: [n]) == []  # no such partition: nothing, and nothing follows
+    assert reader.follow() == []
 
 
 @pytest.mark.integration

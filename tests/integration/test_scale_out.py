@@ -5,6 +5,13 @@ The killed sampler dies either right after a flush (its bucket states are on the
 topic, its offsets are not committed) or right after queueing a step (the producer may have sent
 part of it): the survivor takes its partitions over, decides those records again and must
 neither lose nor double count them.
+
+With ``recalibrate: true`` the estimator refits the calibration map from a simulated audit
+team's labels while the stream arrives in chunks, and the samplers take each map it publishes;
+a map depends on when labels arrived, so that run is checked as the in-process one is
+(tests/unit/test_scale_out_recalibration.py): one byte string per request id across the kill and
+the hand-overs, every control records a map the estimator published, and the whole scored
+topic decided again from the published controls alone gives exactly the requests on the topic.
 """
 
 from __future__ import annotations
@@ -23,10 +30,16 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from monitor.config.load import load_config
 from monitor.config.schema import TopicsConfig
+from monitor.core import aggregates
+from monitor.core.records import decode_scored
+from monitor.core.sampler import PartKey, SamplerService
 from monitor.io.kafka_io import read_topic
 from monitor.runtime.failpoint import Failpoint
+from monitor.sim.auditors import AuditPolicy, SimulatedAuditTeam
 from monitor.sim.embedded_broker import free_port
 from monitor.sim.workload import Workload, WorkloadSpec, generate
+from monitor.stats.budget import NO_CALIBRATION, Calibration, Control
+from monitor.testing.fakes import FakeLog, FakeSource
 from tests.conftest import Broker
 from tests.integration.test_daemon_kafka import Run, _labels, _produce, _yaml
 
@@ -57,7 +70,12 @@ def deploy(broker: Broker, tmp_path: Path) -> Iterator[Callable[..., Callable[[s
     procs: list[Proc] = []
 
     def _deploy(
-        topics: TopicsConfig, name: str, group: str, library: str = "kafka-python"
+        topics: TopicsConfig,
+        name: str,
+        group: str,
+        library: str = "kafka-python",
+        *,
+        recalibrate: bool = False,
     ) -> Callable[[str], Proc]:
         path = tmp_path / f"{name}.yaml"
         text = _yaml(
@@ -72,6 +90,10 @@ def deploy(broker: Broker, tmp_path: Path) -> Iterator[Callable[..., Callable[[s
             refresh_records=40,  # ~250 records per partition-hour: refreshes at 40, 80, 160
             extra="sampling:\n  max_segments_per_model: 8\n",
         )
+        if recalibrate:
+            text = text.replace(
+                "    expected_records", "    recalibrate: true\n    expected_records"
+            )
         path.write_text(text)
         config = load_config(path)
 
@@ -210,3 +232,116 @@ def test_two_samplers_and_an_estimator_equal_one_process_through_a_sigkill(
     assert s2.stop()[0] == 0, s2.log_tail()
     assert estimator.stop()[0] == 0, estimator.log_tail()
     assert estimator.snapshot_repr() == ref_estimates
+
+
+CHUNKS = 6
+
+
+def _published(run: Run) -> tuple[list[Calibration], dict[PartKey, Control]]:
+    """The maps on the aggregates topic, and each bucket's last published control."""
+    maps: list[Calibration] = []
+    controls: dict[PartKey, Control] = {}
+    for _, key, value in read_topic(run.config, run.config.kafka.topics.aggregates, range):
+        if aggregates.is_map(key):
+            maps.append(aggregates.decode_map(key, value)[1])
+            continue
+        pk, state = aggregates.decode(key, value)
+        if state is not None and state.control is not None:
+            controls[pk] = state.control
+    return maps, controls
+
+
+def _decided_again(run: Run, controls: dict[PartKey, Control]) -> dict[str, bytes]:
+    """The whole scored topic decided from scratch by a sampler holding only ``controls``."""
+    config = run.config
+    log = FakeLog()
+    log.create(config.kafka.topics.scored, PARTITIONS)
+    for p, _, value in read_topic(config, config.kafka.topics.scored, range):
+        log.append(config.kafka.topics.scored, value, partition=p)
+    source = FakeSource(log, [config.kafka.topics.scored], lambda: {})
+    batch, bad = decode_scored(source.poll(10**9, 0.0), config, now=time.time())
+    assert not bad
+    sampler = SamplerService(config, PARTITIONS, controls=controls)
+    return {r.request_id: r.to_json() for r in sampler.process(batch).requests}
+
+
+@pytest.mark.parametrize("kill_at", ["flush:12", "produce:10"])
+def test_samplers_take_the_estimators_maps_and_replay_them_byte_for_byte_through_a_sigkill(
+    kill_at: str,
+    broker: Broker,
+    make_topics: Callable[..., TopicsConfig],
+    deploy: Callable[..., Callable[[str], Proc]],
+) -> None:
+    w = generate(WorkloadSpec(n=6000, hours=6.0, seed=5, segments=("eu", "us")))
+    topics = make_topics(PARTITIONS)
+    make = deploy(topics, "recal", "g-recal", recalibrate=True)
+    estimator, s1, s2 = make("estimator"), make("sampler-1"), make("sampler-2")
+    assert estimator.config.model("default").recalibrate
+    estimator.launch("estimator")
+    s1.launch("sampler", env={Failpoint.ENV: kill_at})
+    s2.launch("sampler")
+    _wait("each sampler to own two partitions", lambda: _owned(s1) == _owned(s2) == 2, [s1, s2])
+    team = SimulatedAuditTeam(
+        dict(w.truth_rows()),
+        broker.bootstrap,
+        topics.requests,
+        topics.labels,
+        policy=AuditPolicy(delay_s=0.0, seed=3),
+    ).start()
+    group = estimator.config.kafka.sampler_group_id
+    records = [json.dumps(r).encode() for r in w.records()]
+    sent = dict.fromkeys(range(PARTITIONS), 0)
+    size = len(records) // CHUNKS
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20)
+    killed_at = -1  # the chunk before which the first sampler was found SIGKILLed
+    try:
+        for c in range(CHUNKS):
+            published = len(estimator.events("calibration_published"))
+            assert s1.proc is not None
+            if killed_at < 0 and s1.proc.poll() is not None:
+                assert s1.proc.returncode == -signal.SIGKILL, s1.log_tail()
+                killed_at = c
+                rebuilt = len(s1.events("sampler_rebuilt"))
+                s1.launch("sampler")  # back without the failpoint: partitions move again
+
+                def back(n: int = rebuilt) -> bool:
+                    return len(s1.events("sampler_rebuilt")) > n
+
+                _wait("the restarted sampler to take partitions", back, [estimator, s2, s1])
+            for i in range(c * size, len(records) if c == CHUNKS - 1 else (c + 1) * size):
+                producer.send(topics.scored, records[i], partition=i % PARTITIONS)
+                sent[i % PARTITIONS] += 1
+            producer.flush()
+            live = [estimator, s2] + ([s1] if killed_at >= 0 else [])
+            _wait(
+                f"the samplers to commit chunk {c}",
+                lambda: _group_offsets(broker, group, topics.scored) == sent,
+                live,
+            )
+            if c < CHUNKS - 1:  # the labels of the chunk come back and the map is refitted
+
+                def refitted(n: int = published) -> bool:
+                    return len(estimator.events("calibration_published")) > n
+
+                _wait(f"a new map after chunk {c}", refitted, live)
+    finally:
+        producer.close()
+        team.stop()
+    assert 0 < killed_at < CHUNKS, f"{kill_at} did not kill the sampler mid-stream"
+    if kill_at.startswith("flush"):  # flushed, not committed: the survivor took those controls
+        assert any(e["ahead"] for e in s2.events("sampler_rebuilt")), s2.log_tail()
+    for run in (s1, s2, estimator):
+        assert run.stop()[0] == 0, run.log_tail()
+
+    requests, _ = _requests(estimator)  # one byte string per request id
+    maps, controls = _published(estimator)
+    assert len({m.version for m in maps}) >= 3
+    used = [
+        s.calibration for c in controls.values() for s in (c, *(r.control for r in c.refreshes))
+    ]
+    assert all(c == NO_CALIBRATION or c in maps for c in used)
+    assert len({c.version for c in used} - {0}) >= 2, "the map did not change mid-stream"
+    assert _decided_again(estimator, controls) == requests
+    taken = [e["version"] for r in (s1, s2) for e in r.events("calibration_taken")]
+    assert len(set(taken)) >= 2
+    assert not read_topic(estimator.config, topics.deadletter, range)

@@ -177,7 +177,7 @@ def test_a_sampler_taking_over_from_the_aggregates_topic_decides_with_the_stored
             messages.append((key, value))
     assert {c.calibration.version for c in a._controls.values()} == {0, 2}
     # a new sampler, that never saw the map, resumes at `committed` from the published states
-    b = aggregates.BucketStates(aggregates.as_of(messages, {0: committed})).service(cfg, 1)
+    b = aggregates.BucketStates(aggregates.as_of(messages, {0: committed}).states).service(cfg, 1)
     assert b.calibration == {}
     again = b.process(s.batch(slice(committed, None))).requests
     assert again and all(reference[r.request_id] == r.to_json() for r in again)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +23,9 @@ from monitor.core.snapshot import Snapshot
 from monitor.io.exporter import Exporter
 from monitor.io.store import Store
 from monitor.runtime.engine import Engine
-from monitor.runtime.sampler_role import Entry, ReadAggregates, SamplerEngine
+from monitor.runtime.sampler_role import SamplerEngine
 from monitor.sim.workload import Workload, WorkloadSpec, generate
-from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
+from monitor.testing.fakes import FakeLog, FakeSink, FakeSource, FakeTopicReader
 
 TOPICS = Config().kafka.topics
 PARTITIONS = 4
@@ -89,19 +89,14 @@ class PartSource(FakeSource):
         engine.on_assigned(mine)
 
 
-def _reader(log: FakeLog) -> ReadAggregates:
-    def read(select: Callable[[int], Collection[int]]) -> list[Entry]:
-        parts = log.topics[TOPICS.aggregates]
-        return [(p, k, v) for p in sorted(select(len(parts))) for k, v, _ in parts[p]]
-
-    return read
-
-
 def _sampler(
     log: FakeLog, cfg: Config, partitions: Collection[int], flush_every_s: float = 0.0
 ) -> tuple[SamplerEngine, PartSource]:
     engine = SamplerEngine(
-        cfg, Exporter(cfg, CollectorRegistry()), _reader(log), flush_every_s=flush_every_s
+        cfg,
+        Exporter(cfg, CollectorRegistry()),
+        FakeTopicReader(log, TOPICS.aggregates),
+        flush_every_s=flush_every_s,
     )
     engine.set_partitions(PARTITIONS)
     source = PartSource(log, engine, partitions)
