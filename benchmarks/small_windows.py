@@ -9,15 +9,28 @@ window's realised value. Columns, on the same samples:
 - ``shipped``: ``estimate_falpha`` (jackknife-corrected ratio, delta se with c = 2 pseudo
   false negatives while fewer were seen, logit-t interval, Wilson on n_eff at 0 or 1);
 - ``c=1``: the same with one pseudo event (``pseudo_events=1``);
-- ``c=0``: no pseudo events (the interval that collapsed to a point);
-- ``KG``: Korn and Graubard's (1998) Clopper-Pearson interval on the effective counts
-  n* = G (1 - G) / se^2 (x (z / t_{n-1})^2), x* = G n*, with the shipped se.
+- ``score c``: the same with a pseudo-event count from the scores: the false negatives expected
+  among the sampled predicted negatives, ``sum s_i`` over those with pi < 1 (= E[k] under the
+  design if the scores are calibrated), clipped to [1/2, 2];
+- four intervals on the effective counts of the shipped estimate, n* = G (1 - G) / se^2 and
+  x* = G n* (n_eff when G is 0 or 1; Korn and Graubard 1998), with the shipped se:
+  ``KG``: Clopper-Pearson on the degrees-of-freedom adjusted n* (z / t_{n-1})^2;
+  ``mid-p``: the mid-p Clopper-Pearson interval on the same counts (P(X > x) + P(X = x) / 2 =
+  2.5%, with the incomplete beta function for non-integer counts);
+  ``Jeffreys``: the 2.5% and 97.5% quantiles of Beta(x* + 1/2, n* - x* + 1/2) on the same counts
+  (0 at x* = 0, 1 at x* = n*; Brown, Cai and DasGupta 2001);
+  ``Wilson-t``: Wilson's score interval on n* with the t_{n-1} quantile (the shipped fallback
+  at 0 or 1, used everywhere).
 
 Precision (alpha = 1) is left out: in these windows the predicted positives are a census and its
 interval is exact. Every cell is reported; the goal of issue 11 is coverage 0.93-0.97.
+``--scenario overconfident`` reports logits x3 (labels from the calibrated score, reported
+score over-confident); ``--scenario drift`` adds positives at the window's positive rate
+uniformly over the records, so the scores miss them (a model that degraded).
 
     .venv/bin/python benchmarks/small_windows.py              # 1,000 windows per cell
     .venv/bin/python benchmarks/small_windows.py --reps 300   # quicker
+    .venv/bin/python benchmarks/small_windows.py --reps 300 --scenario overconfident
 """
 
 from __future__ import annotations
@@ -28,12 +41,12 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, special
 
 from monitor.sim.simulate import calibrated_pool
 from monitor.stats.estimate import Estimate
 from monitor.stats.falpha import estimate_falpha, falpha_exact, intrinsic_falpha
-from monitor.stats.interval import t_quantile
+from monitor.stats.interval import t_quantile, wilson_interval
 from monitor.stats.sample import LabeledSample
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
 
@@ -42,46 +55,121 @@ RATES = (0.01, 0.05, 0.2)
 ALPHAS = (0.0, 0.5)
 SHARE = 0.35
 LEVEL = 0.95
-Interval = Callable[[LabeledSample, float], tuple[float, float] | None]
+TAIL = (1.0 - LEVEL) / 2.0
+Z = float(special.ndtri(1.0 - TAIL))
+SCENARIOS = ("calibrated", "overconfident", "drift")
+Bounds = tuple[float, float]
+Interval = Callable[[LabeledSample, float], Bounds | None]
+CountInterval = Callable[[float, float], Bounds]
 
 
-def _bounds(est: Estimate) -> tuple[float, float] | None:
+def _bounds(est: Estimate) -> Bounds | None:
     return (est.lower, est.upper) if est.defined else None
 
 
-def korn_graubard(sample: LabeledSample, alpha: float) -> tuple[float, float] | None:
-    """Clopper-Pearson on the effective counts of the shipped estimate (see module docstring)."""
+def effective_counts(est: Estimate, *, df: bool) -> tuple[float, float]:
+    """``(x*, n*)``: n* = G (1 - G) / se^2 (n_eff at G = 0 or 1), times (z / t)^2 if ``df``."""
+    g, se = est.value, est.se
+    n = g * (1.0 - g) / se**2 if 0.0 < g < 1.0 and se > 0.0 else est.n_eff
+    if df:
+        n *= (Z / t_quantile(LEVEL, est.n_labels)) ** 2
+    return g * n, n
+
+
+def clopper_pearson(x: float, n: float) -> Bounds:
+    """Clopper-Pearson on (possibly non-integer) counts: beta quantiles."""
+    lower = float(special.betaincinv(x, n - x + 1.0, TAIL)) if x > 0.0 else 0.0
+    upper = float(special.betaincinv(x + 1.0, n - x, 1.0 - TAIL)) if x < n else 1.0
+    return lower, upper
+
+
+def jeffreys(x: float, n: float) -> Bounds:
+    """Quantiles of Beta(x + 1/2, n - x + 1/2); 0 at x = 0 and 1 at x = n."""
+    lower = float(special.betaincinv(x + 0.5, n - x + 0.5, TAIL)) if x > 0.0 else 0.0
+    upper = float(special.betaincinv(x + 0.5, n - x + 0.5, 1.0 - TAIL)) if x < n else 1.0
+    return lower, upper
+
+
+def mid_p(x: float, n: float) -> Bounds:
+    """Mid-p Clopper-Pearson: P(X > x) + P(X = x) / 2 = TAIL on each side (incomplete beta)."""
+
+    def upper_tail(p: float) -> float:  # P(X >= x) + P(X >= x + 1), halved; increasing in p
+        at_least = special.betainc(x, n - x + 1.0, p) if x > 0.0 else 1.0
+        above = special.betainc(x + 1.0, n - x, p) if x < n else 0.0
+        return float(at_least + above) / 2.0
+
+    lower = optimize.brentq(lambda p: upper_tail(p) - TAIL, 0.0, 1.0) if x > 0.0 else 0.0
+    upper = optimize.brentq(lambda p: upper_tail(p) - 1.0 + TAIL, 0.0, 1.0) if x < n else 1.0
+    return float(lower), float(upper)
+
+
+def on_counts(count_interval: CountInterval, *, df: bool = True) -> Interval:
+    """An interval of the effective counts of the shipped estimate (see module docstring)."""
+
+    def interval(sample: LabeledSample, alpha: float) -> Bounds | None:
+        est = estimate_falpha(sample, alpha, LEVEL)
+        if not est.defined:
+            return None
+        x, n = effective_counts(est, df=df)
+        if math.isinf(n):
+            return est.value, est.value
+        if not n > 0.0:
+            return 0.0, 1.0
+        lower, upper = count_interval(min(x, n), n)
+        return min(lower, est.value), max(upper, est.value)
+
+    return interval
+
+
+def wilson_counts(sample: LabeledSample, alpha: float) -> Bounds | None:
+    """Wilson's score interval on n* (no df adjustment) with the t_{n-1} quantile."""
     est = estimate_falpha(sample, alpha, LEVEL)
     if not est.defined:
         return None
-    g, se = est.value, est.se
-    if not (0.0 < g < 1.0 and se > 0.0):
-        return est.lower, est.upper
-    z = float(stats.norm.ppf(0.5 + LEVEL / 2))
-    n = g * (1.0 - g) / se**2 * (z / t_quantile(LEVEL, est.n_labels)) ** 2
-    x = n * g
-    tail = (1.0 - LEVEL) / 2.0
-    lower = float(stats.beta.ppf(tail, x, n - x + 1.0))
-    upper = float(stats.beta.ppf(1.0 - tail, x + 1.0, n - x))
-    return (0.0 if math.isnan(lower) else lower), (1.0 if math.isnan(upper) else upper)
+    _, n = effective_counts(est, df=False)
+    return wilson_interval(est.value, n, t_quantile(LEVEL, est.n_labels))
+
+
+def score_pseudo_events(sample: LabeledSample, alpha: float) -> Bounds | None:
+    """The shipped interval with c = sum of the scores of the sampled open predicted negatives."""
+    open_ = (sample.pred == 0) & (sample.fpc > 0.0)
+    c = float(np.clip(sample.score[open_].sum(), 0.5, 2.0))
+    return _bounds(estimate_falpha(sample, alpha, LEVEL, pseudo_events=c))
 
 
 VARIANTS: dict[str, Interval] = {
     "shipped": lambda s, a: _bounds(estimate_falpha(s, a, LEVEL)),
     "c=1": lambda s, a: _bounds(estimate_falpha(s, a, LEVEL, pseudo_events=1.0)),
-    "c=0": lambda s, a: _bounds(estimate_falpha(s, a, LEVEL, pseudo_events=0.0)),
-    "KG": korn_graubard,
+    "score c": score_pseudo_events,
+    "KG": on_counts(clopper_pearson),
+    "mid-p": on_counts(mid_p),
+    "Jeffreys": on_counts(jeffreys),
+    "Wilson-t": wilson_counts,
 }
 
 
-def run_cell(labels: int, rate: float, alpha: float, reps: int, rng: np.random.Generator) -> str:
+def window_pool(
+    window: int, rate: float, scenario: str, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Scores and labels of one window in the given scenario (module docstring)."""
+    score, label = calibrated_pool(
+        window, rate, rng, overconfidence=3.0 if scenario == "overconfident" else 1.0
+    )
+    if scenario == "drift":
+        label = (label.astype(bool) | (rng.random(window) < rate)).astype(np.int8)
+    return score, label
+
+
+def run_cell(
+    labels: int, rate: float, alpha: float, reps: int, rng: np.random.Generator, *, scenario: str
+) -> str:
     """One line of the table."""
     window = int(SHARE * labels / rate)
     covered = {k: 0 for k in VARIANTS}
     width = {k: 0.0 for k in VARIANTS}
     n_used = 0
     for _ in range(reps):
-        score, label = calibrated_pool(window, rate, rng)
+        score, label = window_pool(window, rate, scenario, rng)
         pred = (score >= 0.5).astype(np.int8)
         truth = falpha_exact(pred, label, alpha)
         g = intrinsic_falpha(score, pred, alpha)
@@ -106,16 +194,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=20261123)
+    parser.add_argument("--scenario", choices=SCENARIOS, default="calibrated")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    head = "  ".join(f"{k:>7s} cov/width" for k in VARIANTS)
+    head = "  ".join(f"{k:>10s}" for k in VARIANTS)
     print(f"labels  rate alpha window  used | {head}")
     for i, labels in enumerate(LABELS):
         for j, rate in enumerate(RATES):
             for k, alpha in enumerate(ALPHAS):
                 rng = np.random.default_rng([args.seed, i, j, k])
-                print(run_cell(labels, rate, alpha, args.reps, rng), flush=True)
-    print(f"{args.reps} windows per cell, {time.perf_counter() - started:.0f} s")
+                row = run_cell(labels, rate, alpha, args.reps, rng, scenario=args.scenario)
+                print(row, flush=True)
+    print(
+        f"{args.scenario}: {args.reps} windows per cell, coverage and mean width per column, "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     return 0
 
 
