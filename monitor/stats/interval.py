@@ -116,6 +116,7 @@ from scipy import special
 
 from monitor.stats.estimate import Estimate
 from monitor.stats.sample import AnswerGroups
+from monitor.stats.two_phase import two_phase_jackknife_bias
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -394,7 +395,10 @@ def ratio_estimate(
         value = min(max(float(np.dot(vw, gain)) / total, 0.0), 1.0)
         corrected = value
         if bias_correction:
-            bias = _jackknife_bias(gain, vw, fpc, total)
+            if answers is None or answers.complete:
+                bias = _jackknife_bias(gain, vw, fpc, total)
+            else:  # the answer rates are estimated too: both phases' replicates
+                bias = two_phase_jackknife_bias(gain, weight, v, answers)
             corrected = min(max(value - bias, 0.0), 1.0)
     resid = vw * (gain - value)
     unseen = 0.0

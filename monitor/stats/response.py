@@ -178,7 +178,8 @@ def response_sample(
 
     Answer classes by :func:`answer_classes`, rates by :func:`answer_rates`, then
     :meth:`LabeledSample.two_phase` over the answered requests: v = 1/(pi r_c),
-    fpc = 1 - pi r_c. Pending and missing requests enter through r_c only.
+    fpc = 1 - pi r_c. Pending and missing requests enter through r_c and the jackknife of
+    :mod:`monitor.stats.two_phase` (their classes and 1/pi are kept in the sample's answers).
 
     Args:
         score: Scores of every request of the window.
@@ -205,6 +206,8 @@ def response_sample(
         p[answered],
         rate=rate[answered],
         group=group[answered],
+        unanswered_pi=p[~answered],
+        unanswered_group=group[~answered],
     )
 
 
