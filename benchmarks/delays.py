@@ -274,14 +274,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ks = [int(k) for k in str(args.min_answers).split(",")]
     started = time.perf_counter()
-    cells = grid(args.reps, args.windows, ks, args.seed)
     print(
         f"delayed labels: {args.reps} audits over {args.windows} windows per case, "
         f"{BUDGET} requests per {WINDOW_HOURS} h window, mean delay {MEAN_DELAY_H:g} h, "
-        f"read at the window's end, {time.perf_counter() - started:.0f} s"
+        "read at the window's end"
     )
-    for line in report(cells):
-        print(line)
+    header, *_ = report([])
+    print(header, flush=True)
+    for i, case in enumerate(cases()):
+        cells = run_case(case, args.reps, args.windows, ks, np.random.default_rng([args.seed, i]))
+        print("\n".join(report(cells)[1:]), flush=True)
+    print(f"{time.perf_counter() - started:.0f} s")
     return 0
 
 

@@ -352,7 +352,10 @@ def ratio_estimate(
         answers: For a two-phase sample (answers as a second phase, ``v = 1/(pi r)`` and
             ``fpc = 1 - pi r``), each item's answer class and rate: the variance is then the
             two-phase one, ``sum((1 - pi) r e^2) + sum_c (1 - r_c) m_c S_c^2`` with
-            ``e = v w (l - G)`` (phase one, then :func:`second_phase_variance`). None: one phase.
+            ``e = v w (l - G)`` (phase one, then :func:`second_phase_variance`), and the jackknife
+            bias re-estimates the rates in each replicate
+            (:func:`monitor.stats.two_phase.two_phase_jackknife_bias`; the one-phase form when
+            every request was answered). None: one phase.
 
     Returns:
         The :class:`Estimate`; ``Estimate.missing`` (NaN, never 0) when ``sum(v w) = 0``.
