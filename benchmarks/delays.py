@@ -203,6 +203,13 @@ def one_window(
                 _add(acc, (name, 0), est, truths[name])
 
 
+def _columns(acc: _Acc, key: tuple[str, int]) -> FloatArray:
+    """The rows of ``key`` as 4 columns (one NaN row when every estimate was undefined)."""
+    rows = acc.rows.get(key) or [(np.nan,) * 4]
+    out: FloatArray = np.array(rows, dtype=np.float64).T
+    return out
+
+
 def run_case(
     case: Case, reps: int, windows: int, min_answers: Sequence[int], rng: np.random.Generator
 ) -> list[Cell]:
@@ -212,9 +219,9 @@ def run_case(
         one_window(case, reps // windows, min_answers, rng, acc)
     out = []
     for name in NAMES:
-        ref = np.array(acc.rows[name, 0]).T
+        ref = _columns(acc, (name, 0))
         for k in min_answers:
-            err, se, cov, width = np.array(acc.rows[name, k]).T
+            err, se, cov, width = _columns(acc, (name, k))
             out.append(
                 Cell(
                     case,
