@@ -137,6 +137,7 @@ from scipy import special
 
 from monitor.stats.estimate import Estimate
 from monitor.stats.sample import AnswerGroups
+from monitor.stats.two_phase import two_phase_jackknife_bias
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -372,7 +373,10 @@ def ratio_estimate(
         answers: For a two-phase sample (answers as a second phase, ``v = 1/(pi r)`` and
             ``fpc = 1 - pi r``), each item's answer class and rate: the variance is then the
             two-phase one, ``sum((1 - pi) r e^2) + sum_c (1 - r_c) m_c S_c^2`` with
-            ``e = v w (l - G)`` (phase one, then :func:`second_phase_variance`). None: one phase.
+            ``e = v w (l - G)`` (phase one, then :func:`second_phase_variance`), and the jackknife
+            bias re-estimates the rates in each replicate
+            (:func:`monitor.stats.two_phase.two_phase_jackknife_bias`; the one-phase form when
+            every request was answered). None: one phase.
 
     Returns:
         The :class:`Estimate`; ``Estimate.missing`` (NaN, never 0) when ``sum(v w) = 0``.
@@ -415,7 +419,10 @@ def ratio_estimate(
         value = min(max(float(np.dot(vw, gain)) / total, 0.0), 1.0)
         corrected = value
         if bias_correction:
-            bias = _jackknife_bias(gain, vw, fpc, total)
+            if answers is None or answers.complete:
+                bias = _jackknife_bias(gain, vw, fpc, total)
+            else:  # the answer rates are estimated too: both phases' replicates
+                bias = two_phase_jackknife_bias(gain, weight, v, answers)
             corrected = min(max(value - bias, 0.0), 1.0)
     resid = vw * (gain - value)
     unseen = 0.0

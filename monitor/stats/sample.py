@@ -22,7 +22,7 @@ do, and are unbiased for the traffic (or pool) totals under both designs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +32,14 @@ Int8Array = npt.NDArray[np.int8]
 Int64Array = npt.NDArray[np.int64]
 
 
+def _no_ints() -> Int64Array:
+    return np.zeros(0, dtype=np.int64)
+
+
+def _no_floats() -> FloatArray:
+    return np.zeros(0, dtype=np.float64)
+
+
 @dataclass(frozen=True)
 class AnswerGroups:
     """The second phase of a two-phase sample: per labeled item, its answer class and rate.
@@ -39,10 +47,17 @@ class AnswerGroups:
     Attributes:
         group: Class of requests the item's answer rate was estimated on (int64 ids).
         rate: The class's answer rate r_c in (0, 1] (float64), the same for every item of a class.
+        unanswered_group: Class of each request of the sample without a label (pending, missing
+            or skipped); empty when not known.
+        unanswered_v: Its first-phase weight 1/pi (>= 1). With ``unanswered_group`` it lets the
+            jackknife delete unanswered requests too
+            (:func:`monitor.stats.two_phase.two_phase_jackknife_bias`).
     """
 
     group: Int64Array
     rate: FloatArray
+    unanswered_group: Int64Array = field(default_factory=_no_ints)
+    unanswered_v: FloatArray = field(default_factory=_no_floats)
 
     def __post_init__(self) -> None:
         if self.group.shape != self.rate.shape:
@@ -51,6 +66,21 @@ class AnswerGroups:
         if self.rate.size and not ((self.rate > 0.0).all() and (self.rate <= 1.0).all()):
             msg = "AnswerGroups.rate must be in (0, 1]"
             raise ValueError(msg)
+        if self.unanswered_group.shape != self.unanswered_v.shape:
+            msg = (
+                f"AnswerGroups: unanswered_group {self.unanswered_group.shape} and "
+                f"unanswered_v {self.unanswered_v.shape} differ"
+            )
+            raise ValueError(msg)
+        u = self.unanswered_v
+        if u.size and not (np.isfinite(u).all() and (u >= 1.0).all()):
+            msg = "AnswerGroups.unanswered_v must be finite and >= 1 (it is 1/pi)"
+            raise ValueError(msg)
+
+    @property
+    def complete(self) -> bool:
+        """Every request answered (rates all 1, none unanswered): the one-phase sample."""
+        return self.unanswered_v.size == 0 and bool((self.rate == 1.0).all())
 
 
 def _binary(name: str, values: npt.ArrayLike) -> Int8Array:
@@ -153,6 +183,8 @@ class LabeledSample:
         *,
         rate: npt.ArrayLike,
         group: npt.ArrayLike,
+        unanswered_pi: npt.ArrayLike = (),
+        unanswered_group: npt.ArrayLike = (),
     ) -> LabeledSample:
         """Answered requests of a Poisson sample: v = 1/(pi r), fpc = 1 - pi r.
 
@@ -168,16 +200,26 @@ class LabeledSample:
             pi: Their inclusion probabilities in (0, 1].
             rate: Answer rate of each one's class, in (0, 1].
             group: Each one's class id.
+            unanswered_pi: Inclusion probabilities of the sample's requests without a label
+                (for the jackknife of :mod:`monitor.stats.two_phase`; optional).
+            unanswered_group: Their class ids.
 
         Returns:
             The sample, with :attr:`answers` set.
         """
         p = _floats(pi)
-        if p.size and not ((p > 0.0).all() and (p <= 1.0).all()):
-            msg = "inclusion probabilities pi must be in (0, 1]"
-            raise ValueError(msg)
+        q = _floats(unanswered_pi)
+        for probs in (p, q):
+            if probs.size and not ((probs > 0.0).all() and (probs <= 1.0).all()):
+                msg = "inclusion probabilities pi must be in (0, 1]"
+                raise ValueError(msg)
         r = _floats(rate)
-        answers = AnswerGroups(np.asarray(group, dtype=np.int64).reshape(-1), r)
+        answers = AnswerGroups(
+            np.asarray(group, dtype=np.int64).reshape(-1),
+            r,
+            np.asarray(unanswered_group, dtype=np.int64).reshape(-1),
+            1.0 / q,
+        )
         base = cls.create(score, pred, label, 1.0 / (p * r), 1.0 - p * r)
         return cls(base.score, base.pred, base.label, base.v, base.fpc, answers)
 
@@ -215,13 +257,22 @@ class LabeledSample:
         answers = None
         if any(s.answers is not None for s in samples):
             # classes of different samples stay apart; a one-phase part has rate 1 (no phase 2)
-            groups, rates, offset = [], [], 0
+            groups, rates, open_groups, open_v, offset = [], [], [], [], 0
             for s in samples:
                 a = s.answers or AnswerGroups(np.zeros(len(s), np.int64), np.ones(len(s)))
-                groups.append(a.group - (int(a.group.min()) if a.group.size else 0) + offset)
+                ids = np.concatenate([a.group, a.unanswered_group])
+                shift = offset - (int(ids.min()) if ids.size else 0)
+                groups.append(a.group + shift)
+                open_groups.append(a.unanswered_group + shift)
                 rates.append(a.rate)
-                offset = int(groups[-1].max()) + 1 if a.group.size else offset
-            answers = AnswerGroups(np.concatenate(groups), np.concatenate(rates))
+                open_v.append(a.unanswered_v)
+                offset = int(ids.max()) + shift + 1 if ids.size else offset
+            answers = AnswerGroups(
+                np.concatenate(groups),
+                np.concatenate(rates),
+                np.concatenate(open_groups),
+                np.concatenate(open_v),
+            )
         return cls(
             np.concatenate([s.score for s in samples]),
             np.concatenate([s.pred for s in samples]),
