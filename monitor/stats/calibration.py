@@ -17,7 +17,9 @@ the identity" whatever the traffic volume. (a, b) = (0, 1) is the identity map, 
 the map is the identity and as labels accrue the fit converges to the design-weighted (census)
 Platt fit, which estimates the best logistic recalibration for the whole traffic, not for the
 audited items (the weights undo the selection; Zrnic and Candes, Active Statistical Inference,
-2024, Sec. 3).
+2024, Sec. 3). The controllers fit with unit weights v = 1 (then v~ = 1, tau is in labels):
+their selection depends on the score alone, which the map conditions on, and at low prevalence
+the design weights leave the positives almost no say (``monitor.stats.design.recalibrate``).
 
 The fit is a few damped Newton steps in numpy (the objective is strictly convex for tau > 0).
 
