@@ -161,7 +161,6 @@ def write_daemon_config(
 ) -> Path:
     """``data_dir/monitor.yaml`` for a benchmark daemon (test consumer timeouts: fast joins)."""
     mpr = f"\n  max_poll_records: {max_poll_records}" if max_poll_records else ""
-    recal = "\n    recalibrate: true" if recalibrate else ""
     text = f"""
 kafka:
   bootstrap_servers: ["{bootstrap}"]
@@ -184,7 +183,8 @@ storage:
 models:
   default:
     labels_per_hour: {labels_per_hour:.3f}
-    expected_records_per_hour: {records_per_hour:.1f}{recal}
+    expected_records_per_hour: {records_per_hour:.1f}
+    recalibrate: {str(recalibrate).lower()}
 """
     path = data_dir / "monitor.yaml"
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -125,7 +125,7 @@ class ModelConfig:
     labels_per_hour: float = 10.0  # label budget
     defensive: float = 0.1  # lambda: share of uniform sampling mixed into q*
     expected_records_per_hour: float = 100_000.0  # traffic guess used until traffic is measured
-    recalibrate: bool = False  # q* at scores recalibrated from the labels (DESIGN.md, round 2)
+    recalibrate: bool = True  # q* at scores recalibrated from the labels (DESIGN.md, round 2)
     refresh_records: int = 1000  # controls also refresh at record N, 2N, 4N.. of a bucket; 0: off
     # ratio | model_assisted: GREG with p_hat over all traffic (monitor.stats.greg) where usable
     estimator: str = "ratio"

@@ -67,9 +67,16 @@ def _yaml(
     labels_per_hour: float = LABELS_PER_HOUR,
     records_per_hour: float = 2400,
     refresh_records: int | None = None,
+    recalibrate: bool = False,
     extra: str = "",
 ) -> str:
-    """A daemon configuration for tests (fast group joins); ``extra`` is appended YAML."""
+    """A daemon configuration for tests (fast group joins); ``extra`` is appended YAML.
+
+    ``recalibrate`` is off unless asked for: these tests compare a run with a reference run
+    whose labels arrive at other times, and a map fitted from labels makes later decisions
+    depend on that timing. The map's own replay guarantees are tested with it on
+    (``test_faults_crash_recalibration_kafka``, ``test_scale_out``).
+    """
     mpr = "" if max_poll_records is None else f"\n  max_poll_records: {max_poll_records}"
     refresh = "" if refresh_records is None else f"\n    refresh_records: {refresh_records}"
     return f"""
@@ -97,6 +104,7 @@ models:
   default:
     labels_per_hour: {labels_per_hour}
     expected_records_per_hour: {records_per_hour}{refresh}
+    recalibrate: {str(recalibrate).lower()}
 {extra}"""
 
 
@@ -183,12 +191,15 @@ def deploy(
 ) -> Iterator[Callable[..., Run]]:
     runs: list[Run] = []
 
-    def _deploy(topics: TopicsConfig | None = None, name: str = "a") -> Run:
+    def _deploy(
+        topics: TopicsConfig | None = None, name: str = "a", *, recalibrate: bool = False
+    ) -> Run:
         topics = topics or make_topics()
         data_dir = tmp_path / f"data-{name}"
         path = tmp_path / f"{name}.yaml"
         group = f"g-{uuid.uuid4().hex[:8]}"
-        path.write_text(_yaml(broker, topics, data_dir, group, client_library))
+        text = _yaml(broker, topics, data_dir, group, client_library, recalibrate=recalibrate)
+        path.write_text(text)
         run = Run(path, load_config(path), tmp_path / f"{name}.log")
         runs.append(run)
         return run

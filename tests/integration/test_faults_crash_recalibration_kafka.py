@@ -60,12 +60,9 @@ def test_sigkill_while_the_map_changes_keeps_requests_a_function_of_stored_contr
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     w = generate(WorkloadSpec(n=3000, hours=6.0, seed=7))
-    run = deploy(name="recal")
+    run = deploy(name="recal", recalibrate=True)
     text = run.config_path.read_text()
     text = text.replace("poll_timeout_ms: 200", "poll_timeout_ms: 200\n  max_poll_records: 50")
-    text = text.replace(
-        "    expected_records_per_hour:", "    recalibrate: true\n    expected_records_per_hour:"
-    )
     run.config_path.write_text(text)
     run.config = load_config(run.config_path)
     assert run.config.model("default").recalibrate

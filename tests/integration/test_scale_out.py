@@ -88,12 +88,9 @@ def deploy(broker: Broker, tmp_path: Path) -> Iterator[Callable[..., Callable[[s
             labels_per_hour=60,
             records_per_hour=1000,
             refresh_records=40,  # ~250 records per partition-hour: refreshes at 40, 80, 160
+            recalibrate=recalibrate,
             extra="sampling:\n  max_segments_per_model: 8\n",
         )
-        if recalibrate:
-            text = text.replace(
-                "    expected_records", "    recalibrate: true\n    expected_records"
-            )
         path.write_text(text)
         config = load_config(path)
 

@@ -113,8 +113,8 @@ def test_recalibrate_is_a_checked_per_model_switch() -> None:
     from monitor.config.load import parse_config
     from monitor.errors import ConfigError
 
-    on = parse_config({"models": {"m": {"recalibrate": True}}}, "t")
-    assert on.models["m"].recalibrate and not parse_config(None, "t").model("m").recalibrate
+    off = parse_config({"models": {"m": {"recalibrate": False}}}, "t")
+    assert parse_config(None, "t").model("m").recalibrate and not off.models["m"].recalibrate
     with pytest.raises(ConfigError, match=r"models\.m\.recalibrate: expected a boolean"):
         parse_config({"models": {"m": {"recalibrate": "yes"}}}, "t")
 
