@@ -217,7 +217,10 @@ def test_two_samplers_and_an_estimator_equal_one_process_through_a_sigkill(
         [estimator, s2],
     )
     assert _owned(s2) == PARTITIONS, s2.log_tail()
-    assert s2.events("sampler_rebuilt")[-1]["buckets"], "took over without the state"
+    # the takeover rebuilt from the aggregates topic: states as of the committed offsets, or
+    # (nothing committed yet when the first sampler died) the controls published beyond them
+    took = s2.events("sampler_rebuilt")[-1]
+    assert took["buckets"] or took["ahead"], "took over without the state"
     estimator.wait_offsets(_count(estimator, topics.aggregates))
     requests, produced = _requests(estimator)
     assert requests == ref_requests  # same ids, same bytes
