@@ -205,6 +205,11 @@ def register(sub: Any) -> None:
     run.add_argument("--data-dir", type=Path, help="directory of the state store")
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     run.add_argument(
+        "--group-instance-id",
+        help="static group membership (kafka.client.group_instance_id): a stable id per process, "
+        "e.g. the StatefulSet pod name; not for the samplers of a Deployment",
+    )
+    run.add_argument(
         "--create-topics", action="store_true", help="create missing topics at start-up"
     )
     run.add_argument(
@@ -221,11 +226,13 @@ def register(sub: Any) -> None:
     check.set_defaults(func=_check)
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The values of ``monitor run``'s flags that win over the file (``load_config``)."""
     return {
         "bootstrap_servers": getattr(args, "bootstrap_servers", None),
         "metrics_port": getattr(args, "metrics_port", None),
         "data_dir": getattr(args, "data_dir", None),
+        "group_instance_id": getattr(args, "group_instance_id", None),
     }
 
 
@@ -238,7 +245,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
-    config = load_config(args.config, _overrides(args))
+    config = load_config(args.config, config_overrides(args))
     from monitor.io.exporter import Exporter  # noqa: PLC0415 - prometheus only in the shell
 
     failpoint = Failpoint.from_env(os.environ)  # test hook, see the module docstring

@@ -97,6 +97,7 @@ OVERRIDES: Mapping[str, tuple[str, str]] = {
     "metrics_port": ("metrics.port", "--metrics-port"),
     "metrics_address": ("metrics.listen_address", "--metrics-address"),
     "data_dir": ("storage.data_dir", "--data-dir"),
+    "group_instance_id": ("kafka.client.group_instance_id", "--group-instance-id"),
 }
 
 
@@ -107,7 +108,7 @@ def load_config(path: Path | None, overrides: Mapping[str, Any] | None = None) -
         path: the YAML file (see ``config/monitor.yaml``), or None for defaults only.
         overrides: command-line values that win over the file, by name: ``bootstrap_servers``
             (list or comma-separated string), ``metrics_port``, ``metrics_address``,
-            ``data_dir``. None values are ignored.
+            ``data_dir``, ``group_instance_id``. None values are ignored.
 
     Raises:
         ConfigError: the file cannot be read or parsed (with the line), or any value is
@@ -181,17 +182,32 @@ def _apply_overrides(
         if given is None:
             continue
         path, flag = OVERRIDES[name]
-        section, key = path.split(".")
         value: Any = str(given) if isinstance(given, Path) else given
         if name == "metrics_port" and isinstance(value, str) and value.strip().isdigit():
             value = int(value)
-        current = data.get(section)
-        if current is None:
-            current = {}
-        if not isinstance(current, Mapping):
-            continue  # the section itself is reported as invalid
-        data[section] = {**current, key: value}
-        origins[path] = flag
+        if _set_path(data, path.split("."), value):
+            origins[path] = flag
+
+
+def _set_path(data: dict[str, Any], keys: list[str], value: Any) -> bool:
+    """Set ``data[k1][k2]...`` to ``value``, copying the mappings on the way.
+
+    False when one of them is not a mapping: the section that reads it reports it as invalid.
+    """
+    head, *rest = keys
+    if not rest:
+        data[head] = value
+        return True
+    current = data.get(head)
+    if current is None:
+        current = {}
+    if not isinstance(current, Mapping):
+        return False
+    inner = dict(current)
+    if not _set_path(inner, rest, value):
+        return False
+    data[head] = inner
+    return True
 
 
 def _build(problems: Problems, data: Mapping[str, Any]) -> Config:

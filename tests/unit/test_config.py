@@ -268,6 +268,20 @@ def test_command_line_overrides_win_and_are_validated(tmp_path: Path) -> None:
     assert problems == ["override 'metric_port': unknown key (did you mean 'metrics_port'?)"]
 
 
+def test_group_instance_id_flag_sets_the_client_key_and_keeps_the_others() -> None:
+    data = {"kafka": {"client": {"session_timeout_ms": 20_000}}}
+    config = parse_config(data, "t", {"group_instance_id": "monitor-0"})
+    assert config.kafka.client == {"session_timeout_ms": 20_000, "group_instance_id": "monitor-0"}
+    assert data == {"kafka": {"client": {"session_timeout_ms": 20_000}}}  # the input is not changed
+    assert parse_config({}, "t", {"group_instance_id": "m-1"}).kafka.client == {
+        "group_instance_id": "m-1"
+    }
+    # a client section that is not a mapping is reported as such, not overwritten by the flag
+    problems = problems_of({"kafka": {"client": "x"}}, {"group_instance_id": "monitor-0"})
+    assert len(problems) == 1
+    assert problems[0].startswith("kafka.client: ")
+
+
 def test_secrets_come_from_the_environment_and_never_show(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

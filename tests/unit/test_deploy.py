@@ -28,6 +28,7 @@ from monitor.config.load import load_config
 from monitor.config.schema import Config, ModelConfig
 from monitor.core.alerts import AlertStatus
 from monitor.core.snapshot import Snapshot, WindowEstimate, WorstCase
+from monitor.daemon import config_overrides
 from monitor.io.exporter import Exporter
 from monitor.runtime.engine import FLUSH_TIMEOUT_S
 from monitor.stats.estimate import Confusion, Estimate
@@ -595,6 +596,23 @@ def test_statefulset_probes_ports_security_and_grace(
     shutdown = config.kafka.poll_timeout_ms / 1000 + FLUSH_TIMEOUT_S + CLOSE_BUDGET_S
     assert pod["terminationGracePeriodSeconds"] > shutdown
 
+    # static membership under the pod's name: the args Kubernetes expands set the client key
+    args = pod_args(container, "activeaudit-monitor-0")
+    run = build_parser().parse_args([*json.loads(entrypoint)[1:], *args])
+    assert load_config(path, config_overrides(run)).kafka.client["group_instance_id"] == (
+        "activeaudit-monitor-0"
+    )
+
+
+def pod_args(container: dict[str, Any], pod_name: str) -> list[str]:
+    """The container's args with ``$(VAR)`` expanded as Kubernetes does, for a pod named so."""
+    values = {
+        e["name"]: pod_name
+        for e in container.get("env", [])
+        if e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name"
+    }
+    return [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], a) for a in container["args"]]
+
 
 def test_scale_out_overlay_runs_samplers_beside_one_estimator() -> None:
     overlay = K8S / "scale-out"
@@ -615,7 +633,15 @@ def test_scale_out_overlay_runs_samplers_beside_one_estimator() -> None:
     parser = build_parser()
     est_args = ops["/spec/template/spec/containers/0/args"]
     assert parser.parse_args([*entrypoint[1:], *est_args]).role == "estimator"
-    assert parser.parse_args([*entrypoint[1:], *sampler["args"]]).role == "sampler"
+    sampler_run = parser.parse_args([*entrypoint[1:], *sampler["args"]])
+    assert sampler_run.role == "sampler"
+    # the estimator keeps its pod name as static group member; the samplers' names change on
+    # every restart of the Deployment, so they stay dynamic members
+    estimator_run = parser.parse_args(
+        [*entrypoint[1:], *pod_args({**estimator, "args": est_args}, "activeaudit-monitor-0")]
+    )
+    assert estimator_run.group_instance_id == "activeaudit-monitor-0"
+    assert sampler_run.group_instance_id is None
 
     # disjoint pods: neither controller's selector matches the other's pods
     key = "app.kubernetes.io~1component"
@@ -637,7 +663,7 @@ def test_scale_out_overlay_runs_samplers_beside_one_estimator() -> None:
 
     # samplers keep no state: same image, config and secret, no volume claim, read-only root
     assert sampler["image"] == estimator["image"]
-    assert sampler["env"] == estimator["env"]
+    assert sampler["env"] == [e for e in estimator["env"] if e["name"] != "POD_NAME"]
     assert sampler["ports"] == estimator["ports"]
     assert {m["mountPath"] for m in sampler["volumeMounts"]} == {"/etc/activeaudit-monitor", "/tmp"}
     assert "volumeClaimTemplates" not in deployment["spec"]
