@@ -17,7 +17,9 @@ Per bucket the F_alpha of the bucket's traffic is estimated from the bucket's la
 * ``raw``: today's controller (q* at the raw scores, defensive 0.1); the ratio estimate;
 * ``recal``: the recalibrating controller; the ratio estimate (seed 000, Eq. 4);
 * ``recal+GREG``: the same labels; the model-assisted estimate (``monitor.stats.greg``) with
-  the bucket's recalibrated sums from the sampler's traffic aggregates.
+  the bucket's recalibrated sums from the sampler's traffic aggregates, each label's p_hat the
+  one its request recorded (what the aggregates summed for it: a bucket's records may be
+  decided under two maps, the earlier one while the newer is pending).
 
 Reported separately: the buckets before the drift (bucket 0, the cold start, left out), the
 first bucket after it (no label of the drifted model exists yet when its control freezes) and
@@ -211,11 +213,6 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
             )
             ests[name] = estimate_falpha(sample, case.alpha, LEVEL)
             if name == "recal":
-                ctl = sampler.control("default", 0, int(START // 3600) + b)
-                if ctl is None:
-                    msg = f"no control for bucket {b}"
-                    raise RuntimeError(msg)
-                cal = ctl.calibration
                 agg = sum(res.traffic.values(), TrafficAggregate.zero())
                 neg = StratumTraffic(
                     float(agg.n - agg.n_pred), agg.phat_total - agg.pred_phat_total
@@ -223,7 +220,7 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
                 pos = StratumTraffic(float(agg.n_pred), agg.pred_phat_total)
                 ests["recal+GREG"] = greg_falpha(
                     sample,
-                    cal.cal_map.apply(sample.score),
+                    np.array([r.phat for r in reqs], dtype=np.float64),
                     neg,
                     pos,
                     alpha=case.alpha,
