@@ -10,8 +10,9 @@ the estimator can pair each label with what the traffic aggregates summed for it
 
 Controls are frozen at the first record of a bucket on a partition from that partition's
 aggregate of earlier buckets, and refreshed inside the bucket at its ``N``-th, ``2N``-th,
-``4N``-th ... record on the partition (``refresh_records``; ``_next_refresh``) from the latest
-earlier bucket plus the bucket's records so far. A batch is cut at those records, so the
+``4N``-th ... record on the partition (``refresh_records``; ``_next_refresh``; ``N`` records
+after a stage with a pending map, below) from the latest earlier bucket plus the bucket's
+records so far. A batch is cut at those records, so the
 aggregate used is exactly the traffic that preceded the record on its partition, wherever
 batches were cut. A refresh is stored with the bucket's control (``Control.refreshes``, each
 with the offset it is in force from): a sampler rebuilt from the state at committed offset C
@@ -24,9 +25,16 @@ are decided again (the same requests) but not aggregated twice.
 Records older than the retention horizon (``2 k`` buckets behind the partition's newest bucket,
 ``k`` the longest reported window) are counted but never audited.
 
-``calibration`` holds, per model, the calibration map new controls take (DESIGN.md, "Learning
-from the labels"). It is fitted from labels, so the caller sets it only once it is durable;
-a control records the map it took, and a control read back from the store is used as it is.
+``calibration`` holds, per model, the newest durable calibration map (DESIGN.md, "Learning
+from the labels"). It is fitted from labels, so the caller sets it only once it is durable; a
+control records the map it took, and a control read back from the store is used as it is. A
+new map is first pending: the next control keeps deciding with the map its records were
+normalised under and sums q* under the new one, and the control after it (the next refresh, now
+``refresh_records`` records later, or the next bucket) takes the new map with ``mean_q*`` of the
+records summed under it (``_next_stage``; ``monitor.stats.budget``, "Map changes"), so a map
+change does not make a bucket overspend its budget. Each refresh records the bucket's
+``(n, sum q*, sum pi)`` before it (its base), so the records summed under a map are known after
+a restart too.
 A sampler rebuilt from published bucket states is also given the controls a run that did not
 commit published beyond its resume point (``published``): a control frozen again at the same
 record (a bucket's first, or a refresh point) is taken from there, map included, not computed
@@ -462,10 +470,13 @@ class SamplerService:
     ) -> tuple[int, int] | None:
         """The first refresh point in ``chunk``: (position in the chunk, bucket), if any.
 
-        The r-th refresh of a bucket is at its record number ``N 2^(r-1)`` (0-based, counting
-        the records aggregated in the bucket on this partition), ``N = refresh_records``; a
-        bucket already past that point without the refresh (a store written before refreshes
-        existed) takes the next power-of-two point beyond its count.
+        Refreshes are at the bucket's record numbers ``N``, ``2N``, ``4N`` ... (0-based,
+        counting the records aggregated in the bucket on this partition), ``N =
+        refresh_records``: the first power-of-two multiple of ``N`` beyond the latest stage's
+        base; after a stage with a pending map, ``N`` records after its base instead. A refresh
+        stored without its base counts refreshes (the r-th at ``N 2^(r-1)``); a bucket already
+        past its point (a store written before refreshes existed) takes the next power-of-two
+        point beyond its count.
         """
         n_ref = cfg.refresh_records
         if n_ref <= 0:
@@ -502,9 +513,11 @@ class SamplerService:
         """Refresh the control of (model, p, bucket) from the record at ``offset`` on.
 
         From the latest earlier bucket within the horizon plus the bucket's records so far, over
-        the time they span (``control_for_bucket`` with ``covered_s``); kappa re-solved from the
-        share of uncapped requests so far in the bucket under the control in force. A refresh
-        published beyond the resume point at ``offset`` is taken as it is.
+        the time they span (``control_for_bucket`` with ``covered_s``; ``_next_stage`` for the
+        map and ``mean_q*``); kappa re-solved from the share of uncapped requests so far in the
+        bucket under the map in force. The refresh records the bucket's ``(n, sum q*, sum pi)``
+        so far as its base. A refresh published beyond the resume point at ``offset`` is taken
+        as it is.
         """
         key = (model, p, bucket)
         ctl = self._controls[key]

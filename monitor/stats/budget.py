@@ -40,6 +40,25 @@ q* is evaluated at p_hat = m(s) instead of s, ``g`` comes from the earlier bucke
 expected counts ``sum(f p_hat) / (alpha N1 + (1 - alpha) sum(p_hat))`` (p_hat under the map that
 was in force there), and ``lam`` is the calibration's. The map is not a function of the scored
 stream, so the control records it: a replay reads the stored control and decides the same.
+
+Map changes (an honest budget): ``mean_q*`` must be the mean of q* under the map the control
+decides with, or the spend ``kappa sum(q)`` is off by their ratio (a map that undoes logits x10
+raises q* about tenfold: the bucket after it used to spend 3-6x its budget). So a control never
+takes a map no record has q* summed under. A new map is first *pending*
+(``Control.accumulate``): the stage decides with the map it had while the traffic aggregate sums
+q* under the new one; the next control takes the new map once the records summed under it are
+the whole traffic it learns from or at least ``refresh_records`` of them, and normalises by
+their mean q*; until then the latest stage's map, ``g`` and ``mean_q*`` stay. A pending stage is
+followed by a refresh ``refresh_records`` records later (not at the next power of two), so a map
+is taken within ``refresh_records`` records of the point it was first pending. To count those
+records each refresh records the bucket's ``(n, sum q*, sum pi)`` just before it
+(:class:`Refresh` ``base``): a stage's records are the bucket's aggregate minus its base. The cap
+re-solve (``cap_ratio``) likewise counts only the records decided and summed under the map the
+new control takes. Everything here is a function of the stream, the durable maps and the stored
+controls (pending map and bases included), so a replay still decides the same. Known limit:
+q* is also evaluated at ``g``, and ``g`` of the first controls under a new map still comes from
+p_hat summed under the old one; when the new map moves ``g`` far (0.9 -> 0.1 on the unit test's
+stream) the next bucket's normaliser is too large and it under-spends (0.3-0.5x) once.
 """
 
 from __future__ import annotations
