@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -69,7 +70,7 @@ def _stream(seed: int, buckets: int) -> ScoredBatch:
     )
 
 
-def _rows(batch: ScoredBatch, lo: int, hi: int) -> ScoredBatch:
+def _rows(batch: ScoredBatch, lo: int, hi: int | None) -> ScoredBatch:
     idx = slice(lo, hi)
     return ScoredBatch(
         ids=batch.ids[idx],
@@ -162,3 +163,22 @@ def test_pending_maps_and_bases_round_trip_and_old_records_still_load() -> None:
         with_refreshes(plain, [[1000, 0.5, 0.01, 0.2, None, {"base": [1, -2, 3]}]])
     with pytest.raises(ValueError, match="extra"):
         control_from_list([0.5, 0.01, 0.2, None, {"other": 1}])
+
+
+def test_a_store_without_refresh_bases_decides_as_before_when_no_map_changed() -> None:
+    """Controls written before bases existed (no base, no pending map): a sampler resumed from
+    them makes the requests an uninterrupted one makes."""
+    stream = _stream(5, 3)
+    whole = SamplerService(_config())
+    want = [r.to_json() for r in whole.process(stream).requests]
+    first = SamplerService(_config())
+    got = [r.to_json() for r in first.process(_rows(stream, 0, PER_BUCKET + 2500)).requests]
+    changes = first.take_changes()
+    assert any(r.base is not None for c in changes.controls.values() for r in c.refreshes)
+    legacy = {
+        k: replace(c, refreshes=tuple(replace(r, base=None) for r in c.refreshes))
+        for k, c in changes.controls.items()
+    }
+    resumed = SamplerService(_config(), traffic=changes.traffic, controls=legacy)
+    got += [r.to_json() for r in resumed.process(_rows(stream, PER_BUCKET + 2500, None)).requests]
+    assert got == want
