@@ -17,19 +17,24 @@ Per bucket the F_alpha of the bucket's traffic is estimated from the bucket's la
 * ``raw``: today's controller (q* at the raw scores, defensive 0.1); the ratio estimate;
 * ``recal``: the recalibrating controller; the ratio estimate (seed 000, Eq. 4);
 * ``recal+GREG``: the same labels; the model-assisted estimate (``monitor.stats.greg``) with
-  the bucket's recalibrated sums from the sampler's traffic aggregates.
+  the bucket's recalibrated sums from the sampler's traffic aggregates, each label's p_hat the
+  one its request recorded (what the aggregates summed for it: a bucket's records may be
+  decided under two maps, the earlier one while the newer is pending).
 
 Reported separately: the buckets before the drift (bucket 0, the cold start, left out), the
 first bucket after it (no label of the drifted model exists yet when its control freezes) and
 the later ones. Savings here are (MAE of uniform / MAE of the design)^2 at the same expected
-number of labels (the 1/sqrt(n) law), not the interpolated factor of ``benchmarks.efficiency``.
+number of labels (the 1/sqrt(n) law), not the interpolated factor of ``benchmarks.efficiency``;
+``spend`` is each bucket's expected labels (the sum of its pi) over its budget, mean and largest
+over the buckets of the phase (the daemon path: over its windows), so a design that spends more
+than its budget does not pass for a saving.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -72,14 +77,16 @@ class StreamCase:
 
 @dataclass
 class Tally:
-    """Errors and coverage of one design over a set of buckets."""
+    """Errors, coverage and label spend of one design over a set of buckets."""
 
     errors: list[float]
     covered: int = 0
     undefined: int = 0
+    spend: list[float] = field(default_factory=list)
 
-    def add(self, est: Estimate, truth: float) -> None:
-        """Count one bucket's estimate."""
+    def add(self, est: Estimate, truth: float, spend: float = math.nan) -> None:
+        """Count one bucket's estimate and its spend (expected labels / budget)."""
+        self.spend.append(spend)
         if not est.defined or math.isnan(truth):
             self.undefined += 1
             return
@@ -95,6 +102,16 @@ class Tally:
     def mae(self) -> float:
         """Mean absolute error of the defined estimates."""
         return float(np.mean(self.errors)) if self.errors else math.nan
+
+    @property
+    def mean_spend(self) -> float:
+        """Mean over the buckets of expected labels / budget."""
+        return float(np.mean(self.spend)) if self.spend else math.nan
+
+    @property
+    def max_spend(self) -> float:
+        """Largest expected labels / budget of a bucket."""
+        return float(np.max(self.spend)) if self.spend else math.nan
 
 
 PHASES = ("before", "first after", "later")
@@ -158,7 +175,8 @@ def _phase(bucket: int) -> str | None:
     return "first after" if bucket == DRIFT else "later"
 
 
-Rows = dict[tuple[str, str], list[tuple[Estimate, float]]]  # (design, phase) -> (est, truth)
+#: (design, phase) -> (estimate, truth, expected labels / budget) per bucket
+Rows = dict[tuple[str, str], list[tuple[Estimate, float, float]]]
 
 
 def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
@@ -181,9 +199,12 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
         take = u_rng.random(len(batch)) < pi_u
         uni = LabeledSample.poisson(batch.score[take], batch.pred[take], label[take], pi_u[take])
         ests = {"uniform": estimate_falpha(uni, case.alpha, LEVEL)}
+        spend = {"uniform": float(pi_u.sum()) / case.labels_per_bucket}
         for name, sampler in samplers.items():
             res = sampler.process(batch)
             reqs = res.requests
+            pi_total = sum(a.pi_total for a in res.traffic.values())
+            spend[name] = spend[f"{name}+GREG"] = pi_total / case.labels_per_bucket
             sample = LabeledSample.poisson(
                 [r.score for r in reqs],
                 [r.pred for r in reqs],
@@ -192,11 +213,6 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
             )
             ests[name] = estimate_falpha(sample, case.alpha, LEVEL)
             if name == "recal":
-                ctl = sampler.control("default", 0, int(START // 3600) + b)
-                if ctl is None:
-                    msg = f"no control for bucket {b}"
-                    raise RuntimeError(msg)
-                cal = ctl.calibration
                 agg = sum(res.traffic.values(), TrafficAggregate.zero())
                 neg = StratumTraffic(
                     float(agg.n - agg.n_pred), agg.phat_total - agg.pred_phat_total
@@ -204,7 +220,7 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
                 pos = StratumTraffic(float(agg.n_pred), agg.pred_phat_total)
                 ests["recal+GREG"] = greg_falpha(
                     sample,
-                    cal.cal_map.apply(sample.score),
+                    np.array([r.phat for r in reqs], dtype=np.float64),
                     neg,
                     pos,
                     alpha=case.alpha,
@@ -216,11 +232,12 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
                 sampler.calibration = {"default": recalibration.refit(previous, recent, lam0)}
         if phase is not None:
             for d in DESIGNS:
-                out.setdefault((d, phase), []).append((ests[d], truth))
+                out.setdefault((d, phase), []).append((ests[d], truth, spend[d]))
     return out
 
 
-DaemonRows = list[tuple[int, WindowEstimate, float]]  # (bucket, the 1h window, true F_alpha)
+#: (bucket, the 1h window, true F_alpha, the bucket's expected labels / budget)
+DaemonRows = list[tuple[int, WindowEstimate, float, float]]
 
 
 def run_daemon_rep(case: StreamCase, rep: int, seed: int, answer_rate: float = 1.0) -> DaemonRows:
@@ -247,8 +264,10 @@ def run_daemon_rep(case: StreamCase, rep: int, seed: int, answer_rate: float = 1
         batch, label = _bucket_batch(rng, case, b, rep, b * case.records_per_bucket)
         truth_of = dict(zip(batch.ids.tolist(), label.tolist(), strict=True))
         src = RawRecord("labels", 0, 0, 0, None, None)
+        spent = 0.0
         for part in np.array_split(np.arange(len(batch)), CHUNKS):
             res = sampler.process(_rows(batch, part))
+            spent += sum(a.pi_total for a in res.traffic.values())
             estimator.apply_traffic(res.traffic)
             estimator.upsert_requests(res.requests)
             answered = a_rng.random(len(res.requests)) < answer_rate
@@ -263,7 +282,8 @@ def run_daemon_rep(case: StreamCase, rep: int, seed: int, answer_rate: float = 1
             previous = sampler.calibration.get("default", NO_CALIBRATION)
             sampler.calibration = {"default": recalibration.refit(previous, recent, lam0)}
         window = next(w for w in estimator.snapshot().windows if w.segment == "")
-        out.append((b, window, falpha_exact(batch.pred, label, case.alpha)))
+        truth = falpha_exact(batch.pred, label, case.alpha)
+        out.append((b, window, truth, spent / case.labels_per_bucket))
     return out
 
 
@@ -290,10 +310,10 @@ def evaluate_daemon(
     first = 1 if case.overconfidence == 1.0 else DRIFT + 1
     out = DaemonTally(Tally([]), Tally([]))
     for rep in range(reps):
-        for b, w, truth in run_daemon_rep(case, rep, seed, answer_rate):
+        for b, w, truth, spend in run_daemon_rep(case, rep, seed, answer_rate):
             if b < first or w.ratio is None:
                 continue
-            out.exported.add(w.f, truth)
+            out.exported.add(w.f, truth, spend)
             out.ratio.add(w.ratio[0], truth)
             out.assisted += w.assisted[0]
     return out
@@ -304,8 +324,8 @@ def evaluate(case: StreamCase, reps: int, seed: int) -> dict[tuple[str, str], Ta
     tallies = {(d, p): Tally([]) for d in DESIGNS for p in PHASES}
     for rep in range(reps):
         for key, rows in run_rep(case, rep, seed).items():
-            for est, truth in rows:
-                tallies[key].add(est, truth)
+            for est, truth, spend in rows:
+                tallies[key].add(est, truth, spend)
     return tallies
 
 
@@ -320,10 +340,10 @@ def cases(quick: bool) -> list[StreamCase]:
 
 
 def report(rows: Sequence[tuple[StreamCase, dict[tuple[str, str], Tally]]]) -> list[str]:
-    """Coverage, MAE and savings per (case, design, phase)."""
-    lines = [
-        f"  {'case':<20} {'design':<11}" + "".join(f"{p + ' cov/mae/sav':>26}" for p in PHASES)
-    ]
+    """Coverage, MAE, savings and spend (mean / largest expected labels over the budget of a
+    bucket) per (case, design, phase)."""
+    head = "".join(f"{p + ' cov/mae/sav/spend mean,max':>38}" for p in PHASES)
+    lines = [f"  {'case':<20} {'design':<11}" + head]
     for case, t in rows:
         for d in DESIGNS:
             cells = ""
@@ -332,6 +352,7 @@ def report(rows: Sequence[tuple[StreamCase, dict[tuple[str, str], Tally]]]) -> l
                 uni = t[("uniform", p)].mae
                 sav = (uni / cell.mae) ** 2 if cell.mae > 0 else math.nan
                 cells += f"{cell.coverage:>10.3f} {cell.mae:>7.4f} {sav:>6.2f}x"
+                cells += f" {cell.mean_spend:>5.2f},{cell.max_spend:>5.2f}"
             lines.append(f"  {case.name:<20} {d:<11}{cells}")
     return lines
 
@@ -372,7 +393,7 @@ def main_daemon(reps: int, seed: int, echo: Callable[[str], None]) -> int:
     )
     echo(
         f"  {'cell':<26} {'windows':>7} {'coverage':>9} {'ratio':>7} {'MAE':>8} {'ratio':>8}"
-        f" {'savings':>8} {'assisted':>9}"
+        f" {'savings':>8} {'assisted':>9} {'spend mean':>10} {'max':>5}"
     )
     for name, over, rate, alpha, answer in DAEMON_CELLS:
         case = StreamCase(name, over, rate, alpha, 5_000, 150.0)
@@ -381,6 +402,7 @@ def main_daemon(reps: int, seed: int, echo: Callable[[str], None]) -> int:
         echo(
             f"  {name:<26} {n:>7} {t.exported.coverage:>9.3f} {t.ratio.coverage:>7.3f}"
             f" {t.exported.mae:>8.4f} {t.ratio.mae:>8.4f} {t.savings:>7.2f}x"
-            f" {t.assisted / max(n, 1):>9.2f}"
+            f" {t.assisted / max(n, 1):>9.2f} {t.exported.mean_spend:>10.2f}"
+            f" {t.exported.max_spend:>5.2f}"
         )
     return 0

@@ -10,8 +10,9 @@ the estimator can pair each label with what the traffic aggregates summed for it
 
 Controls are frozen at the first record of a bucket on a partition from that partition's
 aggregate of earlier buckets, and refreshed inside the bucket at its ``N``-th, ``2N``-th,
-``4N``-th ... record on the partition (``refresh_records``; ``_next_refresh``) from the latest
-earlier bucket plus the bucket's records so far. A batch is cut at those records, so the
+``4N``-th ... record on the partition (``refresh_records``; ``_next_refresh``; ``N`` records
+after a stage with a pending map, below) from the latest earlier bucket plus the bucket's
+records so far. A batch is cut at those records, so the
 aggregate used is exactly the traffic that preceded the record on its partition, wherever
 batches were cut. A refresh is stored with the bucket's control (``Control.refreshes``, each
 with the offset it is in force from): a sampler rebuilt from the state at committed offset C
@@ -24,9 +25,16 @@ are decided again (the same requests) but not aggregated twice.
 Records older than the retention horizon (``2 k`` buckets behind the partition's newest bucket,
 ``k`` the longest reported window) are counted but never audited.
 
-``calibration`` holds, per model, the calibration map new controls take (DESIGN.md, "Learning
-from the labels"). It is fitted from labels, so the caller sets it only once it is durable;
-a control records the map it took, and a control read back from the store is used as it is.
+``calibration`` holds, per model, the newest durable calibration map (DESIGN.md, "Learning
+from the labels"). It is fitted from labels, so the caller sets it only once it is durable; a
+control records the map it took, and a control read back from the store is used as it is. A
+new map is first pending: the next control keeps deciding with the map its records were
+normalised under and sums q* under the new one, and the control after it (the next refresh, now
+``refresh_records`` records later, or the next bucket) takes the new map with ``mean_q*`` of the
+records summed under it (``_next_stage``; ``monitor.stats.budget``, "Map changes"), so a map
+change does not make a bucket overspend its budget. Each refresh records the bucket's
+``(n, sum q*, sum pi)`` before it (its base), so the records summed under a map are known after
+a restart too.
 A sampler rebuilt from published bucket states is also given the controls a run that did not
 commit published beyond its resume point (``published``): a control frozen again at the same
 record (a bucket's first, or a refresh point) is taken from there, map included, not computed
@@ -37,8 +45,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -57,11 +65,14 @@ from monitor.core.windows import (
 from monitor.stats.budget import (
     MIN_COVERAGE,
     NO_CALIBRATION,
+    Base,
     Calibration,
     Control,
+    Refresh,
     cap_ratio,
     control_for_bucket,
     selection_weights,
+    stage_bases,
     uniform_control,
 )
 from monitor.stats.selection import hash_uniform
@@ -169,7 +180,7 @@ class SamplerService:
         folded = np.count_nonzero(out == OTHER_SEGMENT) - np.count_nonzero(segment == OTHER_SEGMENT)
         return out, max(0, int(folded))
 
-    def _stored(self, key: PartKey, offset: int | None) -> Control | None:
+    def _stored(self, key: PartKey, offset: int | None) -> Control | Refresh | None:
         """The control of ``key`` published beyond the resume point, if any.
 
         The one frozen at the bucket's start (``offset`` None) or the refresh in force from
@@ -179,37 +190,107 @@ class SamplerService:
         if pub is None:
             return None
         if offset is None:
-            return Control(pub.g, pub.kappa, pub.mean_qstar, pub.calibration)
-        return next((r.control for r in pub.refreshes if r.offset == offset), None)
+            return replace(pub, refreshes=())
+        return next((r for r in pub.refreshes if r.offset == offset), None)
 
     def _new_control(self, model: str, partition: int, bucket: int, horizon: int) -> Control:
         stored = self._stored((model, partition, bucket), None)
-        if stored is not None:
+        if isinstance(stored, Control):
             return stored
         cfg = self.model_config(model)
         history = self._traffic.get((model, partition), {})
         earlier = [b for b in history if horizon <= b < bucket]
         if not earlier:
-            return uniform_control(cfg.labels_per_hour, cfg.expected_records_per_hour)
+            ctl = uniform_control(cfg.labels_per_hour, cfg.expected_records_per_hour)
+            newest = self.calibration.get(model, NO_CALIBRATION)
+            return replace(ctl, accumulate=newest) if newest.version > 0 else ctl
         prev = max(earlier)
         agg = history[prev]
         before = self._controls.get((model, partition, prev))
-        ratio = (
-            1.0
-            if before is None
-            else cap_ratio(before.latest, agg.n, agg.qstar_total, agg.pi_total, cfg.defensive)
+        return self._next_stage(model, cfg, agg, [(before, agg)], prev_bucket=prev)
+
+    def _next_stage(
+        self,
+        model: str,
+        cfg: ModelConfig,
+        window: TrafficAggregate,
+        segs: Sequence[tuple[Control | None, TrafficAggregate]],
+        *,
+        prev_bucket: int,
+        covered_s: float | None = None,
+    ) -> Control:
+        """The control that follows the latest stage of ``segs`` (traffic ``window``).
+
+        ``segs`` are the buckets of ``window`` with their controls, latest first (the bucket
+        being refreshed, then the earlier one); g and kappa come from ``window``. The map the
+        latest stage summed q* under is adopted when the records summed under it are the whole
+        window or at least ``refresh_records`` (then ``mean_q*`` is theirs); otherwise the
+        latest stage's map, g and ``mean_q*`` stay (module docstring). An adopted map that is
+        older than the newest durable one leaves the newest pending (``accumulate``). The cap
+        re-solve of kappa counts the records decided and summed under the adopted map.
+        """
+        newest = self.calibration.get(model, NO_CALIBRATION)
+        latest = segs[0][0].latest if segs[0][0] is not None else None
+        if latest is None:  # the earlier bucket's control is gone: no map to match
+            return self._control_from(
+                model,
+                cfg,
+                window,
+                newest,
+                window.mean_qstar,
+                prev_bucket=prev_bucket,
+                ratio=1.0,
+                covered_s=covered_s,
+            )
+        summed = latest.summed
+        run = _trailing(segs, lambda c: c.summed.version == summed.version)
+        adopt = run is None or run[3] or run[0] >= max(1, cfg.refresh_records)
+        chosen = summed if adopt else latest.calibration
+        cap = _trailing(
+            segs[:1], lambda c: c.calibration.version == chosen.version and not c.pending
         )
-        return self._control_from(model, cfg, agg, prev_bucket=prev, ratio=ratio)
+        if cap is None:  # a store without refresh bases: the whole bucket, as it was
+            agg = segs[0][1]
+            cap = (agg.n, agg.sum_qstar, agg.sum_pi, True)
+        ratio = cap_ratio(latest, cap[0], cap[1] / FIXED_ONE, cap[2] / FIXED_ONE, cfg.defensive)
+        if not adopt:
+            new = self._control_from(
+                model,
+                cfg,
+                window,
+                chosen,
+                latest.mean_qstar,
+                prev_bucket=prev_bucket,
+                ratio=ratio,
+                covered_s=covered_s,
+            )
+            return replace(
+                new, g=latest.g, mean_qstar=latest.mean_qstar, accumulate=latest.accumulate
+            )
+        mq = window.mean_qstar if run is None or run[3] else run[1] / FIXED_ONE / run[0]
+        new = self._control_from(
+            model,
+            cfg,
+            window,
+            chosen,
+            mq,
+            prev_bucket=prev_bucket,
+            ratio=ratio,
+            covered_s=covered_s,
+        )
+        return replace(new, accumulate=newest) if newest.version != chosen.version else new
 
     def _control_from(
         self,
         model: str,
         cfg: ModelConfig,
         agg: TrafficAggregate,
+        calibration: Calibration,
+        mean_qstar: float,
         *,
         prev_bucket: int,
         ratio: float,
-        covered_s: float | None = None,
+        covered_s: float | None,
     ) -> Control:
         """``control_for_bucket`` from the traffic ``agg`` (``covered_s``: the time it spans)."""
         return control_for_bucket(
@@ -217,14 +298,14 @@ class SamplerService:
             n_pred=agg.n_pred,
             pred_score_total=agg.pred_phat_total,
             score_total=agg.phat_total,
-            mean_qstar=agg.mean_qstar,
+            mean_qstar=mean_qstar,
             ts_min=agg.ts_min,
             prev_bucket=prev_bucket,
             alpha=cfg.alpha,
             labels_per_hour=cfg.labels_per_hour,
             bucket_s=self.config.windows.bucket_s,
             n_partitions=self.n_partitions,
-            calibration=self.calibration.get(model, NO_CALIBRATION),
+            calibration=calibration,
             cap_ratio=ratio,
             covered_s=covered_s,
             expected_records_per_hour=cfg.expected_records_per_hour,
@@ -389,10 +470,13 @@ class SamplerService:
     ) -> tuple[int, int] | None:
         """The first refresh point in ``chunk``: (position in the chunk, bucket), if any.
 
-        The r-th refresh of a bucket is at its record number ``N 2^(r-1)`` (0-based, counting
-        the records aggregated in the bucket on this partition), ``N = refresh_records``; a
-        bucket already past that point without the refresh (a store written before refreshes
-        existed) takes the next power-of-two point beyond its count.
+        Refreshes are at the bucket's record numbers ``N``, ``2N``, ``4N`` ... (0-based,
+        counting the records aggregated in the bucket on this partition), ``N =
+        refresh_records``: the first power-of-two multiple of ``N`` beyond the latest stage's
+        base; after a stage with a pending map, ``N`` records after its base instead. A refresh
+        stored without its base counts refreshes (the r-th at ``N 2^(r-1)``); a bucket already
+        past its point (a store written before refreshes existed) takes the next power-of-two
+        point beyond its count.
         """
         n_ref = cfg.refresh_records
         if n_ref <= 0:
@@ -409,7 +493,13 @@ class SamplerService:
                 sel = sel[cols.offset[chunk[sel]] >= counted.get(int(bk), -1)]
             agg = hist.get(int(bk))
             n = 0 if agg is None else agg.n
-            threshold = n_ref << len(ctl.refreshes)
+            last, base = stage_bases(ctl)[-1]
+            if base is None:  # a refresh stored without its base
+                threshold = n_ref << len(ctl.refreshes)
+            elif last.pending:
+                threshold = base[0] + n_ref
+            else:
+                threshold = n_ref << (base[0] // n_ref).bit_length()
             if threshold < n:
                 threshold = n_ref << max(len(ctl.refreshes), (n // n_ref).bit_length())
             need = threshold - n
@@ -423,24 +513,28 @@ class SamplerService:
         """Refresh the control of (model, p, bucket) from the record at ``offset`` on.
 
         From the latest earlier bucket within the horizon plus the bucket's records so far, over
-        the time they span (``control_for_bucket`` with ``covered_s``); kappa re-solved from the
-        share of uncapped requests so far in the bucket under the control in force. A refresh
-        published beyond the resume point at ``offset`` is taken as it is.
+        the time they span (``control_for_bucket`` with ``covered_s``; ``_next_stage`` for the
+        map and ``mean_q*``); kappa re-solved from the share of uncapped requests so far in the
+        bucket under the map in force. The refresh records the bucket's ``(n, sum q*, sum pi)``
+        so far as its base. A refresh published beyond the resume point at ``offset`` is taken
+        as it is.
         """
         key = (model, p, bucket)
         ctl = self._controls[key]
+        history = self._traffic.get((model, p), {})
+        cur = history.get(bucket, TrafficAggregate.zero())
+        base: Base = (cur.n, cur.sum_qstar, cur.sum_pi)
         stored = self._stored(key, offset)
-        if stored is not None:
-            self._controls[key] = ctl.refreshed(offset, stored)
+        if isinstance(stored, Refresh):
+            self._controls[key] = ctl.refreshed(offset, stored.control, stored.base or base)
             self._changes.controls[key] = self._controls[key]
             return
         bucket_s = self.config.windows.bucket_s
-        history = self._traffic.get((model, p), {})
-        cur = history.get(bucket, TrafficAggregate.zero())
         start = float(bucket * bucket_s)
         now = min(max(cur.ts_max, start), start + bucket_s)
         span = max(0.0, now - max(start, cur.ts_min))
         agg = cur
+        segs: list[tuple[Control | None, TrafficAggregate]] = [(ctl, cur)]
         earlier = [b for b in history if horizon <= b < bucket]
         if earlier:
             prev = max(earlier)
@@ -449,9 +543,9 @@ class SamplerService:
             p_cov = p_start + bucket_s - max(p_start, pagg.ts_min)
             span += max(p_cov, MIN_COVERAGE * bucket_s)
             agg = pagg + cur
-        ratio = cap_ratio(ctl.latest, cur.n, cur.qstar_total, cur.pi_total, cfg.defensive)
-        new = self._control_from(model, cfg, agg, prev_bucket=bucket, ratio=ratio, covered_s=span)
-        self._controls[key] = ctl.refreshed(offset, new)
+            segs.append((self._controls.get((model, p, prev)), pagg))
+        new = self._next_stage(model, cfg, agg, segs, prev_bucket=bucket, covered_s=span)
+        self._controls[key] = ctl.refreshed(offset, new, base)
         self._changes.controls[key] = self._controls[key]
 
     def _aggregate(
@@ -513,3 +607,31 @@ class _Cols:
     qstar: npt.NDArray[np.float64]
     pi: npt.NDArray[np.float64]
     phat: npt.NDArray[np.float64]
+
+
+def _trailing(
+    segs: Sequence[tuple[Control | None, TrafficAggregate]], keep: Callable[[Control], bool]
+) -> tuple[int, int, int, bool] | None:
+    """``(n, sum_qstar, sum_pi, whole)`` of the trailing records decided in stages ``keep``-ing.
+
+    ``segs`` are buckets, latest first, each with its control and aggregate. ``whole``: every
+    stage of every bucket kept. None when a stage boundary the run needs has no stored base (a
+    store written before bases existed) or a bucket's control is unknown.
+    """
+    n = q = pi = 0
+    for ctl, agg in segs:
+        if ctl is None:
+            return None
+        end: Base = (agg.n, agg.sum_qstar, agg.sum_pi)
+        stages = stage_bases(ctl)
+        cut = next((j for j in range(len(stages) - 1, -1, -1) if not keep(stages[j][0])), None)
+        if cut is None:
+            n, q, pi = n + end[0], q + end[1], pi + end[2]
+            continue
+        if cut == len(stages) - 1:
+            return n, q, pi, False
+        base = stages[cut + 1][1]
+        if base is None:
+            return None
+        return n + end[0] - base[0], q + end[1] - base[1], pi + end[2] - base[2], False
+    return n, q, pi, True

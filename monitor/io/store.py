@@ -29,10 +29,10 @@ from monitor.core.sampler import PartKey, SamplerChanges
 from monitor.core.windows import TrafficAggregate
 from monitor.errors import StoreError
 from monitor.stats.budget import (
-    NO_CALIBRATION,
-    Calibration,
     Control,
+    maps_to_list,
     refreshes_to_list,
+    with_maps,
     with_refreshes,
 )
 
@@ -171,17 +171,13 @@ class Store:
         for m, p, b, agg in db.execute("SELECT model, partition, bucket, agg FROM sampler_traffic"):
             st.sampler_traffic[(m, int(p), int(b))] = TrafficAggregate.from_list(json.loads(agg))
         maps = {
-            (m, int(p), int(b)): Calibration.from_list(json.loads(c))
+            (m, int(p), int(b)): json.loads(c)
             for m, p, b, c in db.execute("SELECT * FROM control_maps")
         }
         for m, p, b, g, k, mq in db.execute("SELECT * FROM controls"):
             key = (m, int(p), int(b))
-            st.controls[key] = Control(
-                float(g),
-                float(k),
-                math.nan if mq is None else float(mq),
-                calibration=maps.get(key, NO_CALIBRATION),
-            )
+            ctl = Control(float(g), float(k), math.nan if mq is None else float(mq))
+            st.controls[key] = ctl if key not in maps else with_maps(ctl, maps[key])
         for m, p, b, r in db.execute("SELECT * FROM control_refreshes"):
             key = (m, int(p), int(b))
             if key in st.controls:
@@ -275,9 +271,9 @@ class Store:
         db.executemany(
             "INSERT OR REPLACE INTO control_maps VALUES (?, ?, ?, ?)",
             [
-                (m, p, b, json.dumps(c.calibration.to_list()))
+                (m, p, b, json.dumps(maps_to_list(c)))
                 for (m, p, b), c in sampler.controls.items()
-                if c.calibration.version > 0
+                if maps_to_list(c) is not None
             ],
         )
         db.executemany(

@@ -40,6 +40,25 @@ q* is evaluated at p_hat = m(s) instead of s, ``g`` comes from the earlier bucke
 expected counts ``sum(f p_hat) / (alpha N1 + (1 - alpha) sum(p_hat))`` (p_hat under the map that
 was in force there), and ``lam`` is the calibration's. The map is not a function of the scored
 stream, so the control records it: a replay reads the stored control and decides the same.
+
+Map changes (an honest budget): ``mean_q*`` must be the mean of q* under the map the control
+decides with, or the spend ``kappa sum(q)`` is off by their ratio (a map that undoes logits x10
+raises q* about tenfold: the bucket after it used to spend 3-6x its budget). So a control never
+takes a map no record has q* summed under. A new map is first *pending*
+(``Control.accumulate``): the stage decides with the map it had while the traffic aggregate sums
+q* under the new one; the next control takes the new map once the records summed under it are
+the whole traffic it learns from or at least ``refresh_records`` of them, and normalises by
+their mean q*; until then the latest stage's map, ``g`` and ``mean_q*`` stay. A pending stage is
+followed by a refresh ``refresh_records`` records later (not at the next power of two), so a map
+is taken within ``refresh_records`` records of the point it was first pending. To count those
+records each refresh records the bucket's ``(n, sum q*, sum pi)`` just before it
+(:class:`Refresh` ``base``): a stage's records are the bucket's aggregate minus its base. The cap
+re-solve (``cap_ratio``) likewise counts only the records decided and summed under the map the
+new control takes. Everything here is a function of the stream, the durable maps and the stored
+controls (pending map and bases included), so a replay still decides the same. Known limit:
+q* is also evaluated at ``g``, and ``g`` of the first controls under a new map still comes from
+p_hat summed under the old one; when the new map moves ``g`` far (0.9 -> 0.1 on the unit test's
+stream) the next bucket's normaliser is too large and it under-spends (0.3-0.5x) once.
 """
 
 from __future__ import annotations
@@ -102,9 +121,12 @@ class Control:
     """The inputs of every audit decision in one (model, partition, bucket).
 
     ``mean_qstar`` is NaN for the uniform control (no history): then q = 1 for every record.
-    ``calibration`` is the map q* is evaluated at (version 0: the raw scores). ``refreshes``
-    are the controls that replaced it later in the bucket, in log order: a record at offset
-    ``o`` is decided under the last refresh with ``offset <= o`` (:meth:`in_force`).
+    ``calibration`` is the map q* is evaluated at (version 0: the raw scores). ``accumulate``,
+    when set, is a newer map the records' q* is summed under in the traffic aggregate while
+    the decisions still use ``calibration`` (a pending map, module docstring "Map changes");
+    None: q* is summed under ``calibration``. ``refreshes`` are the controls that replaced it
+    later in the bucket, in log order: a record at offset ``o`` is decided under the last
+    refresh with ``offset <= o`` (:meth:`in_force`).
     """
 
     g: float
@@ -112,6 +134,17 @@ class Control:
     mean_qstar: float
     calibration: Calibration = NO_CALIBRATION
     refreshes: tuple[Refresh, ...] = ()
+    accumulate: Calibration | None = None
+
+    @property
+    def summed(self) -> Calibration:
+        """The map the q* of the records decided under this control is summed under."""
+        return self.calibration if self.accumulate is None else self.accumulate
+
+    @property
+    def pending(self) -> bool:
+        """Whether the records' q* is summed under a newer map than the decisions use."""
+        return self.summed.version != self.calibration.version
 
     @property
     def uniform(self) -> bool:
@@ -132,56 +165,123 @@ class Control:
         """The control :meth:`in_force` numbers ``j``."""
         return self if j == 0 else self.refreshes[j - 1].control
 
-    def refreshed(self, offset: int, control: Control) -> Control:
-        """This control with ``control`` in force from ``offset`` on."""
-        return replace(self, refreshes=(*self.refreshes, Refresh(offset, control)))
+    def refreshed(self, offset: int, control: Control, base: Base | None = None) -> Control:
+        """This control with ``control`` in force from ``offset`` on (``base``: see Refresh)."""
+        return replace(self, refreshes=(*self.refreshes, Refresh(offset, control, base)))
+
+
+#: ``(n, sum_qstar, sum_pi)`` of a bucket's aggregate (fixed point, ``monitor.core.windows``)
+Base = tuple[int, int, int]
+ZERO_BASE: Base = (0, 0, 0)
 
 
 @dataclass(frozen=True)
 class Refresh:
-    """A control computed inside a bucket, in force from the record at ``offset`` on."""
+    """A control computed inside a bucket, in force from the record at ``offset`` on.
+
+    ``base`` is the bucket's ``(n, sum_qstar, sum_pi)`` on the partition just before
+    ``offset`` (None in a store written before it existed): the records decided under this
+    stage are the bucket's aggregate minus ``base`` (up to the next refresh's base).
+    """
 
     offset: int
     control: Control
+    base: Base | None = None
 
 
-def control_to_list(ctl: Control) -> list[object]:
-    """``[g, kappa, mean_q* | None(, calibration)]`` (refreshes not included)."""
+def stage_bases(ctl: Control) -> list[tuple[Control, Base | None]]:
+    """The stages of a bucket's control in log order, each with its base (``ZERO_BASE`` first)."""
+    return [(ctl, ZERO_BASE), *((r.control, r.base) for r in ctl.refreshes)]
+
+
+def control_to_list(ctl: Control, base: Base | None = None) -> list[object]:
+    """``[g, kappa, mean_q* | None(, calibration | None(, extra))]`` (refreshes not included).
+
+    ``extra`` is a dict written only when needed: ``"acc"`` the pending map
+    (``Control.accumulate``), ``"base"`` a refresh's base; the calibration slot is None then
+    when the control has no map.
+    """
     out: list[object] = [ctl.g, ctl.kappa, None if math.isnan(ctl.mean_qstar) else ctl.mean_qstar]
-    if ctl.calibration.version > 0:
-        out.append(ctl.calibration.to_list())
+    extra: dict[str, object] = {}
+    if ctl.accumulate is not None:
+        extra["acc"] = ctl.accumulate.to_list()
+    if base is not None:
+        extra["base"] = list(base)
+    if ctl.calibration.version > 0 or extra:
+        out.append(ctl.calibration.to_list() if ctl.calibration.version > 0 else None)
+    if extra:
+        out.append(extra)
     return out
+
+
+def _base_from(v: object) -> Base:
+    if not (isinstance(v, list) and len(v) == 3 and all(type(x) is int and x >= 0 for x in v)):
+        msg = "a refresh's base is [n, sum_qstar, sum_pi], integers >= 0"
+        raise ValueError(msg)
+    return (v[0], v[1], v[2])
+
+
+def _control_and_base(ctl: object) -> tuple[Control, Base | None]:
+    if not isinstance(ctl, list) or len(ctl) not in (3, 4, 5):
+        msg = "a control is [g, kappa, mean_q*(, calibration | None(, extra))]"
+        raise ValueError(msg)
+    g, kappa, mq = (math.nan if x is None else float(x) for x in ctl[:3])
+    cal = NO_CALIBRATION
+    if len(ctl) == 4 or (len(ctl) == 5 and ctl[3] is not None):
+        cal = Calibration.from_list(ctl[3])
+    extra = ctl[4] if len(ctl) == 5 else {}
+    if not isinstance(extra, dict) or not set(extra) <= {"acc", "base"}:
+        msg = 'a control\'s extra is a dict with "acc" and/or "base"'
+        raise ValueError(msg)
+    acc = Calibration.from_list(extra["acc"]) if "acc" in extra else None
+    base = _base_from(extra["base"]) if "base" in extra else None
+    return Control(g, kappa, mq, calibration=cal, accumulate=acc), base
 
 
 def control_from_list(ctl: object) -> Control:
     """The control written by :func:`control_to_list`; ``ValueError`` when ``ctl`` is not one."""
-    if not isinstance(ctl, list) or len(ctl) not in (3, 4):
-        msg = "a control is [g, kappa, mean_q*] or [g, kappa, mean_q*, calibration]"
-        raise ValueError(msg)
-    g, kappa, mq = (math.nan if x is None else float(x) for x in ctl[:3])
-    cal = Calibration.from_list(ctl[3]) if len(ctl) == 4 else NO_CALIBRATION
-    return Control(g, kappa, mq, calibration=cal)
+    return _control_and_base(ctl)[0]
+
+
+def maps_to_list(ctl: Control) -> object | None:
+    """A control's maps for a store column (:func:`with_maps` reads it back).
+
+    The calibration, or ``[calibration | None, acc]`` with a pending map; None for neither.
+    """
+    if ctl.accumulate is None:
+        return ctl.calibration.to_list() if ctl.calibration.version > 0 else None
+    cal = ctl.calibration.to_list() if ctl.calibration.version > 0 else None
+    return [cal, ctl.accumulate.to_list()]
+
+
+def with_maps(ctl: Control, v: object) -> Control:
+    """``ctl`` with the maps written by :func:`maps_to_list`; ``ValueError`` when bad."""
+    if isinstance(v, list) and len(v) == 2:
+        cal = NO_CALIBRATION if v[0] is None else Calibration.from_list(v[0])
+        return replace(ctl, calibration=cal, accumulate=Calibration.from_list(v[1]))
+    return replace(ctl, calibration=Calibration.from_list(v))
 
 
 def refreshes_to_list(ctl: Control) -> list[object]:
-    """``[[offset, g, kappa, mean_q*(, calibration)], ...]`` of the control's refreshes."""
-    return [[r.offset, *control_to_list(r.control)] for r in ctl.refreshes]
+    """``[[offset, g, kappa, mean_q*(, calibration(, extra))], ...]`` of the refreshes."""
+    return [[r.offset, *control_to_list(r.control, r.base)] for r in ctl.refreshes]
 
 
 def with_refreshes(ctl: Control, v: object) -> Control:
     """``ctl`` with the refreshes written by :func:`refreshes_to_list`; ``ValueError`` if bad."""
     if not isinstance(v, list):
-        msg = "a control's refreshes are a list of [offset, g, kappa, mean_q*(, calibration)]"
+        msg = "a control's refreshes are a list of [offset, g, kappa, mean_q*(, ...)]"
         raise ValueError(msg)
     out = ctl
     for r in v:
         if not isinstance(r, list) or not r or type(r[0]) is not int:
-            msg = "a refresh is [offset, g, kappa, mean_q*(, calibration)]"
+            msg = "a refresh is [offset, g, kappa, mean_q*(, calibration(, extra))]"
             raise ValueError(msg)
         if out.refreshes and r[0] <= out.refreshes[-1].offset:
             msg = "a control's refreshes must be in increasing offset order"
             raise ValueError(msg)
-        out = out.refreshed(r[0], control_from_list(r[1:]))
+        control, base = _control_and_base(r[1:])
+        out = out.refreshed(r[0], control, base)
     return out
 
 
@@ -274,9 +374,11 @@ def selection_weights(
     """Return ``(q*, pi, p_hat)`` for records under one control.
 
     ``p_hat`` is the control's calibration map applied to the scores (the scores themselves
-    without a map); ``q*`` (undefended, seed 000 Cor. 2 at p_hat and ``g``) feeds the aggregate
-    of this bucket; ``pi = min(1, kappa q)`` with ``q = defensive_mix(q*, lam, mean_qstar)``
-    (``lam`` the calibration's share when it has one), or q = 1 when uniform.
+    without a map); ``pi = min(1, kappa q)`` with ``q = defensive_mix(q*, lam, mean_qstar)``
+    (q* undefended, seed 000 Cor. 2 at p_hat and ``g``; ``lam`` the calibration's share when it
+    has one), or q = 1 when uniform. The returned q*, which feeds the aggregate of this bucket,
+    is evaluated at the map the control sums under (``Control.summed``: a pending map, else the
+    same p_hat).
     """
     cal = control.calibration
     p_hat = cal.cal_map.apply(score)
@@ -287,4 +389,7 @@ def selection_weights(
         share = cal.lam if cal.version > 0 else lam
         q = np.asarray(defensive_mix(qstar, share, control.mean_qstar), dtype=np.float64)
     pi = np.asarray(inclusion_from_kappa(q, control.kappa), dtype=np.float64)
+    if control.pending:
+        summed = control.summed.cal_map.apply(score)
+        qstar = np.asarray(q_star_falpha(summed, pred, alpha, control.g), dtype=np.float64)
     return qstar, pi, p_hat

@@ -11,12 +11,14 @@ between runs, so this run is not compared with an uninterrupted one; instead:
 - the requests in the log are exactly those the store holds (none lost, none invented);
 - a sampler given only the stored controls, deciding the whole scored log again from scratch,
   makes exactly the logged requests: the decisions are a function of the stream and the
-  durable controls (which record the map versions they used).
+  durable controls (which record the map versions they used, the pending map whose q* they
+  summed, and each refresh's base).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import time
 from pathlib import Path
@@ -127,6 +129,15 @@ def test_kills_while_the_map_changes_keep_requests_a_function_of_stored_controls
     assert {s.request.request_id for s in state.requests} == set(logged)
     versions = sorted({c.calibration.version for c in state.controls.values()})
     assert versions[0] == 0 and len(versions) >= 3, versions  # the map changed mid-stream
+    # ... inside buckets too: a new map pending at a refresh (q* summed under it, decisions
+    # under the old one), then taken at a later refresh of the same bucket
+    chains = [[c, *(r.control for r in c.refreshes)] for c in state.controls.values()]
+    assert any(s.pending for chain in chains for s in chain[1:])
+    assert any(
+        a.calibration.version != b.calibration.version
+        for chain in chains
+        for a, b in itertools.pairwise(chain)
+    )
 
     # the same stream decided again from the stored controls alone: the same requests
     cfg = h.config

@@ -8,7 +8,8 @@ an uninterrupted one; instead:
 
 - every request id in the log has one byte string (a replay repeats the same request);
 - every control and refresh on the aggregates topic records no map or a map the estimator
-  published, and several versions were used;
+  published (as the map it decides with and as a pending one it sums q* under), several
+  versions were used, and a map was pending and then taken inside a bucket;
 - a sampler given only the published controls, deciding the whole scored log again from
   scratch, makes exactly the logged requests.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import json
 import math
 import time
@@ -122,7 +124,8 @@ def _check_published_controls(log: FakeLog, cfg: Config) -> set[int]:
     controls = _final_controls(log)
     maps = _published_maps(log)
     used = [s.calibration for c in controls.values() for s in _stages(c)]
-    assert all(c == NO_CALIBRATION or c in maps for c in used)
+    summed = [s.summed for c in controls.values() for s in _stages(c)]
+    assert all(c == NO_CALIBRATION or c in maps for c in used + summed)
     again = _decided_again(log, cfg, controls)
     assert again == {rid: next(iter(v)) for rid, v in logged.items()}
     return {c.version for c in used}
@@ -190,14 +193,17 @@ def test_a_running_sampler_takes_a_published_map_at_its_next_controls(
     after = a.sampler._controls
     for k, ctl in after.items():
         old = before.get(k)
-        if old is None:  # frozen after the map came: it records it
-            assert ctl.calibration == V1
+        # frozen after the map came: it records it, as the map it decides with or as the
+        # pending one it sums q* under until enough records are summed under it
+        if old is None:
+            assert V1 in (ctl.calibration, ctl.accumulate)
             continue
         assert ctl.calibration == old.calibration  # what was frozen stays
         for r in ctl.refreshes[len(old.refreshes) :]:
-            assert r.control.calibration == V1
+            assert V1 in (r.control.calibration, r.control.accumulate)
     assert len(after) > len(before)
     _drain(a, src, sink)
+    assert any(s.calibration == V1 for c in a.sampler._controls.values() for s in _stages(c))
     assert _check_published_controls(log, cfg) == {0, 1}
 
 
@@ -450,6 +456,10 @@ def test_any_kill_while_the_map_changes_keeps_requests_a_function_of_published_c
         torn=torn,
     )
     assert len(_check_published_controls(log, cfg) - {0}) >= 2  # the map changed mid-stream
+    # ... inside buckets: a refresh left a new map pending (q* summed under it), a later one took it
+    chains = [_stages(c) for c in _final_controls(log).values()]
+    assert any(s.pending for chain in chains for s in chain[1:])
+    assert any(a.calibration != b.calibration for ch in chains for a, b in itertools.pairwise(ch))
     _, ref = _reference(workload, tmp_path_factory)
     counts = [e[:4] for e in _estimates(est.engine.estimator.snapshot())]
     assert counts == [e[:4] for e in ref]  # model, segment, window, records: each counted once
