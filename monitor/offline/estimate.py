@@ -190,7 +190,11 @@ def estimate_json(result: PlanEstimate, plan: Plan) -> dict[str, Any]:
         else {
             "estimator": "GREG: regression on the recalibrated score per prediction stratum, "
             "pool totals from --pool",
-            "calibration_map": {"a": a.cal_map.a, "b": a.cal_map.b, "labels": a.cal_map.n_labels},
+            "calibration_map": {
+                "family": a.cal_map.family,
+                **a.cal_map.params(),
+                "labels": a.cal_map.n_labels,
+            },
             **_estimate_fields(a.f, a.precision, a.recall),
         }
     )
