@@ -6,7 +6,10 @@ The daemon's own sampler (``monitor.core.sampler.SamplerService``: per-bucket co
 the control's map, Poisson decisions by hashed ids) decides a simulated stream bucket by bucket.
 Records have true logits z ~ Normal(mu, 3^2) with labels y ~ Bernoulli(expit(z)) (``mu`` for
 the positive rate); the model reports s = expit(z) for the first ``DRIFT`` buckets and
-s = expit(c z) after (over-confident by c = 3 or 10). Every request is answered from the truth
+s = expit(c z) after (over-confident by c = 3 or 10; with ``--scenario one-sided`` only the
+negative logits are scaled, s = expit(c z) for z < 0 and expit(z) otherwise: the low scores are
+far too low, the high ones right, so the true map of s is asymmetric and no Platt map fits it,
+while the beta map's a = 1/c, b = 1 nearly does). Every request is answered from the truth
 at the end of its bucket. With recalibration on, the map of the next controls is refitted from
 the labels of the last ``FIT_BUCKETS`` buckets (``monitor.core.recalibration.refit``, as the
 engine does), so a control frozen at a bucket's first record uses labels of earlier buckets only.
@@ -15,7 +18,9 @@ Per bucket the F_alpha of the bucket's traffic is estimated from the bucket's la
 
 * ``uniform``: Poisson sampling with pi = n / N (same expected labels); the ratio estimate;
 * ``raw``: today's controller (q* at the raw scores, defensive 0.1); the ratio estimate;
-* ``recal``: the recalibrating controller; the ratio estimate (seed 000, Eq. 4);
+* ``recal-platt``: the recalibrating controller restricted to Platt maps; the ratio estimate;
+* ``recal``: the recalibrating controller (Platt, or beta where the likelihood-ratio test rejects
+  Platt: ``monitor.stats.beta_calibration``); the ratio estimate (seed 000, Eq. 4);
 * ``recal+GREG``: the same labels; the model-assisted estimate (``monitor.stats.greg``) with
   the bucket's recalibrated sums from the sampler's traffic aggregates.
 
@@ -49,7 +54,7 @@ from monitor.stats.falpha import estimate_falpha, falpha_exact
 from monitor.stats.greg import StratumTraffic, greg_falpha
 from monitor.stats.sample import LabeledSample
 
-DESIGNS = ("uniform", "raw", "recal", "recal+GREG")
+DESIGNS = ("uniform", "raw", "recal-platt", "recal", "recal+GREG")
 BUCKETS = 10
 DRIFT = 3  # first over-confident bucket
 FIT_BUCKETS = 2
@@ -68,6 +73,7 @@ class StreamCase:
     alpha: float
     records_per_bucket: int
     labels_per_bucket: float
+    one_sided: bool = False  # only the negative logits are scaled by ``overconfidence``
 
 
 @dataclass
@@ -120,7 +126,8 @@ def _bucket_batch(
     z = rng.normal(mu, LOGIT_SD, n)
     label = (rng.random(n) < 0.5 * (1.0 + np.tanh(0.5 * z))).astype(np.int8)
     c = case.overconfidence if bucket >= DRIFT else 1.0
-    score = 0.5 * (1.0 + np.tanh(0.5 * c * z))
+    scaled = np.where(z < 0.0, c * z, z) if case.one_sided else c * z
+    score = 0.5 * (1.0 + np.tanh(0.5 * scaled))
     batch = ScoredBatch(
         ids=np.array([f"{rep}-{bucket}-{i}" for i in range(n)], dtype=np.str_),
         score=score,
@@ -162,13 +169,14 @@ Rows = dict[tuple[str, str], list[tuple[Estimate, float]]]  # (design, phase) ->
 
 
 def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
-    """One stream through the raw and the recalibrating controller: estimates per phase."""
+    """One stream through the raw and the recalibrating controllers: estimates per phase."""
     out: Rows = {}
     samplers = {
         "raw": SamplerService(_config(case, recalibrate=False)),
+        "recal-platt": SamplerService(_config(case, recalibrate=True)),
         "recal": SamplerService(_config(case, recalibrate=True)),
     }
-    labelled: list[LabeledSample] = []
+    labelled: dict[str, list[LabeledSample]] = {"recal-platt": [], "recal": []}
     rng = np.random.default_rng([seed, rep])
     u_rng = np.random.default_rng([seed, rep, 1])
     lam0 = _config(case, True).model("default").defensive
@@ -191,6 +199,13 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
                 [r.pi for r in reqs],
             )
             ests[name] = estimate_falpha(sample, case.alpha, LEVEL)
+            if name in labelled:
+                labelled[name].append(sample)
+                recent = LabeledSample.concat(labelled[name][-FIT_BUCKETS:])
+                previous = sampler.calibration.get("default", NO_CALIBRATION)
+                sampler.calibration = {
+                    "default": recalibration.refit(previous, recent, lam0, beta=name == "recal")
+                }
             if name == "recal":
                 ctl = sampler.control("default", 0, int(START // 3600) + b)
                 if ctl is None:
@@ -210,10 +225,6 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
                     alpha=case.alpha,
                     level=LEVEL,
                 )
-                labelled.append(sample)
-                recent = LabeledSample.concat(labelled[-FIT_BUCKETS:])
-                previous = sampler.calibration.get("default", NO_CALIBRATION)
-                sampler.calibration = {"default": recalibration.refit(previous, recent, lam0)}
         if phase is not None:
             for d in DESIGNS:
                 out.setdefault((d, phase), []).append((ests[d], truth))
@@ -309,11 +320,14 @@ def evaluate(case: StreamCase, reps: int, seed: int) -> dict[tuple[str, str], Ta
     return tallies
 
 
-def cases(quick: bool) -> list[StreamCase]:
-    """x3 and x10 over-confidence after the drift, 5% positives, recall and F1."""
+def cases(quick: bool, scenario: str = "over-confident") -> list[StreamCase]:
+    """x3 and x10 over-confidence after the drift (both sides, or the negative logits only with
+    ``scenario`` "one-sided"), 5% positives, recall and F1."""
     n, labels = (5_000, 150.0) if quick else (20_000, 200.0)
+    one_sided = scenario == "one-sided"
+    prefix = "neg " if one_sided else ""
     return [
-        StreamCase(f"x{c:g} 5% pos, {name}", c, 0.05, alpha, n, labels)
+        StreamCase(f"{prefix}x{c:g} 5% pos, {name}", c, 0.05, alpha, n, labels, one_sided)
         for c in (3.0, 10.0)
         for name, alpha in (("recall", 0.0), ("F1", 0.5))
     ]
@@ -322,7 +336,7 @@ def cases(quick: bool) -> list[StreamCase]:
 def report(rows: Sequence[tuple[StreamCase, dict[tuple[str, str], Tally]]]) -> list[str]:
     """Coverage, MAE and savings per (case, design, phase)."""
     lines = [
-        f"  {'case':<20} {'design':<11}" + "".join(f"{p + ' cov/mae/sav':>26}" for p in PHASES)
+        f"  {'case':<24} {'design':<11}" + "".join(f"{p + ' cov/mae/sav':>26}" for p in PHASES)
     ]
     for case, t in rows:
         for d in DESIGNS:
@@ -332,18 +346,25 @@ def report(rows: Sequence[tuple[StreamCase, dict[tuple[str, str], Tally]]]) -> l
                 uni = t[("uniform", p)].mae
                 sav = (uni / cell.mae) ** 2 if cell.mae > 0 else math.nan
                 cells += f"{cell.coverage:>10.3f} {cell.mae:>7.4f} {sav:>6.2f}x"
-            lines.append(f"  {case.name:<20} {d:<11}{cells}")
+            lines.append(f"  {case.name:<24} {d:<11}{cells}")
     return lines
 
 
-def main(reps: int, quick: bool, seed: int, echo: Callable[[str], None]) -> int:
+def main(
+    reps: int,
+    quick: bool,
+    seed: int,
+    echo: Callable[[str], None],
+    scenario: str = "over-confident",
+) -> int:
     """Run the streaming benchmark and print the table."""
-    rows = [(c, evaluate(c, reps, seed)) for c in cases(quick)]
-    c0 = cases(quick)[0]
+    rows = [(c, evaluate(c, reps, seed)) for c in cases(quick, scenario)]
+    c0 = rows[0][0]
     echo(
         f"Streaming controller: {reps} streams per case, {BUCKETS} buckets of "
         f"{c0.records_per_bucket} records, {c0.labels_per_bucket:g} labels per bucket, drift to "
-        f"over-confident scores at bucket {DRIFT}, map fitted on the last {FIT_BUCKETS} buckets"
+        f"{scenario} over-confident scores at bucket {DRIFT}, map fitted on the last "
+        f"{FIT_BUCKETS} buckets"
     )
     for line in report(rows):
         echo(line)
