@@ -238,7 +238,8 @@ def estimate_table(result: PlanEstimate, plan: Plan, path: str) -> str:
         how = (
             "raw scores"
             if a.cal_map.is_identity
-            else f"scores recalibrated on {a.cal_map.n_labels} earlier labels"
+            else f"scores recalibrated ({a.cal_map.family} map) on {a.cal_map.n_labels} "
+            "earlier labels"
         )
         lines.append(f"model-assisted (GREG) estimate on the pool's {how}, {pct} interval:")
         for name, est in ((fname, a.f), ("precision", a.precision), ("recall", a.recall)):
