@@ -83,9 +83,13 @@ class Tally:
     errors: list[float]
     covered: int = 0
     undefined: int = 0
+    buckets: int = 0
+    beta: int = 0  # buckets decided under a beta map
 
-    def add(self, est: Estimate, truth: float) -> None:
-        """Count one bucket's estimate."""
+    def add(self, est: Estimate, truth: float, family: str = "") -> None:
+        """Count one bucket's estimate (and the family of the map its control used)."""
+        self.buckets += 1
+        self.beta += family == "beta"
         if not est.defined or math.isnan(truth):
             self.undefined += 1
             return
@@ -165,7 +169,8 @@ def _phase(bucket: int) -> str | None:
     return "first after" if bucket == DRIFT else "later"
 
 
-Rows = dict[tuple[str, str], list[tuple[Estimate, float]]]  # (design, phase) -> (est, truth)
+#: (design, phase) -> (estimate, truth, family of the control's map, "" without recalibration)
+Rows = dict[tuple[str, str], list[tuple[Estimate, float, str]]]
 
 
 def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
@@ -189,6 +194,7 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
         take = u_rng.random(len(batch)) < pi_u
         uni = LabeledSample.poisson(batch.score[take], batch.pred[take], label[take], pi_u[take])
         ests = {"uniform": estimate_falpha(uni, case.alpha, LEVEL)}
+        family = dict.fromkeys(DESIGNS, "")
         for name, sampler in samplers.items():
             res = sampler.process(batch)
             reqs = res.requests
@@ -200,18 +206,20 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
             )
             ests[name] = estimate_falpha(sample, case.alpha, LEVEL)
             if name in labelled:
+                ctl = sampler.control("default", 0, int(START // 3600) + b)
+                if ctl is None:
+                    msg = f"no control for bucket {b}"
+                    raise RuntimeError(msg)
+                family[name] = ctl.calibration.cal_map.family
                 labelled[name].append(sample)
                 recent = LabeledSample.concat(labelled[name][-FIT_BUCKETS:])
                 previous = sampler.calibration.get("default", NO_CALIBRATION)
                 sampler.calibration = {
                     "default": recalibration.refit(previous, recent, lam0, beta=name == "recal")
                 }
-            if name == "recal":
-                ctl = sampler.control("default", 0, int(START // 3600) + b)
-                if ctl is None:
-                    msg = f"no control for bucket {b}"
-                    raise RuntimeError(msg)
+            if name == "recal" and ctl is not None:
                 cal = ctl.calibration
+                family["recal+GREG"] = family["recal"]
                 agg = sum(res.traffic.values(), TrafficAggregate.zero())
                 neg = StratumTraffic(
                     float(agg.n - agg.n_pred), agg.phat_total - agg.pred_phat_total
@@ -227,7 +235,7 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
                 )
         if phase is not None:
             for d in DESIGNS:
-                out.setdefault((d, phase), []).append((ests[d], truth))
+                out.setdefault((d, phase), []).append((ests[d], truth, family[d]))
     return out
 
 
@@ -315,8 +323,8 @@ def evaluate(case: StreamCase, reps: int, seed: int) -> dict[tuple[str, str], Ta
     tallies = {(d, p): Tally([]) for d in DESIGNS for p in PHASES}
     for rep in range(reps):
         for key, rows in run_rep(case, rep, seed).items():
-            for est, truth in rows:
-                tallies[key].add(est, truth)
+            for est, truth, family in rows:
+                tallies[key].add(est, truth, family)
     return tallies
 
 
@@ -347,6 +355,11 @@ def report(rows: Sequence[tuple[StreamCase, dict[tuple[str, str], Tally]]]) -> l
                 sav = (uni / cell.mae) ** 2 if cell.mae > 0 else math.nan
                 cells += f"{cell.coverage:>10.3f} {cell.mae:>7.4f} {sav:>6.2f}x"
             lines.append(f"  {case.name:<24} {d:<11}{cells}")
+        shares = [t[("recal", p)].beta / max(1, t[("recal", p)].buckets) for p in PHASES]
+        lines.append(
+            f"  {case.name:<24} recal: buckets under a beta map "
+            + ", ".join(f"{p} {share:.0%}" for p, share in zip(PHASES, shares, strict=True))
+        )
     return lines
 
 
