@@ -182,3 +182,21 @@ def test_beta_is_chosen_where_the_miscalibration_is_one_sided(rng: np.random.Gen
     assert sum(m.family == "beta" for m in chosen) >= 44
     few = [choose_map(*_beta_pool(rng, 15, truth)) for _ in range(50)]
     assert sum(m.family == "platt" for m in few) >= 40  # with few labels Platt stays
+
+
+def test_beta_is_not_chosen_where_it_trusts_the_low_scores_more_than_the_high_ones(
+    rng: np.random.Generator,
+) -> None:
+    # high scores too high (b = 1/5), low scores right (a = 1): the LR test rejects Platt, but
+    # the beta map would trust the low scores (the predicted negatives) more than Platt does
+    score, label = _beta_pool(rng, 3000, BetaMap(1.0, 0.2, 0.0))
+    ones = np.ones(score.size)
+    platt, beta = fit_platt(score, label, ones), fit_beta(score, label, ones)
+    assert likelihood_ratio(score, label, platt, beta) > 6.63 and beta.a > beta.b
+    low = np.array([1e-9, 1e-6, 1e-3])
+    assert np.all(beta.apply(low) < platt.apply(low))  # surer that these are negatives
+    assert choose_map(score, label) == platt
+    # the mirror image (scores 1 - s, labels 1 - y) is the other one-sided case: beta is taken
+    flipped = choose_map(1.0 - score, 1 - label)
+    assert flipped.family == "beta"
+    assert isinstance(flipped, BetaMap) and flipped.a < flipped.b
