@@ -9,12 +9,12 @@ over repetitions with common random numbers:
 * ``raw q*``: today's daemon: q* (seed 000, Cor. 2) at the raw scores, G their intrinsic F,
   mixed with 10% uniform; pi = min(1, kappa q) with sum(pi) = n; the ratio estimate.
 * ``recal q*``: two rounds (``monitor.stats.design``). Round 1 spends a quarter of n on q* at the
-  raw scores mixed with 50% uniform (no label yet: the scores are not trusted); the map is
-  fitted on its labels (``design.recalibrate``: Platt, or beta where the likelihood-ratio test
-  rejects Platt; ridge toward the identity); round 2 spends the rest on q*
-  at p_hat with G from the pool's recalibrated expected counts and the defensive share from the
-  labels' likelihood, calibration error and number of the model's mistakes seen. The rounds
-  are combined by their budgets; the ratio estimate.
+  raw scores mixed with 50% uniform (no label yet: the scores are not trusted); the map is fitted on
+  its labels (``design.recalibrate``: Platt, or beta where ``beta_calibration.choose_map`` takes it;
+  ridge toward the identity); round 2 spends the rest on q* at p_hat with G from the pool's
+  recalibrated expected counts and the defensive share from the labels' likelihood, calibration
+  error and number of the model's mistakes seen. The rounds are combined by their budgets; the ratio
+  estimate.
 * ``platt q*``: ``recal q*`` restricted to Platt maps (the same labels and draws; it differs only
   where the test chose a beta map).
 * ``recal+GREG``: the same labels, the model-assisted estimate (``monitor.stats.greg``) with the

@@ -19,8 +19,8 @@ Per bucket the F_alpha of the bucket's traffic is estimated from the bucket's la
 * ``uniform``: Poisson sampling with pi = n / N (same expected labels); the ratio estimate;
 * ``raw``: today's controller (q* at the raw scores, defensive 0.1); the ratio estimate;
 * ``recal-platt``: the recalibrating controller restricted to Platt maps; the ratio estimate;
-* ``recal``: the recalibrating controller (Platt, or beta where the likelihood-ratio test rejects
-  Platt: ``monitor.stats.beta_calibration``); the ratio estimate (seed 000, Eq. 4);
+* ``recal``: the recalibrating controller (Platt, or beta where
+  ``monitor.stats.beta_calibration.choose_map`` takes it); the ratio estimate (seed 000, Eq. 4);
 * ``recal+GREG``: the same labels; the model-assisted estimate (``monitor.stats.greg``) with
   the bucket's recalibrated sums from the sampler's traffic aggregates.
 

@@ -1,13 +1,13 @@
 """The calibration map new controls take, refitted from a model's labels (DESIGN.md, round 2).
 
-From the answered requests of the model's last ``k`` buckets (the last ``FIT_WINDOW_S`` = 24 h
-of event time, at least one bucket: recent enough to follow a drift, long enough to hold a few
-hundred labels at usual budgets; v = 1/pi, the pi each was drawn with), fit the Platt map with
-its ridge toward the identity, or the beta map where a likelihood-ratio test rejects the Platt
-form, each label counted once (``monitor.stats.design.recalibrate``),
-judge it (design-weighted likelihood and calibration error, mistakes seen) and derive the
-defensive share (``monitor.stats.selection.defensive_share``). Each new map gets the next version
-of its model.
+From the answered requests of the model's last ``k`` buckets (the last ``FIT_WINDOW_S`` = 24 h of
+event time, at least one bucket: recent enough to follow a drift, long enough to hold a few hundred
+labels at usual budgets; v = 1/pi, the pi each was drawn with), fit the Platt map with its ridge
+toward the identity, or the beta map where ``monitor.stats.beta_calibration.choose_map`` takes it (a
+likelihood-ratio test rejects the Platt form, a <= b), each label counted once
+(``monitor.stats.design.recalibrate``), judge it (design-weighted likelihood and calibration error,
+mistakes seen) and derive the defensive share (``monitor.stats.selection.defensive_share``). Each
+new map gets the next version of its model.
 The caller makes it durable before the sampler uses it: it is fitted from labels, whose arrival
 is not a function of the scored stream, so a replay must read it back rather than fit it again
 (DESIGN.md, "Why it stays deterministic").
