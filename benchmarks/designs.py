@@ -9,11 +9,14 @@ over repetitions with common random numbers:
 * ``raw q*``: today's daemon: q* (seed 000, Cor. 2) at the raw scores, G their intrinsic F,
   mixed with 10% uniform; pi = min(1, kappa q) with sum(pi) = n; the ratio estimate.
 * ``recal q*``: two rounds (``monitor.stats.design``). Round 1 spends a quarter of n on q* at the
-  raw scores mixed with 50% uniform (no label yet: the scores are not trusted); the Platt map is
-  fitted on its labels (design-weighted, ridge toward the identity); round 2 spends the rest on q*
-  at p_hat with G from the pool's recalibrated expected counts and the defensive share from the
-  labels' likelihood, calibration error and number of the model's mistakes seen. The rounds
-  are combined by their budgets; the ratio estimate.
+  raw scores mixed with 50% uniform (no label yet: the scores are not trusted); the map is fitted on
+  its labels (``design.recalibrate``: Platt, or beta where ``beta_calibration.choose_map`` takes it;
+  ridge toward the identity); round 2 spends the rest on q* at p_hat with G from the pool's
+  recalibrated expected counts and the defensive share from the labels' likelihood, calibration
+  error and number of the model's mistakes seen. The rounds are combined by their budgets; the ratio
+  estimate.
+* ``platt q*``: ``recal q*`` restricted to Platt maps (the same labels and draws; it differs only
+  where the test chose a beta map).
 * ``recal+GREG``: the same labels, the model-assisted estimate (``monitor.stats.greg``) with the
   round-1 map's p_hat summed over the pool per prediction stratum.
 
@@ -50,6 +53,7 @@ from benchmarks.efficiency import (
     simulated_cases,
 )
 from monitor.stats.design import (
+    Recalibration,
     combine_rounds,
     recalibrate,
     recalibrated_g,
@@ -61,7 +65,7 @@ from monitor.stats.greg import StratumTraffic, greg_falpha
 from monitor.stats.sample import LabeledSample
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
 
-DESIGNS = ("uniform", "raw q*", "recal q*", "recal+GREG")
+DESIGNS = ("uniform", "raw q*", "platt q*", "recal q*", "recal+GREG")
 LAM_RAW = 0.1  # today's defensive share
 LAM_FIRST = 0.5  # round 1: no label yet
 FIRST_SHARE = 0.25  # share of the budget spent in round 1
@@ -139,10 +143,19 @@ def _estimates(
     q1 = defensive_mix(q_star_falpha(pool.score, pool.pred, alpha, g_raw), LAM_FIRST)
     s1 = _poisson(pool, inclusion_for_budget(q1, n1)[0], u1)
     recal = recalibrate(s1)
-    q2 = recalibrated_weights(pool.score, pool.pred, alpha, recal, LAM_RAW)
-    s2 = _poisson(pool, inclusion_for_budget(q2, budget - n1)[0], u2)
-    both = combine_rounds([s1, s2], [n1, budget - n1])
+
+    def second_round(r: Recalibration) -> LabeledSample:
+        q2 = recalibrated_weights(pool.score, pool.pred, alpha, r, LAM_RAW)
+        s2 = _poisson(pool, inclusion_for_budget(q2, budget - n1)[0], u2)
+        return combine_rounds([s1, s2], [n1, budget - n1])
+
+    both = second_round(recal)
     out["recal q*"] = estimate_falpha(both, alpha, LEVEL)
+    out["platt q*"] = (
+        out["recal q*"]
+        if recal.cal_map.family == "platt"
+        else estimate_falpha(second_round(recalibrate(s1, beta=False)), alpha, LEVEL)
+    )
     p_pool = recal.cal_map.apply(pool.score)
     f1 = pool.pred == 1
     traffic = [StratumTraffic(float(np.sum(sel)), float(p_pool[sel].sum())) for sel in (~f1, f1)]

@@ -427,6 +427,12 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
         "--stream", action="store_true", help="the streaming controller through a drift"
     )
     parser.add_argument(
+        "--scenario",
+        choices=("over-confident", "one-sided"),
+        default="over-confident",
+        help="with --stream: over-confident on both sides, or on the negative logits only",
+    )
+    parser.add_argument(
         "--stream-daemon",
         action="store_true",
         help="the daemon's model-assisted estimate (sampler + estimator) through a drift",
@@ -442,7 +448,7 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
 
         if args.stream_daemon:
             return stream.main_daemon(reps, args.seed, echo)
-        return stream.main(reps, args.quick, args.seed, echo)
+        return stream.main(reps, args.quick, args.seed, echo, args.scenario)
     pool_size, n_pools = (10_000, 2) if args.quick else (20_000, 5)
     start = time.perf_counter()
     cases = build_cases(pool_size, n_pools, args.seed)

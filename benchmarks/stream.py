@@ -6,7 +6,10 @@ The daemon's own sampler (``monitor.core.sampler.SamplerService``: per-bucket co
 the control's map, Poisson decisions by hashed ids) decides a simulated stream bucket by bucket.
 Records have true logits z ~ Normal(mu, 3^2) with labels y ~ Bernoulli(expit(z)) (``mu`` for
 the positive rate); the model reports s = expit(z) for the first ``DRIFT`` buckets and
-s = expit(c z) after (over-confident by c = 3 or 10). Every request is answered from the truth
+s = expit(c z) after (over-confident by c = 3 or 10; with ``--scenario one-sided`` only the
+negative logits are scaled, s = expit(c z) for z < 0 and expit(z) otherwise: the low scores are
+far too low, the high ones right, so the true map of s is asymmetric and no Platt map fits it,
+while the beta map's a = 1/c, b = 1 nearly does). Every request is answered from the truth
 at the end of its bucket. With recalibration on, the map of the next controls is refitted from
 the labels of the last ``FIT_BUCKETS`` buckets (``monitor.core.recalibration.refit``, as the
 engine does), so a control frozen at a bucket's first record uses labels of earlier buckets only.
@@ -15,7 +18,9 @@ Per bucket the F_alpha of the bucket's traffic is estimated from the bucket's la
 
 * ``uniform``: Poisson sampling with pi = n / N (same expected labels); the ratio estimate;
 * ``raw``: today's controller (q* at the raw scores, defensive 0.1); the ratio estimate;
-* ``recal``: the recalibrating controller; the ratio estimate (seed 000, Eq. 4);
+* ``recal-platt``: the recalibrating controller restricted to Platt maps; the ratio estimate;
+* ``recal``: the recalibrating controller (Platt, or beta where
+  ``monitor.stats.beta_calibration.choose_map`` takes it); the ratio estimate (seed 000, Eq. 4);
 * ``recal+GREG``: the same labels; the model-assisted estimate (``monitor.stats.greg``) with
   the bucket's recalibrated sums from the sampler's traffic aggregates, each label's p_hat the
   one its request recorded (what the aggregates summed for it: a bucket's records may be
@@ -54,7 +59,7 @@ from monitor.stats.falpha import estimate_falpha, falpha_exact
 from monitor.stats.greg import StratumTraffic, greg_falpha
 from monitor.stats.sample import LabeledSample
 
-DESIGNS = ("uniform", "raw", "recal", "recal+GREG")
+DESIGNS = ("uniform", "raw", "recal-platt", "recal", "recal+GREG")
 BUCKETS = 10
 DRIFT = 3  # first over-confident bucket
 FIT_BUCKETS = 2
@@ -73,6 +78,7 @@ class StreamCase:
     alpha: float
     records_per_bucket: int
     labels_per_bucket: float
+    one_sided: bool = False  # only the negative logits are scaled by ``overconfidence``
 
 
 @dataclass
@@ -83,10 +89,14 @@ class Tally:
     covered: int = 0
     undefined: int = 0
     spend: list[float] = field(default_factory=list)
+    buckets: int = 0
+    beta: int = 0  # buckets decided under a beta map
 
-    def add(self, est: Estimate, truth: float, spend: float = math.nan) -> None:
-        """Count one bucket's estimate and its spend (expected labels / budget)."""
+    def add(self, est: Estimate, truth: float, spend: float = math.nan, family: str = "") -> None:
+        """Count one bucket's estimate, spend (expected labels / budget) and map family."""
         self.spend.append(spend)
+        self.buckets += 1
+        self.beta += family == "beta"
         if not est.defined or math.isnan(truth):
             self.undefined += 1
             return
@@ -137,7 +147,8 @@ def _bucket_batch(
     z = rng.normal(mu, LOGIT_SD, n)
     label = (rng.random(n) < 0.5 * (1.0 + np.tanh(0.5 * z))).astype(np.int8)
     c = case.overconfidence if bucket >= DRIFT else 1.0
-    score = 0.5 * (1.0 + np.tanh(0.5 * c * z))
+    scaled = np.where(z < 0.0, c * z, z) if case.one_sided else c * z
+    score = 0.5 * (1.0 + np.tanh(0.5 * scaled))
     batch = ScoredBatch(
         ids=np.array([f"{rep}-{bucket}-{i}" for i in range(n)], dtype=np.str_),
         score=score,
@@ -175,18 +186,20 @@ def _phase(bucket: int) -> str | None:
     return "first after" if bucket == DRIFT else "later"
 
 
-#: (design, phase) -> (estimate, truth, expected labels / budget) per bucket
-Rows = dict[tuple[str, str], list[tuple[Estimate, float, float]]]
+#: (design, phase) -> (estimate, truth, expected labels / budget, family of the control's map,
+#: "" without recalibration) per bucket
+Rows = dict[tuple[str, str], list[tuple[Estimate, float, float, str]]]
 
 
 def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
-    """One stream through the raw and the recalibrating controller: estimates per phase."""
+    """One stream through the raw and the recalibrating controllers: estimates per phase."""
     out: Rows = {}
     samplers = {
         "raw": SamplerService(_config(case, recalibrate=False)),
+        "recal-platt": SamplerService(_config(case, recalibrate=True)),
         "recal": SamplerService(_config(case, recalibrate=True)),
     }
-    labelled: list[LabeledSample] = []
+    labelled: dict[str, list[LabeledSample]] = {"recal-platt": [], "recal": []}
     rng = np.random.default_rng([seed, rep])
     u_rng = np.random.default_rng([seed, rep, 1])
     lam0 = _config(case, True).model("default").defensive
@@ -200,6 +213,7 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
         uni = LabeledSample.poisson(batch.score[take], batch.pred[take], label[take], pi_u[take])
         ests = {"uniform": estimate_falpha(uni, case.alpha, LEVEL)}
         spend = {"uniform": float(pi_u.sum()) / case.labels_per_bucket}
+        family = dict.fromkeys(DESIGNS, "")
         for name, sampler in samplers.items():
             res = sampler.process(batch)
             reqs = res.requests
@@ -212,7 +226,20 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
                 [r.pi for r in reqs],
             )
             ests[name] = estimate_falpha(sample, case.alpha, LEVEL)
+            if name in labelled:
+                ctl = sampler.control("default", 0, int(START // 3600) + b)
+                if ctl is None:
+                    msg = f"no control for bucket {b}"
+                    raise RuntimeError(msg)
+                family[name] = ctl.calibration.cal_map.family
+                labelled[name].append(sample)
+                recent = LabeledSample.concat(labelled[name][-FIT_BUCKETS:])
+                previous = sampler.calibration.get("default", NO_CALIBRATION)
+                sampler.calibration = {
+                    "default": recalibration.refit(previous, recent, lam0, beta=name == "recal")
+                }
             if name == "recal":
+                family["recal+GREG"] = family["recal"]
                 agg = sum(res.traffic.values(), TrafficAggregate.zero())
                 neg = StratumTraffic(
                     float(agg.n - agg.n_pred), agg.phat_total - agg.pred_phat_total
@@ -226,13 +253,9 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
                     alpha=case.alpha,
                     level=LEVEL,
                 )
-                labelled.append(sample)
-                recent = LabeledSample.concat(labelled[-FIT_BUCKETS:])
-                previous = sampler.calibration.get("default", NO_CALIBRATION)
-                sampler.calibration = {"default": recalibration.refit(previous, recent, lam0)}
         if phase is not None:
             for d in DESIGNS:
-                out.setdefault((d, phase), []).append((ests[d], truth, spend[d]))
+                out.setdefault((d, phase), []).append((ests[d], truth, spend[d], family[d]))
     return out
 
 
@@ -324,26 +347,31 @@ def evaluate(case: StreamCase, reps: int, seed: int) -> dict[tuple[str, str], Ta
     tallies = {(d, p): Tally([]) for d in DESIGNS for p in PHASES}
     for rep in range(reps):
         for key, rows in run_rep(case, rep, seed).items():
-            for est, truth, spend in rows:
-                tallies[key].add(est, truth, spend)
+            for est, truth, spend, family in rows:
+                tallies[key].add(est, truth, spend, family)
     return tallies
 
 
-def cases(quick: bool) -> list[StreamCase]:
-    """x3 and x10 over-confidence after the drift, 5% positives, recall and F1."""
+def cases(quick: bool, scenario: str = "over-confident") -> list[StreamCase]:
+    """x3 and x10 over-confidence after the drift (both sides, or the negative logits only with
+    ``scenario`` "one-sided"), 5% positives, recall and F1."""
     n, labels = (5_000, 150.0) if quick else (20_000, 200.0)
+    one_sided = scenario == "one-sided"
+    prefix = "neg " if one_sided else ""
     return [
-        StreamCase(f"x{c:g} 5% pos, {name}", c, 0.05, alpha, n, labels)
+        StreamCase(f"{prefix}x{c:g} 5% pos, {name}", c, 0.05, alpha, n, labels, one_sided)
         for c in (3.0, 10.0)
         for name, alpha in (("recall", 0.0), ("F1", 0.5))
     ]
 
 
 def report(rows: Sequence[tuple[StreamCase, dict[tuple[str, str], Tally]]]) -> list[str]:
-    """Coverage, MAE, savings and spend (mean / largest expected labels over the budget of a
-    bucket) per (case, design, phase)."""
+    """Coverage, MAE, savings and spend per (case, design, phase); the buckets under beta maps.
+
+    Spend: mean / largest expected labels over the budget of a bucket.
+    """
     head = "".join(f"{p + ' cov/mae/sav/spend mean,max':>38}" for p in PHASES)
-    lines = [f"  {'case':<20} {'design':<11}" + head]
+    lines = [f"  {'case':<24} {'design':<11}" + head]
     for case, t in rows:
         for d in DESIGNS:
             cells = ""
@@ -353,18 +381,30 @@ def report(rows: Sequence[tuple[StreamCase, dict[tuple[str, str], Tally]]]) -> l
                 sav = (uni / cell.mae) ** 2 if cell.mae > 0 else math.nan
                 cells += f"{cell.coverage:>10.3f} {cell.mae:>7.4f} {sav:>6.2f}x"
                 cells += f" {cell.mean_spend:>5.2f},{cell.max_spend:>5.2f}"
-            lines.append(f"  {case.name:<20} {d:<11}{cells}")
+            lines.append(f"  {case.name:<24} {d:<11}{cells}")
+        shares = [t[("recal", p)].beta / max(1, t[("recal", p)].buckets) for p in PHASES]
+        lines.append(
+            f"  {case.name:<24} recal: buckets under a beta map "
+            + ", ".join(f"{p} {share:.0%}" for p, share in zip(PHASES, shares, strict=True))
+        )
     return lines
 
 
-def main(reps: int, quick: bool, seed: int, echo: Callable[[str], None]) -> int:
+def main(
+    reps: int,
+    quick: bool,
+    seed: int,
+    echo: Callable[[str], None],
+    scenario: str = "over-confident",
+) -> int:
     """Run the streaming benchmark and print the table."""
-    rows = [(c, evaluate(c, reps, seed)) for c in cases(quick)]
-    c0 = cases(quick)[0]
+    rows = [(c, evaluate(c, reps, seed)) for c in cases(quick, scenario)]
+    c0 = rows[0][0]
     echo(
         f"Streaming controller: {reps} streams per case, {BUCKETS} buckets of "
         f"{c0.records_per_bucket} records, {c0.labels_per_bucket:g} labels per bucket, drift to "
-        f"over-confident scores at bucket {DRIFT}, map fitted on the last {FIT_BUCKETS} buckets"
+        f"{scenario} over-confident scores at bucket {DRIFT}, map fitted on the last "
+        f"{FIT_BUCKETS} buckets"
     )
     for line in report(rows):
         echo(line)

@@ -208,7 +208,10 @@ def decode_map(key: bytes | None, value: bytes | None) -> tuple[str, Calibration
     if obj.get("model") != model:
         msg = f"calibration map key names model {model!r}, its value {obj.get('model')!r}"
         raise ValueError(msg)
-    want = "[version >= 1, a finite, b >= 0, lam in (0, 1]]"
+    want = (
+        "[version >= 1, a finite, b >= 0, lam in (0, 1]] (Platt) or "
+        "[version >= 1, c finite, a >= 0, b >= 0, lam in (0, 1]] (beta)"
+    )
     try:
         cal = Calibration.from_list(obj.get("calibration"))
     except (TypeError, ValueError) as exc:

@@ -1,12 +1,13 @@
 """The calibration map new controls take, refitted from a model's labels (DESIGN.md, round 2).
 
-From the answered requests of the model's last ``k`` buckets (the last ``FIT_WINDOW_S`` = 24 h
-of event time, at least one bucket: recent enough to follow a drift, long enough to hold a few
-hundred labels at usual budgets; v = 1/pi, the pi each was drawn with), fit the Platt map with
-its ridge toward the identity, each label counted once (``monitor.stats.design.recalibrate``),
-judge it (design-weighted likelihood and calibration error, mistakes seen) and derive the
-defensive share (``monitor.stats.selection.defensive_share``). Each new map gets the next version
-of its model.
+From the answered requests of the model's last ``k`` buckets (the last ``FIT_WINDOW_S`` = 24 h of
+event time, at least one bucket: recent enough to follow a drift, long enough to hold a few hundred
+labels at usual budgets; v = 1/pi, the pi each was drawn with), fit the Platt map with its ridge
+toward the identity, or the beta map where ``monitor.stats.beta_calibration.choose_map`` takes it (a
+likelihood-ratio test rejects the Platt form, a <= b), each label counted once
+(``monitor.stats.design.recalibrate``), judge it (design-weighted likelihood and calibration error,
+mistakes seen) and derive the defensive share (``monitor.stats.selection.defensive_share``). Each
+new map gets the next version of its model.
 The caller makes it durable before the sampler uses it: it is fitted from labels, whose arrival
 is not a function of the scored stream, so a replay must read it back rather than fit it again
 (DESIGN.md, "Why it stays deterministic").
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 
 from monitor.stats.budget import NO_CALIBRATION, Calibration
-from monitor.stats.calibration import DEFAULT_TAU, PlattMap
+from monitor.stats.calibration import DEFAULT_TAU
 from monitor.stats.design import recalibrate
 from monitor.stats.sample import LabeledSample
 
@@ -37,19 +39,23 @@ def label_window_buckets(bucket_s: int, window_s: int = FIT_WINDOW_S) -> int:
 
 
 def refit(
-    previous: Calibration, sample: LabeledSample, lam0: float, tau: float = DEFAULT_TAU
+    previous: Calibration,
+    sample: LabeledSample,
+    lam0: float,
+    tau: float = DEFAULT_TAU,
+    *,
+    beta: bool = True,
 ) -> Calibration:
-    """The next calibration from ``sample``; ``previous`` when there is no label or no change."""
+    """The next calibration from ``sample``; ``previous`` when there is no label or no change.
+
+    ``beta=False`` keeps to Platt maps (``monitor.stats.design.recalibrate``).
+    """
     if len(sample) == 0:
         return previous
-    recal = recalibrate(sample, tau)
-    fitted = PlattMap(recal.cal_map.a, recal.cal_map.b)  # what a control records
+    recal = recalibrate(sample, tau, beta=beta)
+    fitted = replace(recal.cal_map, n_labels=0, ess=0.0)  # what a control records
     cand = Calibration(previous.version + 1, fitted, recal.defensive(lam0))
-    same = (
-        cand.cal_map.a == previous.cal_map.a
-        and cand.cal_map.b == previous.cal_map.b
-        and cand.lam == previous.lam
-    )
+    same = cand.cal_map == previous.cal_map and cand.lam == previous.lam
     return previous if same else cand
 
 

@@ -24,7 +24,8 @@ import numpy.typing as npt
 
 from monitor.errors import InputFileError
 from monitor.offline.poolfile import Plan, Pool
-from monitor.stats.calibration import IDENTITY, PlattMap
+from monitor.stats.beta_calibration import CalibrationMap
+from monitor.stats.calibration import IDENTITY
 from monitor.stats.estimate import Estimate
 from monitor.stats.greg import StratumTraffic, greg_falpha
 from monitor.stats.sample import LabeledSample
@@ -39,7 +40,7 @@ class Assisted:
     f: Estimate
     precision: Estimate
     recall: Estimate
-    cal_map: PlattMap
+    cal_map: CalibrationMap
 
 
 def check_pool(pool: Pool, plans: Sequence[tuple[str, Plan]], pool_path: str) -> None:
@@ -76,7 +77,7 @@ def check_pool(pool: Pool, plans: Sequence[tuple[str, Plan]], pool_path: str) ->
 
 
 def pool_traffic(
-    pool: Pool, cal_map: PlattMap
+    pool: Pool, cal_map: CalibrationMap
 ) -> tuple[StratumTraffic, StratumTraffic, npt.NDArray[np.float64]]:
     """(N_0, S_0), (N_1, S_1) of the pool under ``cal_map``, and p_hat of every pool item."""
     p_hat = cal_map.apply(pool.score)
@@ -91,7 +92,7 @@ def assisted_estimate(
     pool: Pool,
     alpha: float,
     level: float,
-    cal_map: PlattMap = IDENTITY,
+    cal_map: CalibrationMap = IDENTITY,
 ) -> Assisted:
     """GREG F_alpha, precision and recall of the pool from ``sample`` (module docstring)."""
     neg, pos, _ = pool_traffic(pool, cal_map)

@@ -32,6 +32,7 @@ from monitor.offline.poolfile import (
     write_plan,
 )
 from monitor.offline.rounds import known_labels, rounds_sample, split_rounds
+from monitor.stats.beta_calibration import CalibrationMap
 from monitor.stats.calibration import IDENTITY
 from monitor.stats.design import recalibrate
 
@@ -88,7 +89,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     if len(plans) == 1 and plans[0][1].meta.get("known_labels", "0") == "0":
         path, plan = plans[0]
         sample = plan_sample(plan)
-        cal_map = IDENTITY  # no earlier labels to fit a map on
+        cal_map: CalibrationMap = IDENTITY  # no earlier labels to fit a map on
     else:  # rounds; a later round alone is refused (its earlier labels are part of the total)
         sample, plan, path = rounds_sample(plans)
         cal_map = recalibrate(split_rounds(plans)[2].sample).cal_map  # the map that chose it

@@ -190,7 +190,11 @@ def estimate_json(result: PlanEstimate, plan: Plan) -> dict[str, Any]:
         else {
             "estimator": "GREG: regression on the recalibrated score per prediction stratum, "
             "pool totals from --pool",
-            "calibration_map": {"a": a.cal_map.a, "b": a.cal_map.b, "labels": a.cal_map.n_labels},
+            "calibration_map": {
+                "family": a.cal_map.family,
+                **a.cal_map.params(),
+                "labels": a.cal_map.n_labels,
+            },
             **_estimate_fields(a.f, a.precision, a.recall),
         }
     )
@@ -234,7 +238,8 @@ def estimate_table(result: PlanEstimate, plan: Plan, path: str) -> str:
         how = (
             "raw scores"
             if a.cal_map.is_identity
-            else f"scores recalibrated on {a.cal_map.n_labels} earlier labels"
+            else f"scores recalibrated ({a.cal_map.family} map) on {a.cal_map.n_labels} "
+            "earlier labels"
         )
         lines.append(f"model-assisted (GREG) estimate on the pool's {how}, {pct} interval:")
         for name, est in ((fname, a.f), ("precision", a.precision), ("recall", a.recall)):

@@ -16,7 +16,8 @@ records what the estimate needs: design, alpha, budget, seed and salt, defensive
 threshold, ``pool_size`` and ``pool_predicted_positives`` (the known stratum sizes, see
 ``offline.estimate``), the intrinsic F, kappa and ``zero_probability_items`` (pool items that
 could not be selected; estimates that give them weight are then biased, and ``estimate`` warns);
-for a next round also ``round``, ``known_labels``, ``calibration_slope``, ``defensive_used``.
+for a next round also ``round``, ``known_labels``, ``calibration_map`` (the map the round's q* was
+evaluated at, e.g. ``platt a=-0.2 b=0.31``) and ``defensive_used``.
 """
 
 from __future__ import annotations
@@ -91,11 +92,13 @@ def make_plan(
         if design != "poisson":
             msg = "--labelled (planning a next round) needs the poisson design"
             raise InputFileError(msg)
-        q, slope, lam = next_round_weights(pool, alpha, defensive, known, pool_path)
+        q, cal_map, lam = next_round_weights(pool, alpha, defensive, known, pool_path)
         extra = {
             "round": str(known.last_round + 1),
             "known_labels": str(len(known.ids)),
-            "calibration_slope": repr(slope),
+            "calibration_map": " ".join(
+                [cal_map.family, *(f"{k}={v!r}" for k, v in cal_map.params().items())]
+            ),
             "defensive_used": repr(lam),
         }
     salt = f"plan:{seed}"

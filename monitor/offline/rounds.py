@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from monitor.errors import InputFileError
 from monitor.offline.poolfile import Plan, Pool
+from monitor.stats.beta_calibration import CalibrationMap
 from monitor.stats.design import recalibrate, recalibrated_weights
 from monitor.stats.sample import LabeledSample
 
@@ -76,8 +77,8 @@ def known_labels(plans: Sequence[tuple[str, Plan]]) -> Known:
 
 def next_round_weights(
     pool: Pool, alpha: float, defensive: float, known: Known, pool_path: str
-) -> tuple[npt.NDArray[np.float64], float, float]:
-    """Selection weights over the pool for the next round (0 for known items), slope and lam."""
+) -> tuple[npt.NDArray[np.float64], CalibrationMap, float]:
+    """Selection weights over the pool for the next round (0 for known items), map and lam."""
     in_pool = np.isin(known.ids, pool.ids)
     if not in_pool.all():
         rid = str(known.ids[~in_pool][0])
@@ -86,7 +87,7 @@ def next_round_weights(
     recal = recalibrate(known.sample)
     q = recalibrated_weights(pool.score, pool.pred, alpha, recal, defensive)
     q = np.where(np.isin(pool.ids, known.ids), 0.0, q)
-    return q, recal.cal_map.b, recal.defensive(defensive)
+    return q, recal.cal_map, recal.defensive(defensive)
 
 
 def split_rounds(plans: Sequence[tuple[str, Plan]]) -> tuple[str, Plan, Known]:

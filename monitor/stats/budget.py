@@ -33,13 +33,14 @@ plus the bucket's records so far (``covered_s`` then the time they span), so a n
 leaves uniform sampling after ``N`` records. Any kappa keeps the Horvitz-Thompson estimate
 unbiased; the controller only decides how many labels are spent.
 
-Recalibration (DESIGN.md, "Learning from the labels"): a control may carry a versioned
-calibration map (:class:`Calibration`: the Platt map of ``monitor.stats.calibration`` fitted
-from labels, and the defensive share the labels ask for, ``selection.defensive_share``). Then
-q* is evaluated at p_hat = m(s) instead of s, ``g`` comes from the earlier bucket's recalibrated
-expected counts ``sum(f p_hat) / (alpha N1 + (1 - alpha) sum(p_hat))`` (p_hat under the map that
-was in force there), and ``lam`` is the calibration's. The map is not a function of the scored
-stream, so the control records it: a replay reads the stored control and decides the same.
+Recalibration (DESIGN.md, "Learning from the labels"): a control may carry a versioned calibration
+map (:class:`Calibration`: the Platt map of ``monitor.stats.calibration`` or the beta map of
+``monitor.stats.beta_calibration``, fitted from labels, and the defensive share the labels ask for,
+``selection.defensive_share``). Then q* is evaluated at p_hat = m(s) instead of s, ``g`` comes from
+the earlier bucket's recalibrated expected counts ``sum(f p_hat) / (alpha N1 + (1 - alpha)
+sum(p_hat))`` (p_hat under the map that was in force there), and ``lam`` is the calibration's. The
+map is not a function of the scored stream, so the control records it: a replay reads the stored
+control and decides the same.
 
 Map changes (an honest budget): ``mean_q*`` must be the mean of q* under the map the control
 decides with, or the spend ``kappa sum(q)`` is off by their ratio (a map that undoes logits x10
@@ -69,6 +70,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
+from monitor.stats.beta_calibration import BetaMap, CalibrationMap
 from monitor.stats.calibration import IDENTITY, PlattMap
 from monitor.stats.falpha import intrinsic_falpha_from_sums
 from monitor.stats.selection import defensive_mix, inclusion_from_kappa, q_star_falpha
@@ -90,27 +92,49 @@ class Calibration:
 
     ``version`` 0 is "no map" (the identity; the configured defensive share applies); every
     map fitted from labels gets the next version of its model.
+
+    Serialised as ``[version, a, b, lam]`` for a Platt map p_hat = expit(a + b logit(s)) (the
+    only shape before beta maps existed, so stored and published ones still load) and as
+    ``[version, c, a, b, lam]`` for a beta map p_hat = expit(c + a ln s - b ln(1 - s)): the
+    intercept first in both, so the Platt list ``[v, a, b, lam]`` and the beta list
+    ``[v, a, b, b, lam]`` are the same map.
     """
 
     version: int = 0
-    cal_map: PlattMap = IDENTITY
+    cal_map: CalibrationMap = IDENTITY
     lam: float = math.nan
 
     def to_list(self) -> list[object]:
-        """``[version, a, b, lam]`` (``from_list`` reads it back)."""
-        return [self.version, self.cal_map.a, self.cal_map.b, self.lam]
+        """``[version, a, b, lam]`` (Platt) or ``[version, c, a, b, lam]`` (beta)."""
+        m = self.cal_map
+        if isinstance(m, BetaMap):
+            return [self.version, m.c, m.a, m.b, self.lam]
+        return [self.version, m.a, m.b, self.lam]
 
     @classmethod
     def from_list(cls, v: object) -> Calibration:
         """The calibration written by ``to_list``; ``ValueError`` when ``v`` is not one."""
-        if not isinstance(v, list | tuple) or len(v) != 4 or type(v[0]) is not int:
-            msg = "a control's calibration is [version, a, b, lam]"
+        if not isinstance(v, list | tuple) or len(v) not in (4, 5) or type(v[0]) is not int:
+            msg = (
+                "a control's calibration is [version, a, b, lam] (Platt) or "
+                f"[version, c, a, b, lam] (beta), got {v!r:.80}"
+            )
             raise ValueError(msg)
-        a, b, lam = (float(x) for x in v[1:])
-        if v[0] < 0 or not (math.isfinite(a) and b >= 0.0 and 0.0 < lam <= 1.0):
-            msg = "a control's calibration needs version >= 0, finite a, b >= 0, lam in (0, 1]"
+        *params, lam = (float(x) for x in v[1:])
+        intercept, slopes = params[0], params[1:]
+        if v[0] < 0 or not (
+            math.isfinite(intercept)
+            and all(math.isfinite(x) and x >= 0.0 for x in slopes)
+            and 0.0 < lam <= 1.0
+        ):
+            msg = (
+                "a control's calibration needs version >= 0, a finite intercept, finite slopes "
+                f">= 0 and lam in (0, 1], got {list(v)!r}"
+            )
             raise ValueError(msg)
-        return cls(v[0], PlattMap(a, b), lam)
+        if len(slopes) == 2:
+            return cls(v[0], BetaMap(slopes[0], slopes[1], intercept), lam)
+        return cls(v[0], PlattMap(intercept, slopes[0]), lam)
 
 
 NO_CALIBRATION = Calibration()

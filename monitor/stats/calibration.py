@@ -21,7 +21,9 @@ audited items (the weights undo the selection; Zrnic and Candes, Active Statisti
 their selection depends on the score alone, which the map conditions on, and at low prevalence
 the design weights leave the positives almost no say (``monitor.stats.design.recalibrate``).
 
-The fit is a few damped Newton steps in numpy (the objective is strictly convex for tau > 0).
+The fit is a few damped Newton steps in numpy (the objective is strictly convex for tau > 0),
+shared with the beta map of ``monitor.stats.beta_calibration`` (the alternative where the Platt
+form fits badly): :func:`fit_penalised_logistic`.
 
 Calibration error: the design-weighted expected calibration error with equal-weight bins of the
 predicted probability,
@@ -36,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -95,10 +97,16 @@ class PlattMap:
     n_labels: int = 0
     ess: float = 0.0
 
+    family: ClassVar[str] = "platt"
+
     @property
     def is_identity(self) -> bool:
         """Whether the map leaves every score as it is."""
         return self.a == 0.0 and self.b == 1.0
+
+    def params(self) -> dict[str, float]:
+        """The map's parameters by name (a: intercept, b: slope on the logit)."""
+        return {"a": self.a, "b": self.b}
 
     def apply(self, score: npt.ArrayLike) -> FloatArray:
         """The recalibrated probabilities p_hat = expit(a + b logit(s)); the identity is exact."""
@@ -131,11 +139,97 @@ class PlattMap:
 IDENTITY = PlattMap()
 
 
-def _objective(theta: FloatArray, x: FloatArray, y: FloatArray, w: FloatArray, tau: float) -> float:
-    eta = theta[0] + theta[1] * x
+def _objective(
+    theta: FloatArray,
+    x: FloatArray,
+    y: FloatArray,
+    w: FloatArray,
+    *,
+    tau: float,
+    anchor: FloatArray,
+) -> float:
+    eta = x @ theta
     # log(1 + e^eta) - y eta, stably
     nll = np.logaddexp(0.0, eta) - y * eta
-    return float(np.dot(w, nll) + tau * (theta[0] ** 2 + (theta[1] - 1.0) ** 2))
+    return float(np.dot(w, nll) + tau * np.sum((theta - anchor) ** 2))
+
+
+def fit_penalised_logistic(
+    features: FloatArray,
+    label: npt.ArrayLike,
+    v: npt.ArrayLike,
+    anchor: Sequence[float],
+    *,
+    tau: float,
+) -> tuple[FloatArray, float]:
+    """Penalised, design-weighted logistic regression with slopes >= 0: (theta, ESS).
+
+    Minimises ``sum_i v~_i [log(1 + e^{eta_i}) - y_i eta_i] + tau |theta - anchor|^2`` with
+    ``eta = X theta``, ``X = [1, features]`` and v~ as in the module docstring, by Newton's
+    method (gradient ``X^T v~ (p - y) + 2 tau (theta - anchor)``, Hessian
+    ``X^T diag(v~ p (1 - p)) X + 2 tau I``), each step halved until the objective does not
+    increase and every slope (all but the intercept) clipped at 0, so the map is monotone
+    non-decreasing in each feature. ``theta = anchor`` without labels (ESS 0).
+
+    Args:
+        features: One row per label, one column per slope (shape (n, k)).
+        label: The labels (0/1).
+        v: Their design weights 1/pi (> 0).
+        anchor: The (k + 1) parameters the ridge pulls toward (intercept first).
+        tau: Ridge toward ``anchor``, in pseudo-labels; > 0.
+    """
+    if not tau > 0.0 or not math.isfinite(tau):
+        msg = f"tau must be finite and > 0, got {tau}"
+        raise ValueError(msg)
+    y = np.asarray(label, dtype=np.float64).reshape(-1)
+    vv = np.asarray(v, dtype=np.float64).reshape(-1)
+    if not (features.shape[0] == y.shape[0] == vv.shape[0]):
+        msg = "score, label and v must have the same length"
+        raise ValueError(msg)
+    target = np.asarray(anchor, dtype=np.float64)
+    if y.size == 0:
+        return target.copy(), 0.0
+    if not (np.isfinite(vv).all() and (vv > 0.0).all()):
+        msg = "v must be finite and > 0"
+        raise ValueError(msg)
+    ess = effective_sample_size(vv)
+    w = vv * (ess / float(vv.sum()))
+    x = np.column_stack([np.ones(y.size), features])
+    ridge = 2.0 * tau * np.eye(target.size)
+    theta = target.copy()
+    current = _objective(theta, x, y, w, tau=tau, anchor=target)
+    for _ in range(NEWTON_STEPS):
+        p = expit(x @ theta)
+        grad = x.T @ (w * (p - y)) + 2.0 * tau * (theta - target)
+        hess = (x.T * (w * p * (1.0 - p))) @ x + ridge
+        step = np.linalg.solve(hess, grad)
+        scale = 1.0
+        while True:
+            cand = theta - scale * step
+            cand[1:] = np.maximum(cand[1:], 0.0)
+            value = _objective(cand, x, y, w, tau=tau, anchor=target)
+            if value <= current or scale < 1e-6:
+                break
+            scale *= 0.5
+        moved = float(np.max(np.abs(cand - theta)))
+        if value > current:
+            break  # no descent left at machine precision
+        theta, current = cand, value
+        if moved < NEWTON_TOL:
+            break
+    return theta, float(ess)
+
+
+def log_loss(prob: npt.ArrayLike, label: npt.ArrayLike) -> float:
+    """The summed negative log-likelihood ``-sum[y log p + (1 - y) log(1 - p)]`` (p clipped).
+
+    Examples:
+        >>> round(log_loss([0.5, 0.5], [0, 1]), 4)
+        1.3863
+    """
+    p = np.clip(np.asarray(prob, dtype=np.float64), LOGIT_EPS, 1.0 - LOGIT_EPS)
+    y = np.asarray(label, dtype=np.float64)
+    return float(-np.sum(y * np.log(p) + (1.0 - y) * np.log1p(-p)))
 
 
 def fit_platt(
@@ -147,10 +241,8 @@ def fit_platt(
 ) -> PlattMap:
     """Design-weighted Platt scaling with a ridge toward the identity (module docstring).
 
-    Newton's method on the penalised objective (gradient
-    ``X^T v~ (p - y) + 2 tau (theta - (0, 1))``, Hessian ``X^T diag(v~ p (1 - p)) X + 2 tau I``
-    with ``X = [1, logit(s)]``), each step halved until the objective does not increase.
-    The slope is kept >= 0, so the map stays monotone non-decreasing.
+    :func:`fit_penalised_logistic` on the feature ``logit(s)``, anchored at (a, b) = (0, 1);
+    the slope is kept >= 0, so the map stays monotone non-decreasing.
 
     Args:
         score: Scores of the audited items.
@@ -165,49 +257,11 @@ def fit_platt(
         >>> fit_platt([], [], []).is_identity
         True
     """
-    if not tau > 0.0 or not math.isfinite(tau):
-        msg = f"tau must be finite and > 0, got {tau}"
-        raise ValueError(msg)
-    x = logit(score).reshape(-1)
-    y = np.asarray(label, dtype=np.float64).reshape(-1)
-    vv = np.asarray(v, dtype=np.float64).reshape(-1)
-    if not (x.shape == y.shape == vv.shape):
-        msg = "score, label and v must have the same length"
-        raise ValueError(msg)
-    if x.size == 0:
+    x = logit(score).reshape(-1, 1)
+    theta, ess = fit_penalised_logistic(x, label, v, (0.0, 1.0), tau=tau)
+    if x.shape[0] == 0:
         return IDENTITY
-    if not (np.isfinite(vv).all() and (vv > 0.0).all()):
-        msg = "v must be finite and > 0"
-        raise ValueError(msg)
-    ess = effective_sample_size(vv)
-    w = vv * (ess / float(vv.sum()))
-    theta = np.array([0.0, 1.0])
-    anchor = np.array([0.0, 1.0])
-    current = _objective(theta, x, y, w, tau)
-    for _ in range(NEWTON_STEPS):
-        p = expit(theta[0] + theta[1] * x)
-        r = w * (p - y)
-        grad = np.array([r.sum(), np.dot(r, x)]) + 2.0 * tau * (theta - anchor)
-        h = w * p * (1.0 - p)
-        hess = np.array(
-            [[h.sum() + 2.0 * tau, np.dot(h, x)], [np.dot(h, x), np.dot(h, x * x) + 2.0 * tau]]
-        )
-        step = np.linalg.solve(hess, grad)
-        scale = 1.0
-        while True:
-            cand = theta - scale * step
-            cand[1] = max(cand[1], 0.0)
-            value = _objective(cand, x, y, w, tau)
-            if value <= current or scale < 1e-6:
-                break
-            scale *= 0.5
-        moved = float(np.max(np.abs(cand - theta)))
-        if value > current:
-            break  # no descent left at machine precision
-        theta, current = cand, value
-        if moved < NEWTON_TOL:
-            break
-    return PlattMap(float(theta[0]), float(theta[1]), int(x.size), float(ess))
+    return PlattMap(float(theta[0]), float(theta[1]), x.shape[0], ess)
 
 
 def calibration_error(

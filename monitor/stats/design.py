@@ -2,8 +2,10 @@
 
 From the labels so far (a :class:`~monitor.stats.sample.LabeledSample`, v = 1/pi):
 
-1. fit the Platt map p_hat = m(s) (``monitor.stats.calibration``), each label counted once
-   (:func:`recalibrate` says why not weighted by v);
+1. fit the Platt map p_hat = m(s) (``monitor.stats.calibration``), or the beta map where a
+   likelihood-ratio test rejects the Platt form and the beta map trusts the low scores no more than
+   the high ones (``monitor.stats.beta_calibration``), each label counted once (:func:`recalibrate`
+   says why not weighted by v);
 2. judge p_hat on the same labels: design-weighted model likelihood L (seed 002, Sec. 4.1) and
    calibration error;
 3. evaluate q* (seed 000, Cor. 2-4) at p_hat, with G the recalibrated intrinsic F of the
@@ -27,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from monitor.stats.calibration import DEFAULT_TAU, IDENTITY, PlattMap, calibration_error, fit_platt
+from monitor.stats.beta_calibration import CalibrationMap, choose_map
+from monitor.stats.calibration import DEFAULT_TAU, IDENTITY, calibration_error, fit_platt
 from monitor.stats.falpha import intrinsic_falpha
 from monitor.stats.likelihood import model_likelihood
 from monitor.stats.sample import LabeledSample
@@ -48,7 +51,7 @@ class Recalibration:
     the model's mistakes (f != y) among the labels.
     """
 
-    cal_map: PlattMap
+    cal_map: CalibrationMap
     likelihood: float
     calibration_error: float
     raw_likelihood: float
@@ -60,35 +63,41 @@ class Recalibration:
         return defensive_share(lam0, self.likelihood, self.calibration_error, self.errors)
 
 
-def recalibrate(sample: LabeledSample, tau: float = DEFAULT_TAU) -> Recalibration:
+def recalibrate(
+    sample: LabeledSample, tau: float = DEFAULT_TAU, *, beta: bool = True
+) -> Recalibration:
     """Fit the map on ``sample`` and measure likelihood and calibration error (weights v).
 
-    The map is the Platt fit with each label counted once (``fit_platt`` with unit weights),
-    not weighted by v = 1/pi. The audit chose each item by its score and prediction alone (pi is
-    a function of s, f = 1[s >= threshold] and a control fixed before the label), so the
-    selection is ignorable for the conditional model p(y | s): the audited items' likelihood of
-    the map is the traffic's, and the unweighted fit is consistent for it while the Platt form
-    holds (informative-sampling theory: Pfeffermann, "The role of sampling weights when modeling
-    survey data", Int. Stat. Rev. 1993; Pfeffermann and Sverchkov 1999 weight by
-    ``v / E[v | s]``, which is 1 here). Weighted by v the fit has the same target, but at low
-    prevalence it hands the labels that carry the slope (the positives, audited near pi = 1
-    around the decision boundary) almost no weight against the heavy predicted negatives at
-    the defensive floor (v ~ 100, all y = 0): measured on the last two buckets' 300 labels of an
-    over-confident (x3) model at 1% positives, the 34 positives held 1.6 of 147 normalised
-    weights, so the ridge of ``tau`` = 2 pseudo-labels toward the identity held the slope at
-    0.41-0.46 against the true 1/3, q* at p_hat stayed over-confident where the false negatives
-    hide, and the streaming controller's 95% intervals covered 0.86-0.88
-    (``python -m benchmarks.efficiency --stream-daemon``; README, "Efficiency"). Counted once,
-    the slope was 0.35. The cost: when the Platt form is wrong, the unweighted fit is the best
-    Platt map for the audited mix rather than the traffic
-    (``tests/unit/stats/test_stats_calibration.py``); the likelihood and calibration error that
-    judge the map stay design-weighted (traffic estimates), so such a misfit still grows the
-    defensive share.
+    The map is the Platt fit, or with ``beta`` the beta fit where ``beta_calibration.choose_map``
+    takes it (likelihood-ratio test, a <= b; ``beta=False``: Platt only, for comparison), with each
+    label counted once (unit weights), not weighted by v = 1/pi. The audit chose each item by its
+    score and prediction alone (pi is a function of s, f = 1[s >= threshold] and a control fixed
+    before the label), so the selection is ignorable for the conditional model p(y | s): the audited
+    items' likelihood of the map is the traffic's, and the unweighted fit is consistent for it while
+    the Platt form holds (informative-sampling theory: Pfeffermann, "The role of sampling weights
+    when modeling survey data", Int. Stat. Rev. 1993; Pfeffermann and Sverchkov 1999 weight by ``v /
+    E[v | s]``, which is 1 here). Weighted by v the fit has the same target, but at low prevalence
+    it hands the labels that carry the slope (the positives, audited near pi = 1 around the decision
+    boundary) almost no weight against the heavy predicted negatives at the defensive floor (v ~
+    100, all y = 0): measured on the last two buckets' 300 labels of an over-confident (x3) model at
+    1% positives, the 34 positives held 1.6 of 147 normalised weights, so the ridge of ``tau`` = 2
+    pseudo-labels toward the identity held the slope at 0.41-0.46 against the true 1/3, q* at p_hat
+    stayed over-confident where the false negatives hide, and the streaming controller's 95%
+    intervals covered 0.86-0.88 (``python -m benchmarks.efficiency --stream-daemon``; README,
+    "Efficiency"). Counted once, the slope was 0.35. The cost: when the Platt form is wrong, the
+    unweighted fit is the best Platt map for the audited mix rather than the traffic
+    (``tests/unit/stats/test_stats_calibration.py``), which is one reason to offer the beta form
+    where the test finds Platt's wrong; the likelihood and calibration error that judge the map stay
+    design-weighted (traffic estimates), so such a misfit still grows the defensive share.
     """
     if len(sample) == 0:
         nan = math.nan
         return Recalibration(IDENTITY, nan, nan, nan, nan)
-    cal_map = fit_platt(sample.score, sample.label, np.ones(len(sample)), tau=tau)
+    cal_map: CalibrationMap = (
+        choose_map(sample.score, sample.label, tau=tau)
+        if beta
+        else fit_platt(sample.score, sample.label, np.ones(len(sample)), tau=tau)
+    )
     p_hat = cal_map.apply(sample.score)
     return Recalibration(
         cal_map=cal_map,

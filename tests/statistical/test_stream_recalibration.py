@@ -14,6 +14,8 @@ had q* summed under it (``monitor.stats.budget``, "Map changes"), when these buc
 2-6x their budget, 0.929 and 0.929, model-assisted 0.932 and 0.917. With the map fitted weighted
 by 1/pi (``monitor.stats.design.recalibrate``) the ratio covered 0.938 and 0.907 and the
 model-assisted estimate 0.938 and 0.894 (x10 below the goal).
+Here the truth has the Platt form after the drift, so the controller that may choose a beta map
+(``monitor.stats.beta_calibration``) must do as well as the one kept to Platt maps, run beside it.
 """
 
 from __future__ import annotations
@@ -46,3 +48,7 @@ def test_recalibrating_controller_covers_after_a_drift(overconfidence: float) ->
     assert later["recal+GREG"].coverage >= 0.90
     # and the recalibrating controller is at least as accurate as today's
     assert later["recal"].mae <= later["raw"].mae
+    # where Platt is right, allowing beta maps costs nothing: few buckets under one, same error
+    assert later["recal"].beta <= 0.05 * later["recal"].buckets
+    assert later["recal"].mae <= 1.02 * later["recal-platt"].mae
+    assert later["recal"].coverage >= later["recal-platt"].coverage - 0.01

@@ -1,9 +1,11 @@
+import json
 import math
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
+from monitor.stats.beta_calibration import BetaMap
 from monitor.stats.budget import (
     G_PRIOR,
     Calibration,
@@ -92,6 +94,41 @@ def test_a_control_with_a_calibration_map_selects_at_p_hat(rng: np.random.Genera
     for bad in ([1, 0.0, 1.0], [1.5, 0.0, 1.0, 0.1], [1, 0.0, -1.0, 0.1], [1, 0.0, 1.0, 0.0]):
         with pytest.raises(ValueError, match="calibration"):
             Calibration.from_list(bad)
+
+
+def test_calibrations_round_trip_beta_maps_and_still_read_platt_records() -> None:
+    beta = Calibration(4, BetaMap(a=0.3, b=1.2, c=-0.4), 0.2)
+    assert beta.to_list() == [4, -0.4, 0.3, 1.2, 0.2]  # [version, c, a, b, lam]
+    assert Calibration.from_list(beta.to_list()) == beta
+    assert Calibration.from_list(json.loads(json.dumps(beta.to_list()))) == beta
+    # a record written before beta maps existed: [version, a, b, lam], a Platt map
+    old = Calibration.from_list([3, 0.2, 0.3, 0.25])
+    assert old == Calibration(3, PlattMap(0.2, 0.3), 0.25) and old.to_list() == [3, 0.2, 0.3, 0.25]
+    # the Platt list [v, a, b, lam] and the beta list [v, a, b, b, lam] are the same map
+    same = Calibration.from_list([3, 0.2, 0.3, 0.3, 0.25])
+    s = np.linspace(0.0, 1.0, 101)
+    assert np.allclose(same.cal_map.apply(s), old.cal_map.apply(s), atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        (
+            [1, 0.0, 1.0, 1.0, 0.1, 0.0],
+            r"is \[version, a, b, lam\] \(Platt\) or \[version, c, a, b",
+        ),
+        ([1, 0.0, -0.5, 1.0, 0.1], r"finite slopes >= 0 .*got \[1, 0.0, -0.5, 1.0, 0.1\]"),
+        ([1, 0.0, 1.0, float("inf"), 0.1], "finite slopes >= 0"),
+        ([1, float("nan"), 1.0, 1.0, 0.1], "a finite intercept"),
+        ([1, 0.0, 1.0, 1.0, 1.5], r"lam in \(0, 1\]"),
+        ([-1, 0.0, 1.0, 1.0, 0.1], "version >= 0"),
+        ([1.0, 0.0, 1.0, 1.0, 0.1], r"is \[version, a, b, lam\]"),
+        ([1, "x", 1.0, 1.0, 0.1], "could not convert"),
+    ],
+)
+def test_malformed_beta_calibrations_are_refused_precisely(bad: list[object], why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        Calibration.from_list(bad)
 
 
 def test_g_of_a_calibrated_control_is_given_by_the_recalibrated_sums() -> None:

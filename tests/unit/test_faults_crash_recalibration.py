@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from monitor.config.schema import Config
@@ -32,6 +33,8 @@ from monitor.core.sampler import SamplerService
 from monitor.io.store import Store
 from monitor.runtime.failpoint import Failpoint
 from monitor.sim.workload import Workload, WorkloadSpec, generate
+from monitor.stats import design
+from monitor.stats.beta_calibration import BetaMap, CalibrationMap, fit_beta
 from monitor.testing.fakes import FakeLog, FakeSource
 from tests.unit import test_daemon_loop as loop_tests
 from tests.unit.test_daemon_loop import TOPICS, Harness, _answer
@@ -41,6 +44,7 @@ from tests.unit.test_faults_crash_fakes import _kill, _Killed, _requests_by_id
 shared_workload = loop_tests.workload
 
 KILLS_PER_STAGE = 3  # x 5 stages
+FloatArray = npt.NDArray[np.float64]
 
 
 def _recalibrating(data_dir: Path) -> Config:
@@ -88,14 +92,23 @@ class _Arrivals:
         return bool(chunk)
 
 
+def _always_beta(score: FloatArray, label: FloatArray, *, tau: float) -> CalibrationMap:
+    """Every refit takes the beta fit (as where the likelihood-ratio test rejects Platt)."""
+    return fit_beta(score, label, np.ones(len(score)), tau=tau)
+
+
+@pytest.mark.parametrize("family", ["chosen", "beta"])
 def test_kills_while_the_map_changes_keep_requests_a_function_of_stored_controls(
     tmp_path: Path,
     shared_workload: Workload,
     rng: np.random.Generator,
     monkeypatch: pytest.MonkeyPatch,
+    family: str,
 ) -> None:
     workload = shared_workload
     monkeypatch.setattr(loop_tests, "_config", _recalibrating)
+    if family == "beta":
+        monkeypatch.setattr(design, "choose_map", _always_beta)
     stages = [s for s in Failpoint.STAGES for _ in range(KILLS_PER_STAGE)]
     schedule = [(stages[i], int(rng.integers(1, 4))) for i in rng.permutation(len(stages))]
     log = FakeLog()
@@ -138,6 +151,9 @@ def test_kills_while_the_map_changes_keep_requests_a_function_of_stored_controls
         for chain in chains
         for a, b in itertools.pairwise(chain)
     )
+    if family == "beta":
+        maps = [c.calibration.cal_map for c in state.controls.values() if c.calibration.version]
+        assert maps and all(isinstance(m, BetaMap) for m in maps)
 
     # the same stream decided again from the stored controls alone: the same requests
     cfg = h.config

@@ -108,7 +108,8 @@ def test_estimate_with_pool_gives_ratio_and_model_assisted(
     assert ratio["estimator"].startswith("Horvitz-Thompson") and greg["estimator"].startswith(
         "GREG"
     )
-    assert greg["calibration_map"] == {"a": 0.0, "b": 1.0, "labels": 0}  # one round: raw scores
+    # one round: the raw scores
+    assert greg["calibration_map"] == {"family": "platt", "a": 0.0, "b": 1.0, "labels": 0}
     assert ratio["estimate"] == result["estimate"] == without["estimate"]
     for est in (ratio, greg):
         for key, low, high in (

@@ -44,7 +44,10 @@ def test_two_rounds_from_the_command_line(
     first, second = read_plan(one_done), read_plan(two)
     assert not set(first.ids) & set(second.ids)  # already labelled items are not chosen again
     assert second.meta["round"] == "2" and second.meta["known_labels"] == str(len(first))
-    assert float(second.meta["calibration_slope"]) < 0.7  # the over-confidence was seen
+    family, *params = second.meta["calibration_map"].split(" ")
+    slopes = dict(p.split("=") for p in params)
+    assert family in ("platt", "beta")
+    assert float(slopes["b"]) < 0.7  # the over-confidence was seen (b: the upper side's slope)
     _fill(two, two_done, truth)
     result = _estimate_json(capsys, "--labels", str(one_done), str(two_done))
     assert result["labels"] == len(first) + len(second)

@@ -12,6 +12,7 @@ from monitor.core import aggregates, recalibration
 from monitor.core.aggregates import BucketState
 from monitor.core.sampler import SamplerService
 from monitor.core.windows import FIXED_ONE, TrafficAggregate, to_fixed
+from monitor.stats.beta_calibration import BetaMap
 from monitor.stats.budget import NO_CALIBRATION, Calibration, Control
 from monitor.stats.calibration import PlattMap
 from monitor.stats.falpha import intrinsic_falpha_from_sums
@@ -20,6 +21,7 @@ from monitor.stats.selection import q_star_falpha
 from tests.unit.engine_streams import make_stream
 
 CAL = Calibration(version=2, cal_map=PlattMap(-0.5, 0.3), lam=0.3)
+BETA_CAL = Calibration(version=2, cal_map=BetaMap(a=0.3, b=1.4, c=-0.5), lam=0.3)
 
 
 def _config() -> Config:
@@ -151,8 +153,9 @@ def test_the_estimator_reports_calibration_error_and_recalibrated_intrinsic_f(
     assert row.calibration_error == pytest.approx(calibration_error(score, label, v))
 
 
+@pytest.mark.parametrize("cal", [CAL, BETA_CAL], ids=["platt", "beta"])
 def test_a_sampler_taking_over_from_the_aggregates_topic_decides_with_the_stored_maps(
-    rng: np.random.Generator,
+    rng: np.random.Generator, cal: Calibration
 ) -> None:
     """Scale-out hand-over: the controls' maps travel in the bucket states, not in memory."""
     s = make_stream(rng, 6000, span_s=3 * 3600)
@@ -167,7 +170,7 @@ def test_a_sampler_taking_over_from_the_aggregates_topic_decides_with_the_stored
     reference: dict[str, bytes] = {}
     for lo in range(0, len(s), 250):
         if lo == 2000:
-            a.calibration = {"default": CAL}  # the map changes mid-stream
+            a.calibration = {"default": cal}  # the map changes mid-stream
         rows = slice(lo, min(lo + 250, len(s)))
         res = a.process(s.batch(rows))
         reference.update({r.request_id: r.to_json() for r in res.requests})

@@ -39,6 +39,7 @@ from monitor.runtime.engine import Engine
 from monitor.runtime.failpoint import Failpoint
 from monitor.runtime.sampler_role import SamplerEngine
 from monitor.sim.workload import Workload
+from monitor.stats.beta_calibration import BetaMap
 from monitor.stats.budget import NO_CALIBRATION, Calibration, Control
 from monitor.stats.calibration import PlattMap
 from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
@@ -136,6 +137,11 @@ def test_map_records_round_trip_and_are_not_state_keys() -> None:
     assert aggregates.is_map(key) and not aggregates.is_map(aggregates.encode_key(("m", 0, 1)))
     assert aggregates.decode_map(key, value) == ("m", V1)
     assert json.loads(key) == {"calibration": "m"}
+    beta = Calibration(3, BetaMap(0.25, 1.1, -0.6), 0.3)
+    assert aggregates.decode_map(key, aggregates.encode_map("m", beta)) == ("m", beta)
+    # a map published before beta maps existed still reads as the Platt map it was
+    old = b'{"calibration":[2,-1.5,0.6,0.2],"model":"m","v":1}'
+    assert aggregates.decode_map(key, old) == ("m", Calibration(2, PlattMap(-1.5, 0.6), 0.2))
 
 
 @pytest.mark.parametrize(
@@ -156,12 +162,22 @@ def test_map_records_round_trip_and_are_not_state_keys() -> None:
         (
             b'{"calibration": "m"}',
             b'{"v": 1, "model": "m", "calibration": [1, 0.0, 1.0, 0.0]}',
-            "lam in \\(0, 1\\]\\] \\(a control",
+            "lam in \\(0, 1\\]\\] \\(beta\\) \\(a control",
         ),
         (
             b'{"calibration": "m"}',
             b'{"v": 1, "model": "m", "calibration": [0, 0.0, 1.0, 0.1]}',
             "version 0 is no map",
+        ),
+        (
+            b'{"calibration": "m"}',
+            b'{"v": 1, "model": "m", "calibration": [1, 0.0, 1.0, -1.0, 0.1]}',
+            "finite slopes >= 0",
+        ),
+        (
+            b'{"calibration": "m"}',
+            b'{"v": 1, "model": "m", "calibration": [1, 0.0, 1.0, 1.0, 1.0, 0.1]}',
+            "c finite, a >= 0, b >= 0",
         ),
     ],
 )
