@@ -184,12 +184,12 @@ def second_phase_variance(resid: FloatArray, v: FloatArray, answers: AnswerGroup
     m_c of the class's n_c requests (response homogeneity groups, Saerndal, Swensson and
     Wretman 1992, Model Assisted Survey Sampling, Sec. 15.6; two-phase variance, Result 9.3.1:
     V = V1 + E[V2], V2 = sum_c n_c^2 (1 - m_c/n_c) S_c^2 / m_c). The class's share of the
-    estimate is not the count expansion ``(n_c / m_c) sum(e pi r_c)`` but, with the weighted
+    estimate is not the count expansion ``(n_c / m_c) sum(z / pi)`` but, with the weighted
     rate r_c of :func:`monitor.stats.response.answer_rates`, its total weight times the weighted
     mean of its answers, ``A_c sum(z / pi) / sum(1 / pi)`` (z = w (l - G), A_c = sum(1/pi) over
     the class's requests): a ratio within the class, whose linearised second-phase variable is
-    the residual from that mean (the ratio estimator's linearisation, Saerndal et al. Sec. 5.6
-    and 7.3.3),
+    the residual from that mean (Taylor linearisation of a ratio, Saerndal et al. Ch. 5, applied
+    to each class's weighted mean of its answers),
 
         d_i = (z_i - zbar_c) / (pi_i r_c),   zbar_c = sum_c(z / pi) / sum_c(1 / pi) (answered),
 
@@ -198,7 +198,8 @@ def second_phase_variance(resid: FloatArray, v: FloatArray, answers: AnswerGroup
     variance of d within the class (``ddof=1``). Centring e on its plain mean instead (the
     count-rate form) left out the answers' effect on r_c: when a class pools bands of pi and
     its z do not average 0 (the false negatives of a pooled predicted-negative class for
-    recall), an answered light request moves every heavy one's weight. Measured on the grid of
+    recall), whether a heavy request (small pi) is answered moves r_c and with it the weight
+    of every answer of the class. Measured on the grid of
     ``benchmarks.delays`` (recall at 20% positives, half the predicted negatives answered) the
     plain mean gave a second-phase se 0.82 of the empirical one and coverage 0.927, the class
     mean 0.92 and 0.946. When pi is the same within the class the two agree. A class with one
