@@ -160,7 +160,7 @@ def greg_falpha(
         sampled = float(np.dot(sample.fpc, z * z))
     else:  # phase one, (1 - pi) r = r - (1 - fpc), then the answers (interval.ratio_estimate)
         phase1 = np.maximum(answers.rate - 1.0 + sample.fpc, 0.0)
-        sampled = float(np.dot(phase1, z * z)) + second_phase_variance(z, answers)
+        sampled = float(np.dot(phase1, z * z)) + second_phase_variance(z, sample.v, answers)
     frame = ~f1
     unseen = unseen_event_design(y, sample.v, sample.fpc, frame, PSEUDO_EVENTS)
     unseen_model = unseen_event_design(y, sample.v, np.ones_like(y), frame, PSEUDO_EVENTS)
