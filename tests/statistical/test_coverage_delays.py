@@ -37,7 +37,8 @@ except ImportError:  # plain `pytest` does not put the repository root on sys.pa
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from benchmarks import delays
 
-pytestmark = pytest.mark.slow
+# the grid (the module fixture, ~200 s on 2 shared cores) runs inside the first test
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPS = 1200
 WINDOWS = 60
