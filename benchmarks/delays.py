@@ -6,12 +6,12 @@ over-confident ones with the reported logits x3). The truth is the window's real
 over all its records (the estimate's design-based target). A window is audited for F1 with
 BUDGET expected requests by one of two designs:
 
-- ``raw q*``: q* at the reported scores mixed with 10% uniform (``inclusion_for_budget``), the
-  default (``models.NAME.recalibrate: false``);
-- ``recal q*``: what ``recalibrate: true`` runs. The Platt map (``monitor.stats.design``) is fitted
-  on the answers of the day before that arrived by the window's start (that day audited with raw
-  q*: the first day after switching it on; v = 1/pi as ``Estimator.labelled`` gives them); the
-  window's pi is q* at the recalibrated scores with the map's defensive share
+- ``raw q*``: q* at the reported scores mixed with 10% uniform (``inclusion_for_budget``), what
+  ``models.NAME.recalibrate: false`` runs;
+- ``recal q*``: what ``recalibrate: true`` (the default) runs. The map (``monitor.stats.design``)
+  is fitted on the answers of the day before that arrived by the window's start (that day
+  audited with raw q*: the first day after switching it on; v = 1/pi as ``Estimator.labelled``
+  gives them); the window's pi is q* at the recalibrated scores with the map's defensive share
   (``recalibrated_weights``). The daemon refits after every poll with labels; one map per
   window, fitted before any of its answers, is the more conservative version of that.
 
