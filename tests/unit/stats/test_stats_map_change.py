@@ -15,7 +15,6 @@ from monitor.stats.budget import NO_CALIBRATION, Calibration
 from monitor.stats.calibration import PlattMap, expit
 from monitor.stats.map_change import (
     LOGIT_TOLERANCE,
-    SHARE_TOLERANCE,
     is_material,
     map_distance,
     share_distance,
@@ -104,4 +103,3 @@ def test_the_share_is_material_by_its_log_ratio_and_its_complement() -> None:
     m = PlattMap(0.3, 0.4)
     assert not is_material(Calibration(1, m, 0.3), Calibration(2, m, 0.3 * 1.1), 0.1)
     assert is_material(Calibration(1, m, 0.3), Calibration(2, m, 0.3 * 1.12), 0.1)
-    assert SHARE_TOLERANCE == pytest.approx(0.1)
