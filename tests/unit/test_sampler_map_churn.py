@@ -93,7 +93,8 @@ def _run(refit: bool) -> tuple[list[int], int, int, int]:
         cal = recalibration.refit(cal, sample, model.defensive)
         sampler.calibration = {"default": cal}
     first = int(START // 3600)
-    refreshes = [len(sampler.control("default", 0, first + b).refreshes) for b in range(BUCKETS)]
+    controls = [sampler.control("default", 0, first + b) for b in range(BUCKETS)]
+    refreshes = [len(c.refreshes) if c is not None else -1 for c in controls]
     return refreshes, cal.version, polls, largest
 
 
