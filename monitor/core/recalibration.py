@@ -6,8 +6,9 @@ labels at usual budgets; v = 1/pi, the pi each was drawn with), fit the Platt ma
 toward the identity, or the beta map where ``monitor.stats.beta_calibration.choose_map`` takes it (a
 likelihood-ratio test rejects the Platt form, a <= b), each label counted once
 (``monitor.stats.design.recalibrate``), judge it (design-weighted likelihood and calibration error,
-mistakes seen) and derive the defensive share (``monitor.stats.selection.defensive_share``). Each
-new map gets the next version of its model.
+mistakes seen) and derive the defensive share (``monitor.stats.selection.defensive_share``). A
+fit that changes the decisions materially (``monitor.stats.map_change``) gets the next version of
+its model; any other keeps the calibration in force.
 The caller makes it durable before the sampler uses it: it is fitted from labels, whose arrival
 is not a function of the scored stream, so a replay must read it back rather than fit it again
 (DESIGN.md, "Why it stays deterministic").
@@ -22,6 +23,7 @@ from dataclasses import replace
 from monitor.stats.budget import NO_CALIBRATION, Calibration
 from monitor.stats.calibration import DEFAULT_TAU
 from monitor.stats.design import recalibrate
+from monitor.stats.map_change import is_material
 from monitor.stats.sample import LabeledSample
 
 STORE_KEY = "calibration"
@@ -46,17 +48,21 @@ def refit(
     *,
     beta: bool = True,
 ) -> Calibration:
-    """The next calibration from ``sample``; ``previous`` when there is no label or no change.
+    """The next calibration from ``sample``; ``previous`` unless the new one is material.
 
-    ``beta=False`` keeps to Platt maps (``monitor.stats.design.recalibrate``).
+    ``previous`` (the calibration in force) stays when there is no label or when the refit
+    changes neither the map, the defensive share nor the family materially
+    (``monitor.stats.map_change.is_material``: log-odds of p_hat by more than 0.1 somewhere,
+    the share by more than 10%), so labels trickling in every poll do not make a new version
+    (and a control refresh) at every poll. ``beta=False`` keeps to Platt maps
+    (``monitor.stats.design.recalibrate``).
     """
     if len(sample) == 0:
         return previous
     recal = recalibrate(sample, tau, beta=beta)
     fitted = replace(recal.cal_map, n_labels=0, ess=0.0)  # what a control records
     cand = Calibration(previous.version + 1, fitted, recal.defensive(lam0))
-    same = cand.cal_map == previous.cal_map and cand.lam == previous.lam
-    return previous if same else cand
+    return cand if is_material(previous, cand, lam0) else previous
 
 
 def encode(calibrations: Mapping[str, Calibration]) -> dict[str, list[object]]:

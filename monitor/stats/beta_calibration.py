@@ -113,12 +113,16 @@ class BetaMap:
         """The map's parameters by name (a: on ln s, b: on -ln(1 - s), c: intercept)."""
         return {"a": self.a, "b": self.b, "c": self.c}
 
+    def log_odds(self, score: npt.ArrayLike) -> FloatArray:
+        """The log-odds of p_hat, c + a ln s - b ln(1 - s), without rounding through p_hat."""
+        return _eta(self.a, self.b, self.c, _features(score))
+
     def apply(self, score: npt.ArrayLike) -> FloatArray:
         """p_hat = expit(c + a ln s - b ln(1 - s)), s clipped as for the logit; identity exact."""
         s = np.asarray(score, dtype=np.float64)
         if self.is_identity:
             return s.copy()
-        return expit(_eta(self.a, self.b, self.c, _features(s)))
+        return expit(self.log_odds(s))
 
 
 #: Every map a calibration may hold.

@@ -108,12 +108,17 @@ class PlattMap:
         """The map's parameters by name (a: intercept, b: slope on the logit)."""
         return {"a": self.a, "b": self.b}
 
+    def log_odds(self, score: npt.ArrayLike) -> FloatArray:
+        """The log-odds of p_hat, a + b logit(s), without rounding through p_hat."""
+        out: FloatArray = self.a + self.b * logit(score)
+        return out
+
     def apply(self, score: npt.ArrayLike) -> FloatArray:
         """The recalibrated probabilities p_hat = expit(a + b logit(s)); the identity is exact."""
         s = np.asarray(score, dtype=np.float64)
         if self.is_identity:
             return s.copy()
-        return expit(self.a + self.b * logit(s))
+        return expit(self.log_odds(s))
 
     def to_list(self) -> list[Any]:
         """A JSON-ready list of the fields (``from_list`` reads it back)."""
