@@ -163,21 +163,6 @@ def _bucket_batch(
     return batch, label
 
 
-def _rows(batch: ScoredBatch, idx: npt.NDArray[np.intp]) -> ScoredBatch:
-    """The records ``idx`` of a batch (in their order)."""
-    return ScoredBatch(
-        ids=batch.ids[idx],
-        score=batch.score[idx],
-        pred=batch.pred[idx],
-        ts=batch.ts[idx],
-        model=batch.model[idx],
-        segment=batch.segment[idx],
-        payload=[batch.payload[i] for i in idx.tolist()],
-        partition=batch.partition[idx],
-        offset=batch.offset[idx],
-    )
-
-
 def _phase(bucket: int) -> str | None:
     if bucket == 0:
         return None  # the cold start
@@ -289,7 +274,7 @@ def run_daemon_rep(case: StreamCase, rep: int, seed: int, answer_rate: float = 1
         src = RawRecord("labels", 0, 0, 0, None, None)
         spent = 0.0
         for part in np.array_split(np.arange(len(batch)), CHUNKS):
-            res = sampler.process(_rows(batch, part))
+            res = sampler.process(batch.rows(part))
             spent += sum(a.pi_total for a in res.traffic.values())
             estimator.apply_traffic(res.traffic)
             estimator.upsert_requests(res.requests)

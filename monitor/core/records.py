@@ -56,6 +56,23 @@ class ScoredBatch:
     def __len__(self) -> int:
         return int(self.score.shape[0])
 
+    def rows(self, idx: slice | npt.NDArray[np.intp]) -> ScoredBatch:
+        """The records ``idx`` (a slice or an index array), in that order."""
+        payload = (
+            self.payload[idx] if isinstance(idx, slice) else [self.payload[i] for i in idx.tolist()]
+        )
+        return ScoredBatch(
+            ids=self.ids[idx],
+            score=self.score[idx],
+            pred=self.pred[idx],
+            ts=self.ts[idx],
+            model=self.model[idx],
+            segment=self.segment[idx],
+            payload=payload,
+            partition=self.partition[idx],
+            offset=self.offset[idx],
+        )
+
 
 # --------------------------------------------------------------------------------------------
 # Decoding. Hot path: one ``json.loads`` and one ``dict.get`` per field per record, then

@@ -70,21 +70,6 @@ def _stream(seed: int, buckets: int) -> ScoredBatch:
     )
 
 
-def _rows(batch: ScoredBatch, lo: int, hi: int | None) -> ScoredBatch:
-    idx = slice(lo, hi)
-    return ScoredBatch(
-        ids=batch.ids[idx],
-        score=batch.score[idx],
-        pred=batch.pred[idx],
-        ts=batch.ts[idx],
-        model=batch.model[idx],
-        segment=batch.segment[idx],
-        payload=batch.payload[idx],
-        partition=batch.partition[idx],
-        offset=batch.offset[idx],
-    )
-
-
 @pytest.mark.parametrize("change_at", [2 * PER_BUCKET, 2 * PER_BUCKET + 1500])
 @pytest.mark.parametrize("seed", [14, 15])
 def test_no_bucket_overspends_after_a_map_that_raises_q_star_tenfold(
@@ -97,7 +82,7 @@ def test_no_bucket_overspends_after_a_map_that_raises_q_star_tenfold(
     spent: dict[int, float] = {}
 
     def run(lo: int, hi: int) -> None:
-        for key, agg in sampler.process(_rows(stream, lo, hi)).traffic.items():
+        for key, agg in sampler.process(stream.rows(slice(lo, hi))).traffic.items():
             spent[key.bucket] = spent.get(key.bucket, 0.0) + agg.pi_total
 
     run(0, PER_BUCKET)
@@ -121,9 +106,9 @@ def test_no_bucket_overspends_after_a_map_that_raises_q_star_tenfold(
 def test_a_pending_map_is_adopted_after_refresh_records_records() -> None:
     stream = _stream(3, 2)
     sampler = SamplerService(_config())
-    sampler.process(_rows(stream, 0, PER_BUCKET + 1500))
+    sampler.process(stream.rows(slice(0, PER_BUCKET + 1500)))
     sampler.calibration = {"default": UNDOING}
-    sampler.process(_rows(stream, PER_BUCKET + 1500, len(stream)))
+    sampler.process(stream.rows(slice(PER_BUCKET + 1500, len(stream))))
     ctl = sampler.control("default", 0, int(START // 3600) + 1)
     assert ctl is not None
     stages = [(r.offset - PER_BUCKET, r.control, r.base) for r in ctl.refreshes]
@@ -172,7 +157,7 @@ def test_a_store_without_refresh_bases_decides_as_before_when_no_map_changed() -
     whole = SamplerService(_config())
     want = [r.to_json() for r in whole.process(stream).requests]
     first = SamplerService(_config())
-    got = [r.to_json() for r in first.process(_rows(stream, 0, PER_BUCKET + 2500)).requests]
+    got = [r.to_json() for r in first.process(stream.rows(slice(0, PER_BUCKET + 2500))).requests]
     changes = first.take_changes()
     assert any(r.base is not None for c in changes.controls.values() for r in c.refreshes)
     legacy = {
@@ -180,5 +165,7 @@ def test_a_store_without_refresh_bases_decides_as_before_when_no_map_changed() -
         for k, c in changes.controls.items()
     }
     resumed = SamplerService(_config(), traffic=changes.traffic, controls=legacy)
-    got += [r.to_json() for r in resumed.process(_rows(stream, PER_BUCKET + 2500, None)).requests]
+    got += [
+        r.to_json() for r in resumed.process(stream.rows(slice(PER_BUCKET + 2500, None))).requests
+    ]
     assert got == want

@@ -52,21 +52,6 @@ def _stream(seed: int) -> tuple[ScoredBatch, np.ndarray]:
     return batch, label
 
 
-def _rows(batch: ScoredBatch, lo: int) -> ScoredBatch:
-    idx = slice(lo, lo + POLL)
-    return ScoredBatch(
-        ids=batch.ids[idx],
-        score=batch.score[idx],
-        pred=batch.pred[idx],
-        ts=batch.ts[idx],
-        model=batch.model[idx],
-        segment=batch.segment[idx],
-        payload=batch.payload[idx],
-        partition=batch.partition[idx],
-        offset=batch.offset[idx],
-    )
-
-
 def _run(refit: bool) -> tuple[list[int], int, int, int]:
     """(refreshes per bucket, map versions, polls with labels, largest refresh list in bytes)."""
     model = ModelConfig(
@@ -80,7 +65,7 @@ def _run(refit: bool) -> tuple[list[int], int, int, int]:
     polls = largest = 0
     cal = NO_CALIBRATION
     for lo in range(0, len(label), POLL):
-        res = sampler.process(_rows(batch, lo))
+        res = sampler.process(batch.rows(slice(lo, lo + POLL)))
         for ctl in sampler.take_changes().controls.values():
             largest = max(largest, len(json.dumps(refreshes_to_list(ctl))))
         if not (refit and res.requests):
