@@ -254,20 +254,11 @@ class SamplerService:
             cap = (agg.n, agg.sum_qstar, agg.sum_pi, True)
         ratio = cap_ratio(latest, cap[0], cap[1] / FIXED_ONE, cap[2] / FIXED_ONE, cfg.defensive)
         if not adopt:
-            new = self._control_from(
-                model,
-                cfg,
-                window,
-                chosen,
-                latest.mean_qstar,
-                prev_bucket=prev_bucket,
-                ratio=ratio,
-                covered_s=covered_s,
-            )
-            return replace(
-                new, g=latest.g, mean_qstar=latest.mean_qstar, accumulate=latest.accumulate
-            )
-        mq = window.mean_qstar if run is None or run[3] else run[1] / FIXED_ONE / run[0]
+            mq = latest.mean_qstar
+        elif run is None or run[3]:
+            mq = window.mean_qstar
+        else:
+            mq = run[1] / FIXED_ONE / run[0]
         new = self._control_from(
             model,
             cfg,
@@ -278,6 +269,10 @@ class SamplerService:
             ratio=ratio,
             covered_s=covered_s,
         )
+        if not adopt:
+            return replace(
+                new, g=latest.g, mean_qstar=latest.mean_qstar, accumulate=latest.accumulate
+            )
         return replace(new, accumulate=newest) if newest.version != chosen.version else new
 
     def _control_from(

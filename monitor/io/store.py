@@ -271,9 +271,9 @@ class Store:
         db.executemany(
             "INSERT OR REPLACE INTO control_maps VALUES (?, ?, ?, ?)",
             [
-                (m, p, b, json.dumps(maps_to_list(c)))
+                (m, p, b, json.dumps(maps))
                 for (m, p, b), c in sampler.controls.items()
-                if maps_to_list(c) is not None
+                if (maps := maps_to_list(c)) is not None
             ],
         )
         db.executemany(

@@ -272,10 +272,8 @@ def maps_to_list(ctl: Control) -> object | None:
 
     The calibration, or ``[calibration | None, acc]`` with a pending map; None for neither.
     """
-    if ctl.accumulate is None:
-        return ctl.calibration.to_list() if ctl.calibration.version > 0 else None
     cal = ctl.calibration.to_list() if ctl.calibration.version > 0 else None
-    return [cal, ctl.accumulate.to_list()]
+    return cal if ctl.accumulate is None else [cal, ctl.accumulate.to_list()]
 
 
 def with_maps(ctl: Control, v: object) -> Control:

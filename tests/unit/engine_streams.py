@@ -43,6 +43,28 @@ class Stream:
         )
 
 
+def hourly_batch(
+    score: npt.NDArray[np.float64], within: npt.NDArray[np.float64], start: float
+) -> ScoredBatch:
+    """One partition's records, ``len(within)`` an hour, offsets and ids ``r0, r1, ...``.
+
+    The j-th record of hour h is at ``start + 3600 h + 3599 within[j]``; pred = score >= 0.5.
+    """
+    n, per_hour = len(score), len(within)
+    hour = np.repeat(np.arange(n // per_hour), per_hour)
+    return ScoredBatch(
+        ids=np.array([f"r{i}" for i in range(n)], dtype=np.str_),
+        score=score,
+        pred=(score >= 0.5).astype(np.int8),
+        ts=start + hour * 3600.0 + np.tile(within, n // per_hour) * 3599.0,
+        model=np.full(n, "default"),
+        segment=np.full(n, ""),
+        payload=[None] * n,
+        partition=np.zeros(n, dtype=np.int32),
+        offset=np.arange(n, dtype=np.int64),
+    )
+
+
 def make_stream(
     rng: np.random.Generator,
     n: int,

@@ -31,6 +31,7 @@ from monitor.stats.budget import (
     with_refreshes,
 )
 from monitor.stats.calibration import PlattMap
+from tests.unit.engine_streams import hourly_batch
 
 PER_BUCKET = 5000
 BUDGET = 150.0
@@ -55,19 +56,7 @@ def _stream(seed: int, buckets: int) -> ScoredBatch:
     n = PER_BUCKET * buckets
     z = rng.normal(logit_mean_for_rate(0.01, LOGIT_SD), LOGIT_SD, n)
     score = 0.5 * (1.0 + np.tanh(0.5 * 10.0 * z))
-    bucket = np.repeat(np.arange(buckets), PER_BUCKET)
-    ts = START + bucket * 3600.0 + np.tile(np.sort(rng.random(PER_BUCKET)), buckets) * 3599.0
-    return ScoredBatch(
-        ids=np.array([f"r{i}" for i in range(n)], dtype=np.str_),
-        score=score,
-        pred=(score >= 0.5).astype(np.int8),
-        ts=ts,
-        model=np.full(n, "default"),
-        segment=np.full(n, ""),
-        payload=[None] * n,
-        partition=np.zeros(n, dtype=np.int32),
-        offset=np.arange(n, dtype=np.int64),
-    )
+    return hourly_batch(score, np.sort(rng.random(PER_BUCKET)), START)
 
 
 @pytest.mark.parametrize("change_at", [2 * PER_BUCKET, 2 * PER_BUCKET + 1500])

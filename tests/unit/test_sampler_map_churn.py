@@ -23,6 +23,7 @@ from monitor.sim.simulate import LOGIT_SD, logit_mean_for_rate
 from monitor.stats.budget import NO_CALIBRATION, refreshes_to_list
 from monitor.stats.calibration import expit
 from monitor.stats.sample import LabeledSample
+from tests.unit.engine_streams import hourly_batch
 
 PER_BUCKET = 100_000
 BUCKETS = 3
@@ -36,19 +37,7 @@ def _stream(seed: int) -> tuple[ScoredBatch, np.ndarray]:
     z = rng.normal(logit_mean_for_rate(0.05, LOGIT_SD), LOGIT_SD, n)
     label = (rng.random(n) < expit(z)).astype(np.int8)
     score = expit(3.0 * z)
-    bucket = np.repeat(np.arange(BUCKETS), PER_BUCKET)
-    ts = START + bucket * 3600.0 + np.tile(np.sort(rng.random(PER_BUCKET)), BUCKETS) * 3599.0
-    batch = ScoredBatch(
-        ids=np.array([f"r{i}" for i in range(n)], dtype=np.str_),
-        score=score,
-        pred=(score >= 0.5).astype(np.int8),
-        ts=ts,
-        model=np.full(n, "default"),
-        segment=np.full(n, ""),
-        payload=[None] * n,
-        partition=np.zeros(n, dtype=np.int32),
-        offset=np.arange(n, dtype=np.int64),
-    )
+    batch = hourly_batch(score, np.sort(rng.random(PER_BUCKET)), START)
     return batch, label
 
 

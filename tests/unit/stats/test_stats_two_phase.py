@@ -6,7 +6,7 @@ import pytest
 
 from monitor.stats.falpha import falpha_gain, falpha_weight
 from monitor.stats.interval import ratio_jackknife_bias
-from monitor.stats.response import answer_classes, answer_rates
+from monitor.stats.response import answer_classes, response_sample
 from monitor.stats.sample import AnswerGroups, LabeledSample
 from monitor.stats.two_phase import two_phase_jackknife_bias
 
@@ -81,19 +81,11 @@ def test_bias_is_the_sum_of_each_deletions_second_order_part(
     label = np.where(pred == 1, rng.random(n) < 0.7, rng.random(n) < 0.2).astype(np.int64)
     pi = np.where(pred == 1, rng.uniform(0.5, 1.0, n), rng.uniform(0.05, 0.3, n))
     ans = rng.random(n) < np.where(pred == 1, 0.8, 0.6)
-    cls = answer_classes(rng.integers(0, 2, n), pred, pi, ans, 3)
-    rate = answer_rates(cls, ans, pi)
+    bucket = rng.integers(0, 2, n)
+    cls = answer_classes(bucket, pred, pi, ans, 3)
     gain, w = falpha_gain(pred, label), falpha_weight(pred, label, alpha)
-    sample = LabeledSample.two_phase(
-        np.full(int(ans.sum()), 0.5),
-        pred[ans],
-        label[ans],
-        pi[ans],
-        rate=rate[ans],
-        group=cls[ans],
-        unanswered_pi=pi[~ans],
-        unanswered_group=cls[~ans],
-    )
+    y = np.where(ans, label, -1)
+    sample = response_sample(np.full(n, 0.5), pred, y, pi, bucket, min_answers=3)
     assert sample.answers is not None
     got = two_phase_jackknife_bias(gain[ans], w[ans], sample.v, sample.answers)
     want = _brute_force(pi, cls, ans, gain, w)
