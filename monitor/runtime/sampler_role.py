@@ -127,13 +127,40 @@ class SamplerEngine:
         """Use ``cal`` for new controls of ``model`` if it recalibrates and ``cal`` is newer."""
         if not self.config.model(model).recalibrate:
             return
-        if cal.version <= self.maps.get(model, NO_CALIBRATION).version:
+        held = self.maps.get(model, NO_CALIBRATION)
+        if cal.version <= held.version:
+            if cal != held:  # every partition brings the held map again: only others count
+                self._ignore_map(model, cal, held)
             return
         self.maps[model] = cal
         self.sampler.calibration[model] = cal
         log.info(
             "calibration map taken",
             extra={"event": "calibration_taken", "model": model, "version": cal.version},
+        )
+
+    def _ignore_map(self, model: str, cal: Calibration, held: Calibration) -> None:
+        """A map older than (or as old as, but other than) the one held: kept out, said aloud.
+
+        Only a second writer publishes one: an estimator that numbered its maps again from 1
+        (an old release after losing its data directory; this one recovers the versions, see
+        ``Engine._recover``), or two estimators at once. Taking it would let a stale map
+        silently change the decisions; ignoring it silently would hide that the estimator's
+        new maps are not taken. So it is ignored, counted and logged.
+        """
+        reason = "older" if cal.version < held.version else "conflicting"
+        self.metrics.count_maps_ignored(model, reason)
+        log.warning(
+            "calibration map ignored: its version is not above the one held",
+            extra={
+                "event": "calibration_ignored",
+                "model": model,
+                "reason": reason,
+                "version": cal.version,
+                "held": held.version,
+                "fix": "run one estimator per deployment; one that lost its data directory "
+                "continues from the published versions once restarted with this release",
+            },
         )
 
     def _follow_maps(self, records: Sequence[Entry]) -> None:
