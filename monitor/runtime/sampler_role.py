@@ -36,7 +36,7 @@ import time
 from collections.abc import Sequence
 
 from monitor.config.schema import Config
-from monitor.core.aggregates import BucketStates, as_of, decode_map, is_map
+from monitor.core.aggregates import BucketStates, as_of, decode_map, is_map, newest_maps
 from monitor.core.records import deadletter_value, decode_scored
 from monitor.errors import BrokerUnavailable
 from monitor.runtime.engine import FLUSH_TIMEOUT_S, count_step, split_poll
@@ -77,6 +77,8 @@ class SamplerEngine:
         # per recalibrating model: the newest calibration map read (new controls take it)
         self.maps: dict[str, Calibration] = {}
         self._follow = any(m.recalibrate for m in config.models.values())
+        # per (model, aggregates partition): the last map read there (``_follow_maps``)
+        self._last_map: dict[tuple[str, int], Calibration] = {}
 
     # ------------------------------------------------------------ assignment
     def offsets(self) -> dict[TP, int]:
@@ -103,6 +105,15 @@ class SamplerEngine:
 
         records = self.aggregates.read(select)
         rebuilt = as_of(((k, v) for _, k, v in records), at)
+        by_partition: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
+        for p, key, value in records:
+            if is_map(key):
+                by_partition.setdefault(p, []).append((key, value))
+        self._last_map = {
+            (model, p): cal
+            for p, maps in by_partition.items()
+            for model, cal in newest_maps(maps).items()
+        }
         self.published = BucketStates(rebuilt.states, rebuilt.ahead)
         self.sampler = self.published.service(self.config, self.n_partitions)
         self.maps = {}
@@ -127,10 +138,7 @@ class SamplerEngine:
         """Use ``cal`` for new controls of ``model`` if it recalibrates and ``cal`` is newer."""
         if not self.config.model(model).recalibrate:
             return
-        held = self.maps.get(model, NO_CALIBRATION)
-        if cal.version <= held.version:
-            if cal != held:  # every partition brings the held map again: only others count
-                self._ignore_map(model, cal, held)
+        if cal.version <= self.maps.get(model, NO_CALIBRATION).version:
             return
         self.maps[model] = cal
         self.sampler.calibration[model] = cal
@@ -139,25 +147,29 @@ class SamplerEngine:
             extra={"event": "calibration_taken", "model": model, "version": cal.version},
         )
 
-    def _ignore_map(self, model: str, cal: Calibration, held: Calibration) -> None:
-        """A map older than (or as old as, but other than) the one held: kept out, said aloud.
+    def _ignore_map(self, model: str, partition: int, cal: Calibration, last: Calibration) -> None:
+        """A map not above the last one on its partition: kept out, counted and logged.
 
-        Only a second writer publishes one: an estimator that numbered its maps again from 1
-        (an old release after losing its data directory; this one recovers the versions, see
-        ``Engine._recover``), or two estimators at once. Taking it would let a stale map
-        silently change the decisions; ignoring it silently would hide that the estimator's
-        new maps are not taken. So it is ignored, counted and logged.
+        One estimator publishes increasing versions, each to every partition, so a partition's
+        maps only go up (the same map comes once per partition: that is no news). One below
+        the last on its partition, or as high but other, has a second writer: an estimator
+        that numbered its maps from 1 again (an older release after losing its data
+        directory; this one recovers the versions, ``Engine._recover``), or two estimators at
+        once. Taking it would let a stale map change the decisions; ignoring it silently would
+        hide that the estimator's new maps are not taken.
         """
-        reason = "older" if cal.version < held.version else "conflicting"
+        reason = "older" if cal.version < last.version else "conflicting"
         self.metrics.count_maps_ignored(model, reason)
         log.warning(
-            "calibration map ignored: its version is not above the one held",
+            "calibration map ignored: its version is not above the last one published",
             extra={
                 "event": "calibration_ignored",
                 "model": model,
+                "partition": partition,
                 "reason": reason,
                 "version": cal.version,
-                "held": held.version,
+                "last": last.version,
+                "held": self.maps.get(model, NO_CALIBRATION).version,
                 "fix": "run one estimator per deployment; one that lost its data directory "
                 "continues from the published versions once restarted with this release",
             },
@@ -176,6 +188,12 @@ class SamplerEngine:
                     extra={"event": "calibration_malformed", "partition": p, "error": str(exc)},
                 )
                 continue
+            last = self._last_map.get((model, p), NO_CALIBRATION)
+            if cal.version < last.version or (cal.version == last.version and cal != last):
+                if self.config.model(model).recalibrate:
+                    self._ignore_map(model, p, cal, last)
+                continue
+            self._last_map[(model, p)] = cal
             self._take_map(model, cal)
 
     def set_partitions(self, n: int) -> None:

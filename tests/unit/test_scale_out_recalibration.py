@@ -37,6 +37,7 @@ from monitor.io.exporter import Exporter
 from monitor.io.store import Store
 from monitor.runtime.engine import Engine
 from monitor.runtime.failpoint import Failpoint
+from monitor.runtime.ports import TopicReader
 from monitor.runtime.sampler_role import SamplerEngine
 from monitor.sim.workload import Workload
 from monitor.stats.beta_calibration import BetaMap
@@ -298,13 +299,23 @@ class _Estimator:
     """``--role estimator`` with its store, answering every request from the ground truth.
 
     ``recover=False``: an estimator that does not read the versions published before back
-    (as before ``Engine._recover``), to show what a lost data directory did without it.
+    (as before ``Engine._recover``), to show what a lost data directory did without it;
+    ``reader``: the aggregates topic as it reads it (default: a ``FakeTopicReader``).
     """
 
-    def __init__(self, log: FakeLog, cfg: Config, w: Workload, *, recover: bool = True) -> None:
+    def __init__(
+        self,
+        log: FakeLog,
+        cfg: Config,
+        w: Workload,
+        *,
+        recover: bool = True,
+        reader: TopicReader | None = None,
+    ) -> None:
         self.log, self.w, self.answered = log, w, set[str]()
         self.store = Store(cfg.data_dir)
-        reader = FakeTopicReader(log, TOPICS.aggregates) if recover else None
+        if reader is None and recover:
+            reader = FakeTopicReader(log, TOPICS.aggregates)
         self.engine = Engine(
             cfg,
             self.store,
