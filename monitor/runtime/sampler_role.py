@@ -26,7 +26,10 @@ newest it holds. Which map a control took is not a function of the scored stream
 froze such a control flushes its states before it produces its requests: no request can be out
 while its control is not, and a sampler rebuilt at the committed offset takes the published
 control for a control it freezes again (``as_of``'s ``ahead``), whatever maps it has read since.
-The requests are then the same, byte for byte, after any crash or hand-over.
+The requests are then the same, byte for byte, after any crash or hand-over. A map below the
+last one read on its aggregates partition (a second estimator, or one that numbered its maps
+from 1 again) is not taken, and is counted and logged (``_ignore_map``) rather than ignored
+silently.
 """
 
 from __future__ import annotations
