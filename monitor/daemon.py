@@ -296,6 +296,12 @@ def _estimator_wiring(
     """``--role all`` and ``estimator``: the state store, alerts and the optional push."""
     store = Store(config.data_dir)
     cleanup.callback(store.close)
+    reader = None
+    if role == "estimator":  # the map versions published before (``Engine._recover``)
+        from monitor.io.kafka_io import KafkaTopicReader  # noqa: PLC0415 - shell only
+
+        reader = KafkaTopicReader(config, config.kafka.topics.aggregates)
+        cleanup.callback(reader.close)
     pusher = _alertmanager_pusher(config, exporter)
     if pusher is not None:
         cleanup.callback(pusher.close)  # delivers what is pending (bounded)
@@ -306,6 +312,7 @@ def _estimator_wiring(
         on_snapshot=[_alert_hook(config, store, exporter, pusher)],
         failpoint=failpoint,
         role=role,
+        aggregates=reader,
     )
     about = {"data_dir": str(config.data_dir), "models": sorted(config.models)}
     return engine, kafka_connect(config, engine.topics), about

@@ -28,13 +28,15 @@ the partitions it reads anyway::
     key   = {"calibration": "model"}                             (JSON object: not a state key)
     value = {"v": 1, "model": ..., "calibration": [version, a, b, lam]}
 
-Compaction keeps a model's latest map per partition. A sampler takes, for new controls of a
-model with ``recalibrate: true``, the newest version it has read (``as_of`` at a rebuild, then
-the records that follow); the control records it. The map is not a function of the scored
-stream, so a sampler flushes the states of a step that froze a control of such a model before
-it produces that step's requests, and a sampler rebuilt at C takes, for a control it freezes
-again at the same record, the control published beyond C (``Rebuild.ahead``) rather than its
-own newest map: the stored control wins, and the requests are the same, byte for byte.
+Compaction keeps a model's latest map per partition, so the topic is also the durable record of
+the versions published: an estimator that lost its data directory continues from the highest
+one on it (``newest_maps``, ``monitor.core.recalibration.recover``). A sampler takes, for new
+controls of a model with ``recalibrate: true``, the newest version it has read (``as_of`` at a
+rebuild, then the records that follow); the control records it. The map is not a function of
+the scored stream, so a sampler flushes the states of a step that froze a control of such a
+model before it produces that step's requests, and a sampler rebuilt at C takes, for a control
+it freezes again at the same record, the control published beyond C (``Rebuild.ahead``) rather
+than its own newest map: the stored control wins, and the requests are the same, byte for byte.
 
 Two readers:
 
@@ -223,6 +225,26 @@ def decode_map(key: bytes | None, value: bytes | None) -> tuple[str, Calibration
     return model, cal
 
 
+def newest_maps(records: Iterable[tuple[bytes | None, bytes | None]]) -> dict[str, Calibration]:
+    """Per model, the calibration map of the highest version among ``records`` (maps only).
+
+    Bucket states and malformed maps are skipped (the estimator dead-letters the latter). The
+    topic is compacted, never deleted (``AGGREGATES_TOPIC_CONFIG``): a model's latest map per
+    partition stays, so this is the highest version ever published, whoever published it.
+    """
+    maps: dict[str, Calibration] = {}
+    for key, value in records:
+        if not is_map(key):
+            continue
+        try:
+            model, cal = decode_map(key, value)
+        except (ValueError, OverflowError, RecursionError):
+            continue
+        if cal.version > maps.get(model, NO_CALIBRATION).version:
+            maps[model] = cal
+    return maps
+
+
 def decode_states(
     records: Sequence[RawRecord],
 ) -> tuple[list[tuple[PartKey, BucketState | None]], list[Reject]]:
@@ -275,14 +297,12 @@ def as_of(
     cut: set[int] = set()
     later: dict[PartKey, BucketState] = {}
     ahead: dict[PartKey, Control] = {}
-    maps: dict[str, Calibration] = {}
+    maps: list[tuple[bytes | None, bytes | None]] = []
     for key, value in records:
+        if is_map(key):
+            maps.append((key, value))
+            continue
         try:
-            if is_map(key):
-                model, cal = decode_map(key, value)
-                if cal.version > maps.get(model, NO_CALIBRATION).version:
-                    maps[model] = cal
-                continue
             pk, state = decode(key, value)
         except (ValueError, OverflowError, RecursionError):
             continue
@@ -302,7 +322,7 @@ def as_of(
             out[pk] = state
     for pk, state in later.items():
         out.setdefault(pk, state)
-    return Rebuild(out, ahead, maps)
+    return Rebuild(out, ahead, newest_maps(maps))
 
 
 Message = tuple[int, bytes, bytes | None]  # (scored partition, key, value or None)

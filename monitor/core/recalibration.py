@@ -65,6 +65,34 @@ def refit(
     return cand if is_material(previous, cand, lam0) else previous
 
 
+def recover(
+    stored: Mapping[str, Calibration], published: Mapping[str, Calibration]
+) -> dict[str, Calibration]:
+    """The calibrations in force after a start: per model, the higher version of the two.
+
+    ``stored``: the state store's (``STORE_KEY``); ``published``: the newest map per model on
+    the aggregates topic (``monitor.core.aggregates.newest_maps``). Samplers ignore a map whose
+    version is at or below the one they hold, so an estimator whose store lost its maps (a new
+    data directory, a restored backup) must continue from the highest version it, or an earlier
+    incarnation, ever published, or nothing it fits would be taken until its count caught up.
+    Taking the published map itself (not only its version) keeps the refits judged against the
+    map the samplers use. A stored map wins a tie (it may be the one not yet published).
+
+    Examples:
+        >>> from monitor.stats.calibration import PlattMap
+        >>> old = Calibration(7, PlattMap(0.1, 0.9), 0.2)
+        >>> recover({}, {"m": old})["m"].version
+        7
+        >>> recover({"m": Calibration(8, PlattMap(0.0, 1.0), 0.2)}, {"m": old})["m"].version
+        8
+    """
+    out = dict(stored)
+    for model, cal in published.items():
+        if cal.version > out.get(model, NO_CALIBRATION).version:
+            out[model] = cal
+    return out
+
+
 def encode(calibrations: Mapping[str, Calibration]) -> dict[str, list[object]]:
     """The JSON document of the calibrations per model (``decode`` reads it back)."""
     return {m: c.to_list() for m, c in sorted(calibrations.items())}
@@ -80,4 +108,12 @@ def decode(doc: object) -> dict[str, Calibration]:
     return {str(m): Calibration.from_list(v) for m, v in doc.items()}
 
 
-__all__ = ["NO_CALIBRATION", "STORE_KEY", "decode", "encode", "label_window_buckets", "refit"]
+__all__ = [
+    "NO_CALIBRATION",
+    "STORE_KEY",
+    "decode",
+    "encode",
+    "label_window_buckets",
+    "recover",
+    "refit",
+]

@@ -331,6 +331,18 @@ class Exporter:
         )
         for model in models:
             self._folded.labels(model=model)
+        self._maps_ignored = Counter(
+            "monitor_calibration_maps_ignored",
+            "Calibration maps a sampler read but did not take: a version below the one it holds "
+            "(older) or equal to it with other parameters (conflicting); 0 unless two "
+            "estimators publish",
+            ["model", "reason"],
+            registry=r,
+        )
+        for model in models:
+            if config.models[model].recalibrate:
+                for why in ("older", "conflicting"):
+                    self._maps_ignored.labels(model=model, reason=why)
         self._am_errors = Counter(
             "monitor_alertmanager_errors",
             "Alert pushes to Alertmanager that failed after their retries",
@@ -409,6 +421,10 @@ class Exporter:
     def count_segments_folded(self, per_model: Mapping[str, int]) -> None:
         """Add scored records folded into ``__other__`` by the segment limit, per model."""
         _add(self._folded, "model", per_model)
+
+    def count_maps_ignored(self, model: str, reason: str) -> None:
+        """Add one calibration map a sampler ignored (``reason``: older or conflicting)."""
+        self._maps_ignored.labels(model=model, reason=reason).inc()
 
     def count_alertmanager_errors(self, n: int = 1) -> None:
         """Add failed Alertmanager pushes (callback for ``AlertmanagerPusher(on_error=...)``)."""

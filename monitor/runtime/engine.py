@@ -34,7 +34,7 @@ from monitor.core.sampler import SamplerService
 from monitor.core.snapshot import Snapshot
 from monitor.errors import BrokerUnavailable, StoreError
 from monitor.runtime.failpoint import Failpoint
-from monitor.runtime.ports import TP, Metrics, Sink, Source
+from monitor.runtime.ports import TP, Metrics, Sink, Source, TopicReader
 
 if TYPE_CHECKING:
     from monitor.io.store import Store
@@ -92,7 +92,9 @@ class Engine:
     topics instead: the traffic comes from samplers running elsewhere
     (``monitor.runtime.sampler_role``) as bucket states, turned into exact deltas by a
     ``TrafficFeed`` stored with the rest. It refits the calibration maps as ``all`` does and
-    publishes each new one on the aggregates topic for the samplers (``_publish_maps``).
+    publishes each new one on the aggregates topic for the samplers (``_publish_maps``); before
+    its first step it recovers the versions published before from that topic (``aggregates``,
+    ``_recover``), so a lost data directory does not restart them at 1.
     """
 
     def __init__(
@@ -105,6 +107,7 @@ class Engine:
         *,
         failpoint: Failpoint | None = None,
         role: str = "all",
+        aggregates: TopicReader | None = None,
     ) -> None:
         if role not in ("all", "estimator"):
             msg = f"an Engine runs the all or estimator role, not {role!r}"
@@ -123,6 +126,8 @@ class Engine:
         self._dirty = True
         self._capped: set[str] = set()  # models whose segment limit was reported
         self._maps_due: set[str] = set()  # role estimator: stored maps not yet on Kafka
+        # role estimator: the aggregates topic, read once before the first step (``_recover``)
+        self._recover_from = aggregates if role == "estimator" else None
         self._load()
 
     def _load(self) -> None:
@@ -187,6 +192,64 @@ class Engine:
             if self.feed is not None:
                 self._maps_due.update(m for m in new if new[m] != cal.get(m))
 
+    def _recover(self, reader: TopicReader) -> None:
+        """Role estimator, before the first step: continue from the highest published versions.
+
+        Samplers ignore a map whose version is at or below the one they hold, so an estimator
+        that lost its data directory (a new pod without its volume, a wiped or restored state)
+        and numbered its maps from 1 again would go unheard until its count caught up. The
+        aggregates topic is the durable record of every version published (compacted, never
+        deleted): its newest map per model wins over an older stored one
+        (``monitor.core.recalibration.recover``), and is stored before any refit numbers a
+        map after it, so a replay reads it back from the store (DESIGN.md, "Why it stays
+        deterministic"). If the topic cannot be read, the step fails (``BrokerUnavailable``:
+        the daemon retries with backoff) after one line that says so: no map is fitted,
+        numbered or published until the versions are known.
+        """
+        topic = self.config.kafka.topics.aggregates
+        started = time.monotonic()
+        try:
+            records = reader.read(range)
+        except BrokerUnavailable as exc:
+            log.error(
+                "cannot recover the calibration map versions: no map is fitted until it can",
+                extra={
+                    "event": "calibration_recovery_failed",
+                    "topic": topic,
+                    "bootstrap_servers": list(self.config.kafka.bootstrap_servers),
+                    "error": str(exc),
+                    "fix": f"make topic {topic!r} readable from this process (broker reachable, "
+                    "topic present, ACLs); the estimator retries with backoff",
+                },
+            )
+            raise
+        finally:
+            reader.close()
+        stored = self.sampler.calibration
+        published = aggregates.newest_maps((k, v) for _, k, v in records)
+        merged = recalibration.recover(stored, published)
+        if merged != stored:
+            self.store.put_json(recalibration.STORE_KEY, recalibration.encode(merged))
+            self.sampler.calibration = merged
+        behind = sorted(m for m in merged if merged[m] != stored.get(m))
+        extra = {
+            "event": "calibration_recovered",
+            "topic": topic,
+            "stored": {m: c.version for m, c in sorted(stored.items())},
+            "published": {m: c.version for m, c in sorted(published.items())},
+            "records_read": len(records),
+            "seconds": round(time.monotonic() - started, 3),
+        }
+        if behind:
+            log.warning(
+                "the state store held older calibration maps than the aggregates topic (a new "
+                "or restored data directory): continuing from the published versions",
+                extra={**extra, "models": behind},
+            )
+        else:
+            log.info("calibration map versions checked against the aggregates topic", extra=extra)
+        self._recover_from = None
+
     def _publish_maps(self, source: Source, sink: Sink) -> None:
         """Role estimator: produce the stored maps not yet on Kafka to EVERY aggregates partition.
 
@@ -242,6 +305,8 @@ class Engine:
 
     def step(self, source: Source, sink: Sink) -> int:
         """Poll once and process; return the number of records consumed."""
+        if self._recover_from is not None:
+            self._recover(self._recover_from)
         cfg = self.config
         topics = cfg.kafka.topics
         raw = source.poll(cfg.kafka.max_poll_records, cfg.kafka.poll_timeout_ms / 1000.0)

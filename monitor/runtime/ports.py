@@ -110,6 +110,7 @@ class Metrics(Protocol):
     def observe_label_latency(self, per_model: Mapping[str, Sequence[float]]) -> None: ...  # noqa: D102
     def count_rejects(self, per_reason: Mapping[RejectReason, int]) -> None: ...  # noqa: D102
     def count_segments_folded(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
+    def count_maps_ignored(self, model: str, reason: str) -> None: ...  # noqa: D102
     def observe_batch(self, seconds: float) -> None: ...  # noqa: D102
     def set_lag(self, topic: str, partition: int, lag: int) -> None: ...  # noqa: D102
     def set_ready(self, ready: bool) -> None: ...  # noqa: D102

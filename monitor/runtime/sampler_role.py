@@ -26,7 +26,10 @@ newest it holds. Which map a control took is not a function of the scored stream
 froze such a control flushes its states before it produces its requests: no request can be out
 while its control is not, and a sampler rebuilt at the committed offset takes the published
 control for a control it freezes again (``as_of``'s ``ahead``), whatever maps it has read since.
-The requests are then the same, byte for byte, after any crash or hand-over.
+The requests are then the same, byte for byte, after any crash or hand-over. A map below the
+last one read on its aggregates partition (a second estimator, or one that numbered its maps
+from 1 again) is not taken, and is counted and logged (``_ignore_map``) rather than ignored
+silently.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import time
 from collections.abc import Sequence
 
 from monitor.config.schema import Config
-from monitor.core.aggregates import BucketStates, as_of, decode_map, is_map
+from monitor.core.aggregates import BucketStates, as_of, decode_map, is_map, newest_maps
 from monitor.core.records import deadletter_value, decode_scored
 from monitor.errors import BrokerUnavailable
 from monitor.runtime.engine import FLUSH_TIMEOUT_S, count_step, split_poll
@@ -77,6 +80,8 @@ class SamplerEngine:
         # per recalibrating model: the newest calibration map read (new controls take it)
         self.maps: dict[str, Calibration] = {}
         self._follow = any(m.recalibrate for m in config.models.values())
+        # per (model, aggregates partition): the last map read there (``_follow_maps``)
+        self._last_map: dict[tuple[str, int], Calibration] = {}
 
     # ------------------------------------------------------------ assignment
     def offsets(self) -> dict[TP, int]:
@@ -103,6 +108,15 @@ class SamplerEngine:
 
         records = self.aggregates.read(select)
         rebuilt = as_of(((k, v) for _, k, v in records), at)
+        by_partition: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
+        for p, key, value in records:
+            if is_map(key):
+                by_partition.setdefault(p, []).append((key, value))
+        self._last_map = {
+            (model, p): cal
+            for p, maps in by_partition.items()
+            for model, cal in newest_maps(maps).items()
+        }
         self.published = BucketStates(rebuilt.states, rebuilt.ahead)
         self.sampler = self.published.service(self.config, self.n_partitions)
         self.maps = {}
@@ -136,6 +150,34 @@ class SamplerEngine:
             extra={"event": "calibration_taken", "model": model, "version": cal.version},
         )
 
+    def _ignore_map(self, model: str, partition: int, cal: Calibration, last: Calibration) -> None:
+        """A map not above the last one on its partition: kept out, counted and logged.
+
+        One estimator publishes increasing versions, each to every partition, so a partition's
+        maps only go up (the same map comes once per partition: that is no news). One below
+        the last on its partition, or as high but other, has a second writer: an estimator
+        that numbered its maps from 1 again (an older release after losing its data
+        directory; this one recovers the versions, ``Engine._recover``), or two estimators at
+        once. Taking it would let a stale map change the decisions; ignoring it silently would
+        hide that the estimator's new maps are not taken.
+        """
+        reason = "older" if cal.version < last.version else "conflicting"
+        self.metrics.count_maps_ignored(model, reason)
+        log.warning(
+            "calibration map ignored: its version is not above the last one published",
+            extra={
+                "event": "calibration_ignored",
+                "model": model,
+                "partition": partition,
+                "reason": reason,
+                "version": cal.version,
+                "last": last.version,
+                "held": self.maps.get(model, NO_CALIBRATION).version,
+                "fix": "run one estimator per deployment; one that lost its data directory "
+                "continues from the published versions once restarted with this release",
+            },
+        )
+
     def _follow_maps(self, records: Sequence[Entry]) -> None:
         """Take the maps among records appended to the aggregates partitions since last read."""
         for p, key, value in records:
@@ -149,6 +191,12 @@ class SamplerEngine:
                     extra={"event": "calibration_malformed", "partition": p, "error": str(exc)},
                 )
                 continue
+            last = self._last_map.get((model, p), NO_CALIBRATION)
+            if cal.version < last.version or (cal.version == last.version and cal != last):
+                if self.config.model(model).recalibrate:
+                    self._ignore_map(model, p, cal, last)
+                continue
+            self._last_map[(model, p)] = cal
             self._take_map(model, cal)
 
     def set_partitions(self, n: int) -> None:

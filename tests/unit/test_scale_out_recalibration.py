@@ -37,12 +37,13 @@ from monitor.io.exporter import Exporter
 from monitor.io.store import Store
 from monitor.runtime.engine import Engine
 from monitor.runtime.failpoint import Failpoint
+from monitor.runtime.ports import TopicReader
 from monitor.runtime.sampler_role import SamplerEngine
 from monitor.sim.workload import Workload
 from monitor.stats.beta_calibration import BetaMap
 from monitor.stats.budget import NO_CALIBRATION, Calibration, Control
 from monitor.stats.calibration import PlattMap
-from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
+from monitor.testing.fakes import FakeLog, FakeSink, FakeSource, FakeTopicReader
 from tests.unit import test_scale_out_fakes as fakes_tests
 from tests.unit.test_scale_out_fakes import (
     PARTITIONS,
@@ -295,12 +296,33 @@ def test_no_request_is_out_before_the_control_that_took_its_map(
 
 
 class _Estimator:
-    """``--role estimator`` with its store, answering every request from the ground truth."""
+    """``--role estimator`` with its store, answering every request from the ground truth.
 
-    def __init__(self, log: FakeLog, cfg: Config, w: Workload) -> None:
+    ``recover=False``: an estimator that does not read the versions published before back
+    (as before ``Engine._recover``), to show what a lost data directory did without it;
+    ``reader``: the aggregates topic as it reads it (default: a ``FakeTopicReader``).
+    """
+
+    def __init__(
+        self,
+        log: FakeLog,
+        cfg: Config,
+        w: Workload,
+        *,
+        recover: bool = True,
+        reader: TopicReader | None = None,
+    ) -> None:
         self.log, self.w, self.answered = log, w, set[str]()
         self.store = Store(cfg.data_dir)
-        self.engine = Engine(cfg, self.store, Exporter(cfg, CollectorRegistry()), role="estimator")
+        if reader is None and recover:
+            reader = FakeTopicReader(log, TOPICS.aggregates)
+        self.engine = Engine(
+            cfg,
+            self.store,
+            Exporter(cfg, CollectorRegistry()),
+            role="estimator",
+            aggregates=reader,
+        )
         self.source = FakeSource(log, self.engine.topics, self.store.offsets)
         self.engine.set_partitions(PARTITIONS)
         self.sink = FakeSink(log)
