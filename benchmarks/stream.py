@@ -409,8 +409,16 @@ DAEMON_CELLS = (
 )
 
 
-def main_daemon(reps: int, seed: int, echo: Callable[[str], None]) -> int:
-    """The daemon path (``run_daemon_rep``) per cell: coverage, MAE, savings against the ratio."""
+def main_daemon(reps: int, seed: int, echo: Callable[[str], None], cells: str = "") -> int:
+    """The daemon path (``run_daemon_rep``) per cell: coverage, MAE, savings against the ratio.
+
+    Only the cells whose name contains ``cells`` (all of them when it is empty).
+    """
+    chosen = [c for c in DAEMON_CELLS if cells in c[0]]
+    if not chosen:
+        names = ", ".join(c[0] for c in DAEMON_CELLS)
+        echo(f"no daemon-path cell's name contains {cells!r}; the cells are: {names}")
+        return 2
     echo(
         f"Daemon path, estimator: model_assisted: {reps} streams per cell, {BUCKETS} buckets of "
         f"5000 records, 150 labels per bucket, over-confident from bucket {DRIFT} (windows: every "
@@ -420,7 +428,7 @@ def main_daemon(reps: int, seed: int, echo: Callable[[str], None]) -> int:
         f"  {'cell':<26} {'windows':>7} {'coverage':>9} {'ratio':>7} {'MAE':>8} {'ratio':>8}"
         f" {'savings':>8} {'assisted':>9} {'spend mean':>10} {'max':>5}"
     )
-    for name, over, rate, alpha, answer in DAEMON_CELLS:
+    for name, over, rate, alpha, answer in chosen:
         case = StreamCase(name, over, rate, alpha, 5_000, 150.0)
         t = evaluate_daemon(case, reps, seed, answer)
         n = len(t.exported.errors)
