@@ -101,6 +101,10 @@ def test_stream_daemon_runs_only_the_chosen_cells() -> None:
     assert len(rows) == 1 and rows[0].strip().startswith("calibrated 5%, F1")
     windows = int(rows[0].split()[3])
     assert 1 <= windows <= 9  # one stream: its buckets but the cold start
+    raw: list[str] = []
+    argv += ["--no-recalibrate"]
+    assert efficiency.main(argv, echo=raw.append) == 0
+    assert "recalibrate: false" in raw[0] and raw[2].strip().startswith("calibrated 5%, F1")
     wrong: list[str] = []
     assert efficiency.main(["--stream-daemon", "--cells", "x7"], echo=wrong.append) == 2
     assert "x7" in wrong[0] and "calibrated 1%, F1" in wrong[0]
