@@ -437,6 +437,17 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
         action="store_true",
         help="the daemon's model-assisted estimate (sampler + estimator) through a drift",
     )
+    parser.add_argument(
+        "--cells",
+        default="",
+        metavar="TEXT",
+        help="with --stream-daemon: only the cells whose name contains TEXT (e.g. calibrated)",
+    )
+    parser.add_argument(
+        "--no-recalibrate",
+        action="store_true",
+        help="with --stream-daemon: the model is configured recalibrate: false (q* at raw scores)",
+    )
     args = parser.parse_args(argv)
     reps = args.reps if args.reps is not None else (40 if args.quick else 1000)
     if args.designs:
@@ -447,7 +458,9 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
         from benchmarks import stream
 
         if args.stream_daemon:
-            return stream.main_daemon(reps, args.seed, echo)
+            return stream.main_daemon(
+                reps, args.seed, echo, args.cells, recalibrate=not args.no_recalibrate
+            )
         return stream.main(reps, args.quick, args.seed, echo, args.scenario)
     pool_size, n_pools = (10_000, 2) if args.quick else (20_000, 5)
     start = time.perf_counter()

@@ -248,7 +248,9 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
 DaemonRows = list[tuple[int, WindowEstimate, float, float]]
 
 
-def run_daemon_rep(case: StreamCase, rep: int, seed: int, answer_rate: float = 1.0) -> DaemonRows:
+def run_daemon_rep(
+    case: StreamCase, rep: int, seed: int, answer_rate: float = 1.0, recalibrate: bool = True
+) -> DaemonRows:
     """One stream through the daemon's own sampler and estimator (``estimator: model_assisted``).
 
     Per bucket the sampler's requests and traffic go to an ``EstimatorService`` as the engine
@@ -258,9 +260,11 @@ def run_daemon_rep(case: StreamCase, rep: int, seed: int, answer_rate: float = 1
     ``FIT_BUCKETS`` buckets, so the refreshes inside a bucket (record 1000, 2000, 4000) take
     maps fitted on labels of the same bucket and the bucket's p_hat mixes several maps. The
     window "1h" of the snapshot after each bucket is that bucket: its exported (model-assisted
-    where usable) and ratio estimates against the bucket's true F_alpha.
+    where usable) and ratio estimates against the bucket's true F_alpha. With ``recalibrate``
+    False the model is configured ``recalibrate: false`` and no map is fitted: q* at the raw
+    scores, the configured defensive share (the design without the map machinery).
     """
-    config = _config(case, recalibrate=True, estimator="model_assisted")
+    config = _config(case, recalibrate=recalibrate, estimator="model_assisted")
     sampler = SamplerService(config)
     estimator = EstimatorService(config, clock=lambda: 0.0)
     rng = np.random.default_rng([seed, rep])
@@ -286,6 +290,8 @@ def run_daemon_rep(case: StreamCase, rep: int, seed: int, answer_rate: float = 1
                     if ok
                 ]
             )
+            if not recalibrate:
+                continue
             recent = estimator.labelled("default", first + b - FIT_BUCKETS + 1)
             previous = sampler.calibration.get("default", NO_CALIBRATION)
             sampler.calibration = {"default": recalibration.refit(previous, recent, lam0)}
@@ -311,14 +317,14 @@ class DaemonTally:
 
 
 def evaluate_daemon(
-    case: StreamCase, reps: int, seed: int, answer_rate: float = 1.0
+    case: StreamCase, reps: int, seed: int, answer_rate: float = 1.0, recalibrate: bool = True
 ) -> DaemonTally:
     """The daemon path's windows after the drift's first bucket (every bucket but the cold
     start when the stream is calibrated throughout), over ``reps`` streams."""
     first = 1 if case.overconfidence == 1.0 else DRIFT + 1
     out = DaemonTally(Tally([]), Tally([]))
     for rep in range(reps):
-        for b, w, truth, spend in run_daemon_rep(case, rep, seed, answer_rate):
+        for b, w, truth, spend in run_daemon_rep(case, rep, seed, answer_rate, recalibrate):
             if b < first or w.ratio is None:
                 continue
             out.exported.add(w.f, truth, spend)
@@ -409,10 +415,22 @@ DAEMON_CELLS = (
 )
 
 
-def main_daemon(reps: int, seed: int, echo: Callable[[str], None]) -> int:
-    """The daemon path (``run_daemon_rep``) per cell: coverage, MAE, savings against the ratio."""
+def main_daemon(
+    reps: int, seed: int, echo: Callable[[str], None], cells: str = "", recalibrate: bool = True
+) -> int:
+    """The daemon path (``run_daemon_rep``) per cell: coverage, MAE, savings against the ratio.
+
+    Only the cells whose name contains ``cells`` (all of them when it is empty); with
+    ``recalibrate`` False the model does not recalibrate (``run_daemon_rep``).
+    """
+    chosen = [c for c in DAEMON_CELLS if cells in c[0]]
+    if not chosen:
+        names = ", ".join(c[0] for c in DAEMON_CELLS)
+        echo(f"no daemon-path cell's name contains {cells!r}; the cells are: {names}")
+        return 2
     echo(
-        f"Daemon path, estimator: model_assisted: {reps} streams per cell, {BUCKETS} buckets of "
+        f"Daemon path, estimator: model_assisted{'' if recalibrate else ', recalibrate: false'}: "
+        f"{reps} streams per cell, {BUCKETS} buckets of "
         f"5000 records, 150 labels per bucket, over-confident from bucket {DRIFT} (windows: every "
         f"bucket but the first when calibrated, from bucket {DRIFT + 1} on otherwise)"
     )
@@ -420,9 +438,9 @@ def main_daemon(reps: int, seed: int, echo: Callable[[str], None]) -> int:
         f"  {'cell':<26} {'windows':>7} {'coverage':>9} {'ratio':>7} {'MAE':>8} {'ratio':>8}"
         f" {'savings':>8} {'assisted':>9} {'spend mean':>10} {'max':>5}"
     )
-    for name, over, rate, alpha, answer in DAEMON_CELLS:
+    for name, over, rate, alpha, answer in chosen:
         case = StreamCase(name, over, rate, alpha, 5_000, 150.0)
-        t = evaluate_daemon(case, reps, seed, answer)
+        t = evaluate_daemon(case, reps, seed, answer, recalibrate)
         n = len(t.exported.errors)
         echo(
             f"  {name:<26} {n:>7} {t.exported.coverage:>9.3f} {t.ratio.coverage:>7.3f}"

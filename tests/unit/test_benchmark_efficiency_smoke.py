@@ -91,3 +91,20 @@ def test_fast_sample_equals_the_library_constructors(design: str) -> None:
         got, want = getattr(fast, name), getattr(ref, name)
         assert got.dtype == want.dtype, name
         np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=name)
+
+
+def test_stream_daemon_runs_only_the_chosen_cells() -> None:
+    lines: list[str] = []
+    argv = ["--stream-daemon", "--reps", "1", "--seed", "3", "--cells", "calibrated 5%"]
+    assert efficiency.main(argv, echo=lines.append) == 0
+    rows = [line for line in lines[2:] if line.strip()]
+    assert len(rows) == 1 and rows[0].strip().startswith("calibrated 5%, F1")
+    windows = int(rows[0].split()[3])
+    assert 1 <= windows <= 9  # one stream: its buckets but the cold start
+    raw: list[str] = []
+    argv += ["--no-recalibrate"]
+    assert efficiency.main(argv, echo=raw.append) == 0
+    assert "recalibrate: false" in raw[0] and raw[2].strip().startswith("calibrated 5%, F1")
+    wrong: list[str] = []
+    assert efficiency.main(["--stream-daemon", "--cells", "x7"], echo=wrong.append) == 2
+    assert "x7" in wrong[0] and "calibrated 1%, F1" in wrong[0]
