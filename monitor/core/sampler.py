@@ -35,6 +35,9 @@ records summed under it (``_next_stage``; ``monitor.stats.budget``, "Map changes
 change does not make a bucket overspend its budget. Each refresh records the bucket's
 ``(n, sum q*, sum pi)`` before it (its base), so the records summed under a map are known after
 a restart too.
+Every control also records the defensive share a shift of the score distribution asks for
+(``monitor.stats.budget``, "Score shift"): the histogram of the records it learns from against
+the earlier bucket's, kept while the map it was raised under stays (``_shift``).
 A sampler rebuilt from published bucket states is also given the controls a run that did not
 commit published beyond its resume point (``published``): a control frozen again at the same
 record (a bucket's first, or a refresh point) is taken from there, map included, not computed

@@ -60,6 +60,23 @@ controls (pending map and bases included), so a replay still decides the same. K
 q* is also evaluated at ``g``, and ``g`` of the first controls under a new map still comes from
 p_hat summed under the old one; when the new map moves ``g`` far (0.9 -> 0.1 on the unit test's
 stream) the next bucket's normaliser is too large and it under-spends (0.3-0.5x) once.
+
+Score shift (before any label): a map is fitted on the labels of earlier traffic, so when the
+scores a control decides on no longer look like the earlier traffic's the map, and q* at it, is
+suspect: after a drift the old map puts q* where the drifted model's false negatives are not, and
+the few sampled carry huge weights. Each control records ``shift``, the defensive share
+``monitor.stats.drift.shift_share`` asks for from the PSI of the score histograms (the aggregates'
+``hist``) beyond its sampling noise, up to ``selection.MAX_DEFENSIVE``: at a refresh the bucket's
+records so far against the latest earlier bucket, at a bucket's start that bucket against the one
+before it (when still held). While the map a raised control decided with stays in force (version
+> 0) the next controls keep at least its share, so the raise outlives the first drifted bucket
+(whose successor no longer differs from it) until a map fitted since is taken; without a map
+only consecutive traffic is compared. The control decides with ``max(calibration's share,
+shift)`` (:meth:`Control.share`). A function of the scored stream and the stored controls, and
+stored with the control, so a replay decides the same. Blind to a concept drift that leaves the
+score distribution as it was (p(y | s) moves, the scores do not), and to moves inside one of the
+20 bins (``monitor.stats.drift``). The first records of the first drifted bucket (up to its first
+refresh, ``refresh_records``) are decided before the rule can see them.
 """
 
 from __future__ import annotations
