@@ -78,8 +78,8 @@ from monitor.stats.budget import (
     stage_bases,
     uniform_control,
 )
-from monitor.stats.drift import shift_share
-from monitor.stats.selection import MAX_DEFENSIVE, hash_uniform
+from monitor.stats.drift import SHIFT_MAX, shift_share
+from monitor.stats.selection import hash_uniform
 
 OTHER_SEGMENT = "__other__"
 
@@ -629,12 +629,12 @@ def _shift(
     """The score shift's defensive share for a new control that decides with ``chosen``.
 
     ``monitor.stats.drift.shift_share`` of the current scores against the
-    reference (``hists``), up to ``MAX_DEFENSIVE``; kept at least at the latest stage's while the
+    reference (``hists``), up to ``SHIFT_MAX``; kept at least at the latest stage's while the
     map stays the one it was raised under (a map version > 0: the shift is over when a map
     fitted since is taken; without a map only consecutive traffic is compared). 0 when it
     does not exceed ``lam0``.
     """
-    asked = lam0 if hists is None else shift_share(hists[0], hists[1], lam0, MAX_DEFENSIVE)
+    asked = lam0 if hists is None else shift_share(hists[0], hists[1], lam0, SHIFT_MAX)
     if latest is not None and chosen.version > 0 and latest.calibration.version == chosen.version:
         asked = max(asked, latest.shift)
     return asked if asked > lam0 else 0.0

@@ -66,7 +66,7 @@ scores a control decides on no longer look like the earlier traffic's the map, a
 suspect: after a drift the old map puts q* where the drifted model's false negatives are not, and
 the few sampled carry huge weights. Each control records ``shift``, the defensive share
 ``monitor.stats.drift.shift_share`` asks for from the PSI of the score histograms (the aggregates'
-``hist``) beyond its sampling noise, up to ``selection.MAX_DEFENSIVE``: at a refresh the bucket's
+``hist``) beyond its sampling noise, up to ``drift.SHIFT_MAX`` (0.8): at a refresh the bucket's
 records so far against the latest earlier bucket, at a bucket's start that bucket against the one
 before it (when still held). While the map a raised control decided with stays in force (version
 > 0) the next controls keep at least its share, so the raise outlives the first drifted bucket

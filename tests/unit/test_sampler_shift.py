@@ -31,7 +31,7 @@ from monitor.stats.budget import (
     with_refreshes,
 )
 from monitor.stats.calibration import PlattMap
-from monitor.stats.selection import MAX_DEFENSIVE
+from monitor.stats.drift import SHIFT_MAX
 from tests.unit.engine_streams import hourly_batch
 
 PER_BUCKET = 3000
@@ -80,14 +80,14 @@ def test_the_refreshes_of_the_first_drifted_bucket_raise_the_share_until_a_new_m
     assert [s.shift for s in _stages(sampler, 1)] == [0.0, 0.0, 0.0]
     drifted = _stages(sampler, 2)
     assert drifted[0].shift == 0.0 and drifted[0].calibration == FITTED
-    assert [s.shift for s in drifted[1:]] == [MAX_DEFENSIVE, MAX_DEFENSIVE]
-    assert all(s.share(LAM0) == MAX_DEFENSIVE for s in drifted[1:])
+    assert [s.shift for s in drifted[1:]] == [SHIFT_MAX, SHIFT_MAX]
+    assert all(s.share(LAM0) == SHIFT_MAX for s in drifted[1:])
     # bucket 3's refreshes compare drifted with drifted traffic, but the map is still the one
     # fitted before the drift: the raise stays
-    assert all(s.calibration == FITTED and s.shift == MAX_DEFENSIVE for s in _stages(sampler, 3))
+    assert all(s.calibration == FITTED and s.shift == SHIFT_MAX for s in _stages(sampler, 3))
     # a new map is taken in bucket 4 (pending at its start): from then on the raise is over
     after = _stages(sampler, 4)
-    assert after[0].calibration == FITTED and after[0].shift == MAX_DEFENSIVE
+    assert after[0].calibration == FITTED and after[0].shift == SHIFT_MAX
     taken = [s for s in after if s.calibration == REFITTED]
     assert taken and all(s.shift == 0.0 and s.share(LAM0) == REFITTED.lam for s in taken)
 

@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.sim.simulate import LOGIT_SD, logit_mean_for_rate
-from monitor.stats.drift import SCORE_BINS, psi_noise, score_histogram, shift_share
-from monitor.stats.selection import MAX_DEFENSIVE
+from monitor.stats.drift import SCORE_BINS, SHIFT_MAX, psi_noise, score_histogram, shift_share
 
 LAM0 = 0.1
 counts = st.lists(st.integers(0, 10_000), min_size=SCORE_BINS, max_size=SCORE_BINS)
@@ -26,15 +25,15 @@ def test_the_share_is_bounded(ref: list[int], cur: list[int], lam0: float, lam_m
 @given(counts, st.integers(1, 50))
 def test_the_same_distribution_asks_for_nothing(ref: list[int], scale: int) -> None:
     # the same shares at any sample size: PSI 0
-    assert shift_share(ref, [scale * c for c in ref], LAM0, MAX_DEFENSIVE) == LAM0
+    assert shift_share(ref, [scale * c for c in ref], LAM0, SHIFT_MAX) == LAM0
 
 
 @settings(max_examples=100, deadline=None)
 @given(counts, counts, st.integers(2, 20))
 def test_more_records_never_ask_for_less(ref: list[int], cur: list[int], k: int) -> None:
     """The same shares on more records: the same PSI, less noise."""
-    small = shift_share(ref, cur, LAM0, MAX_DEFENSIVE)
-    large = shift_share([k * c for c in ref], [k * c for c in cur], LAM0, MAX_DEFENSIVE)
+    small = shift_share(ref, cur, LAM0, SHIFT_MAX)
+    large = shift_share([k * c for c in ref], [k * c for c in cur], LAM0, SHIFT_MAX)
     assert large >= small
 
 
@@ -52,7 +51,7 @@ def test_samples_of_one_distribution_do_not_raise_it(rate: float, n: int) -> Non
             score_histogram(_scores(rng, 5000, rate)),
             score_histogram(_scores(rng, n, rate)),
             LAM0,
-            MAX_DEFENSIVE,
+            SHIFT_MAX,
         )
         > LAM0
         for _ in range(40)
@@ -60,18 +59,18 @@ def test_samples_of_one_distribution_do_not_raise_it(rate: float, n: int) -> Non
     assert raised == 0
 
 
-@pytest.mark.parametrize(("c", "at_least"), [(3.0, 0.45), (10.0, MAX_DEFENSIVE)])
+@pytest.mark.parametrize(("c", "at_least"), [(3.0, 0.45), (10.0, SHIFT_MAX)])
 def test_an_over_confident_model_raises_it_from_a_thousand_records(
     c: float, at_least: float
 ) -> None:
     rng = np.random.default_rng(8)
     before = score_histogram(_scores(rng, 5000, 0.05))
     after = score_histogram(_scores(rng, 1000, 0.05, c))
-    assert shift_share(before, after, LAM0, MAX_DEFENSIVE) >= at_least
+    assert shift_share(before, after, LAM0, SHIFT_MAX) >= at_least
 
 
 def test_empty_histograms_and_a_bad_share() -> None:
-    assert shift_share([0] * SCORE_BINS, [5] * SCORE_BINS, LAM0, MAX_DEFENSIVE) == LAM0
+    assert shift_share([0] * SCORE_BINS, [5] * SCORE_BINS, LAM0, SHIFT_MAX) == LAM0
     assert psi_noise(0, 10) == float("inf")
     with pytest.raises(ValueError, match="lam0"):
-        shift_share([1] * SCORE_BINS, [1] * SCORE_BINS, 0.0, MAX_DEFENSIVE)
+        shift_share([1] * SCORE_BINS, [1] * SCORE_BINS, 0.0, SHIFT_MAX)
