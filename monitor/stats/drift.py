@@ -119,4 +119,4 @@ def shift_share(
         return lam0
     excess = index - noise * psi_noise(float(ref.sum()), float(cur.sum()), ref.size)
     grow = min(1.0, max(0.0, excess / full))
-    return max(lam0, lam0 + (lam_max - lam0) * grow)
+    return min(max(lam0, lam_max), max(lam0, lam0 + (lam_max - lam0) * grow))
