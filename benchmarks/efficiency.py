@@ -428,9 +428,10 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
     )
     parser.add_argument(
         "--scenario",
-        choices=("over-confident", "one-sided"),
+        choices=("over-confident", "one-sided", "calibrated"),
         default="over-confident",
-        help="with --stream: over-confident on both sides, or on the negative logits only",
+        help="with --stream: over-confident on both sides, on the negative logits only, or "
+        "calibrated throughout",
     )
     parser.add_argument(
         "--stream-daemon",

@@ -28,18 +28,21 @@ Per bucket the F_alpha of the bucket's traffic is estimated from the bucket's la
 
 Reported separately: the buckets before the drift (bucket 0, the cold start, left out), the
 first bucket after it (no label of the drifted model exists yet when its control freezes) and
-the later ones. Savings here are (MAE of uniform / MAE of the design)^2 at the same expected
-number of labels (the 1/sqrt(n) law), not the interpolated factor of ``benchmarks.efficiency``;
-``spend`` is each bucket's expected labels (the sum of its pi) over its budget, mean and largest
-over the buckets of the phase (the daemon path: over its windows), so a design that spends more
-than its budget does not pass for a saving.
+the later ones; ``--scenario calibrated`` keeps the scores calibrated throughout (the same phases,
+all healthy). Per case, the share of controls (a bucket's first and its refreshes) whose
+defensive share the score shift raised (``monitor.stats.budget``, "Score shift"). Savings here
+are (MAE of uniform / MAE of the design)^2 at the same expected number of labels (the 1/sqrt(n)
+law), not the interpolated factor of ``benchmarks.efficiency``; ``spend`` is each bucket's
+expected labels (the sum of its pi) over its budget, mean and largest over the buckets of the
+phase (the daemon path: over its windows), so a design that spends more than its budget does not
+pass for a saving.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -53,7 +56,7 @@ from monitor.core.sampler import SamplerService
 from monitor.core.snapshot import WindowEstimate
 from monitor.core.windows import TrafficAggregate
 from monitor.sim.simulate import LOGIT_SD, logit_mean_for_rate
-from monitor.stats.budget import NO_CALIBRATION
+from monitor.stats.budget import NO_CALIBRATION, Control
 from monitor.stats.estimate import Estimate
 from monitor.stats.falpha import estimate_falpha, falpha_exact
 from monitor.stats.greg import StratumTraffic, greg_falpha
@@ -91,12 +94,24 @@ class Tally:
     spend: list[float] = field(default_factory=list)
     buckets: int = 0
     beta: int = 0  # buckets decided under a beta map
+    stages: int = 0  # controls (a bucket's first and its refreshes)
+    raised: int = 0  # ... whose defensive share the score shift raised
 
-    def add(self, est: Estimate, truth: float, spend: float = math.nan, family: str = "") -> None:
-        """Count one bucket's estimate, spend (expected labels / budget) and map family."""
+    def add(
+        self,
+        est: Estimate,
+        truth: float,
+        spend: float = math.nan,
+        family: str = "",
+        raised: tuple[int, int] = (0, 0),
+    ) -> None:
+        """Count one bucket's estimate, spend (expected labels / budget), map family and
+        ``(raised, stages)``: its controls whose share the score shift raised, of all."""
         self.spend.append(spend)
         self.buckets += 1
         self.beta += family == "beta"
+        self.raised += raised[0]
+        self.stages += raised[1]
         if not est.defined or math.isnan(truth):
             self.undefined += 1
             return
@@ -172,8 +187,16 @@ def _phase(bucket: int) -> str | None:
 
 
 #: (design, phase) -> (estimate, truth, expected labels / budget, family of the control's map,
-#: "" without recalibration) per bucket
-Rows = dict[tuple[str, str], list[tuple[Estimate, float, float, str]]]
+#: "" without recalibration, (controls whose share the score shift raised, controls)) per bucket
+Rows = dict[tuple[str, str], list[tuple[Estimate, float, float, str, tuple[int, int]]]]
+
+
+def _raised(ctl: Control, lam0: float) -> tuple[int, int]:
+    """Of a bucket's controls (its first and its refreshes): how many the score shift raised
+    above the calibration's defensive share, and how many there are."""
+    stages = [ctl, *(r.control for r in ctl.refreshes)]
+    up = sum(s.share(lam0) > replace(s, shift=0.0).share(lam0) for s in stages)
+    return up, len(stages)
 
 
 def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
@@ -199,6 +222,7 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
         ests = {"uniform": estimate_falpha(uni, case.alpha, LEVEL)}
         spend = {"uniform": float(pi_u.sum()) / case.labels_per_bucket}
         family = dict.fromkeys(DESIGNS, "")
+        raised = dict.fromkeys(DESIGNS, (0, 0))
         for name, sampler in samplers.items():
             res = sampler.process(batch)
             reqs = res.requests
@@ -211,11 +235,12 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
                 [r.pi for r in reqs],
             )
             ests[name] = estimate_falpha(sample, case.alpha, LEVEL)
+            ctl = sampler.control("default", 0, int(START // 3600) + b)
+            if ctl is None:
+                msg = f"no control for bucket {b}"
+                raise RuntimeError(msg)
+            raised[name] = _raised(ctl, lam0)
             if name in labelled:
-                ctl = sampler.control("default", 0, int(START // 3600) + b)
-                if ctl is None:
-                    msg = f"no control for bucket {b}"
-                    raise RuntimeError(msg)
                 family[name] = ctl.calibration.cal_map.family
                 labelled[name].append(sample)
                 recent = LabeledSample.concat(labelled[name][-FIT_BUCKETS:])
@@ -225,6 +250,7 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
                 }
             if name == "recal":
                 family["recal+GREG"] = family["recal"]
+                raised["recal+GREG"] = raised["recal"]
                 agg = sum(res.traffic.values(), TrafficAggregate.zero())
                 neg = StratumTraffic(
                     float(agg.n - agg.n_pred), agg.phat_total - agg.pred_phat_total
@@ -240,7 +266,8 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
                 )
         if phase is not None:
             for d in DESIGNS:
-                out.setdefault((d, phase), []).append((ests[d], truth, spend[d], family[d]))
+                row = (ests[d], truth, spend[d], family[d], raised[d])
+                out.setdefault((d, phase), []).append(row)
     return out
 
 
@@ -338,21 +365,29 @@ def evaluate(case: StreamCase, reps: int, seed: int) -> dict[tuple[str, str], Ta
     tallies = {(d, p): Tally([]) for d in DESIGNS for p in PHASES}
     for rep in range(reps):
         for key, rows in run_rep(case, rep, seed).items():
-            for est, truth, spend, family in rows:
-                tallies[key].add(est, truth, spend, family)
+            for est, truth, spend, family, raised in rows:
+                tallies[key].add(est, truth, spend, family, raised)
     return tallies
 
 
 def cases(quick: bool, scenario: str = "over-confident") -> list[StreamCase]:
     """x3 and x10 over-confidence after the drift (both sides, or the negative logits only with
-    ``scenario`` "one-sided"), 5% positives, recall and F1."""
+    ``scenario`` "one-sided"), 5% positives, recall and F1; ``scenario`` "calibrated": no drift
+    (every phase healthy), 5% and 1% positives."""
     n, labels = (5_000, 150.0) if quick else (20_000, 200.0)
+    metrics = (("recall", 0.0), ("F1", 0.5))
+    if scenario == "calibrated":
+        return [
+            StreamCase(f"calibrated {r:.0%} pos, {name}", 1.0, r, alpha, n, labels)
+            for r in (0.05, 0.01)
+            for name, alpha in metrics
+        ]
     one_sided = scenario == "one-sided"
     prefix = "neg " if one_sided else ""
     return [
         StreamCase(f"{prefix}x{c:g} 5% pos, {name}", c, 0.05, alpha, n, labels, one_sided)
         for c in (3.0, 10.0)
-        for name, alpha in (("recall", 0.0), ("F1", 0.5))
+        for name, alpha in metrics
     ]
 
 
@@ -378,6 +413,14 @@ def report(rows: Sequence[tuple[StreamCase, dict[tuple[str, str], Tally]]]) -> l
             f"  {case.name:<24} recal: buckets under a beta map "
             + ", ".join(f"{p} {share:.0%}" for p, share in zip(PHASES, shares, strict=True))
         )
+        lines.append(
+            f"  {case.name:<24} controls whose share the score shift raised: "
+            + "; ".join(
+                f"{d} "
+                + ", ".join(f"{t[(d, p)].raised / max(1, t[(d, p)].stages):.1%}" for p in PHASES)
+                for d in ("raw", "recal")
+            )
+        )
     return lines
 
 
@@ -391,10 +434,15 @@ def main(
     """Run the streaming benchmark and print the table."""
     rows = [(c, evaluate(c, reps, seed)) for c in cases(quick, scenario)]
     c0 = rows[0][0]
+    drift = (
+        "no drift (phases as if drifted at bucket"
+        if scenario == "calibrated"
+        else f"drift to {scenario} scores at bucket"
+    )
     echo(
         f"Streaming controller: {reps} streams per case, {BUCKETS} buckets of "
-        f"{c0.records_per_bucket} records, {c0.labels_per_bucket:g} labels per bucket, drift to "
-        f"{scenario} over-confident scores at bucket {DRIFT}, map fitted on the last "
+        f"{c0.records_per_bucket} records, {c0.labels_per_bucket:g} labels per bucket, {drift} "
+        f"{DRIFT}{')' if scenario == 'calibrated' else ''}, map fitted on the last "
         f"{FIT_BUCKETS} buckets"
     )
     for line in report(rows):

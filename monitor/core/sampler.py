@@ -35,6 +35,9 @@ records summed under it (``_next_stage``; ``monitor.stats.budget``, "Map changes
 change does not make a bucket overspend its budget. Each refresh records the bucket's
 ``(n, sum q*, sum pi)`` before it (its base), so the records summed under a map are known after
 a restart too.
+Every control also records the defensive share a shift of the score distribution asks for
+(``monitor.stats.budget``, "Score shift"): the histogram of the records it learns from against
+the earlier bucket's, kept while the map it was raised under stays (``_shift``).
 A sampler rebuilt from published bucket states is also given the controls a run that did not
 commit published beyond its resume point (``published``): a control frozen again at the same
 record (a bucket's first, or a refresh point) is taken from there, map included, not computed
@@ -75,11 +78,13 @@ from monitor.stats.budget import (
     stage_bases,
     uniform_control,
 )
+from monitor.stats.drift import SHIFT_MAX, shift_share
 from monitor.stats.selection import hash_uniform
 
 OTHER_SEGMENT = "__other__"
 
 PartKey = tuple[str, int, int]  # (model, partition, bucket)
+Hist = npt.NDArray[np.int64]  # a score histogram (``monitor.stats.drift.score_histogram``)
 
 
 def retention_buckets(config: Config) -> int:
@@ -207,7 +212,9 @@ class SamplerService:
         prev = max(earlier)
         agg = history[prev]
         before = self._controls.get((model, partition, prev))
-        return self._next_stage(model, cfg, agg, [(before, agg)], prev_bucket=prev)
+        older = [b for b in earlier if b < prev]
+        hists = (history[max(older)].hist, agg.hist) if older else None
+        return self._next_stage(model, cfg, agg, [(before, agg)], prev_bucket=prev, hists=hists)
 
     def _next_stage(
         self,
@@ -218,6 +225,7 @@ class SamplerService:
         *,
         prev_bucket: int,
         covered_s: float | None = None,
+        hists: tuple[Hist, Hist] | None = None,
     ) -> Control:
         """The control that follows the latest stage of ``segs`` (traffic ``window``).
 
@@ -228,11 +236,13 @@ class SamplerService:
         latest stage's map, g and ``mean_q*`` stay (module docstring). An adopted map that is
         older than the newest durable one leaves the newest pending (``accumulate``). The cap
         re-solve of kappa counts the records decided and summed under the adopted map.
+        ``hists`` (reference, current score histograms) give the score shift's share
+        (:func:`_shift`).
         """
         newest = self.calibration.get(model, NO_CALIBRATION)
         latest = segs[0][0].latest if segs[0][0] is not None else None
         if latest is None:  # the earlier bucket's control is gone: no map to match
-            return self._control_from(
+            new = self._control_from(
                 model,
                 cfg,
                 window,
@@ -242,6 +252,7 @@ class SamplerService:
                 ratio=1.0,
                 covered_s=covered_s,
             )
+            return replace(new, shift=_shift(cfg.defensive, hists, newest, None))
         summed = latest.summed
         run = _trailing(segs, lambda c: c.summed.version == summed.version)
         adopt = run is None or run[3] or run[0] >= max(1, cfg.refresh_records)
@@ -269,6 +280,7 @@ class SamplerService:
             ratio=ratio,
             covered_s=covered_s,
         )
+        new = replace(new, shift=_shift(cfg.defensive, hists, chosen, latest))
         if not adopt:
             return replace(
                 new, g=latest.g, mean_qstar=latest.mean_qstar, accumulate=latest.accumulate
@@ -531,6 +543,7 @@ class SamplerService:
         agg = cur
         segs: list[tuple[Control | None, TrafficAggregate]] = [(ctl, cur)]
         earlier = [b for b in history if horizon <= b < bucket]
+        hists = None
         if earlier:
             prev = max(earlier)
             pagg = history[prev]
@@ -539,7 +552,10 @@ class SamplerService:
             span += max(p_cov, MIN_COVERAGE * bucket_s)
             agg = pagg + cur
             segs.append((self._controls.get((model, p, prev)), pagg))
-        new = self._next_stage(model, cfg, agg, segs, prev_bucket=bucket, covered_s=span)
+            hists = (pagg.hist, cur.hist)
+        new = self._next_stage(
+            model, cfg, agg, segs, prev_bucket=bucket, covered_s=span, hists=hists
+        )
         self._controls[key] = ctl.refreshed(offset, new, base)
         self._changes.controls[key] = self._controls[key]
 
@@ -602,6 +618,26 @@ class _Cols:
     qstar: npt.NDArray[np.float64]
     pi: npt.NDArray[np.float64]
     phat: npt.NDArray[np.float64]
+
+
+def _shift(
+    lam0: float,
+    hists: tuple[Hist, Hist] | None,
+    chosen: Calibration,
+    latest: Control | None,
+) -> float:
+    """The score shift's defensive share for a new control that decides with ``chosen``.
+
+    ``monitor.stats.drift.shift_share`` of the current scores against the
+    reference (``hists``), up to ``SHIFT_MAX``; kept at least at the latest stage's while the
+    map stays the one it was raised under (a map version > 0: the shift is over when a map
+    fitted since is taken; without a map only consecutive traffic is compared). 0 when it
+    does not exceed ``lam0``.
+    """
+    asked = lam0 if hists is None else shift_share(hists[0], hists[1], lam0, SHIFT_MAX)
+    if latest is not None and chosen.version > 0 and latest.calibration.version == chosen.version:
+        asked = max(asked, latest.shift)
+    return asked if asked > lam0 else 0.0
 
 
 def _trailing(

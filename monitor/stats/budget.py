@@ -60,6 +60,23 @@ controls (pending map and bases included), so a replay still decides the same. K
 q* is also evaluated at ``g``, and ``g`` of the first controls under a new map still comes from
 p_hat summed under the old one; when the new map moves ``g`` far (0.9 -> 0.1 on the unit test's
 stream) the next bucket's normaliser is too large and it under-spends (0.3-0.5x) once.
+
+Score shift (before any label): a map is fitted on the labels of earlier traffic, so when the
+scores a control decides on no longer look like the earlier traffic's the map, and q* at it, is
+suspect: after a drift the old map puts q* where the drifted model's false negatives are not, and
+the few sampled carry huge weights. Each control records ``shift``, the defensive share
+``monitor.stats.drift.shift_share`` asks for from the PSI of the score histograms (the aggregates'
+``hist``) beyond its sampling noise, up to ``drift.SHIFT_MAX`` (0.8): at a refresh the bucket's
+records so far against the latest earlier bucket, at a bucket's start that bucket against the one
+before it (when still held). While the map a raised control decided with stays in force (version
+> 0) the next controls keep at least its share, so the raise outlives the first drifted bucket
+(whose successor no longer differs from it) until a map fitted since is taken; without a map
+only consecutive traffic is compared. The control decides with ``max(calibration's share,
+shift)`` (:meth:`Control.share`). A function of the scored stream and the stored controls, and
+stored with the control, so a replay decides the same. Blind to a concept drift that leaves the
+score distribution as it was (p(y | s) moves, the scores do not), and to moves inside one of the
+20 bins (``monitor.stats.drift``). The first records of the first drifted bucket (up to its first
+refresh, ``refresh_records``) are decided before the rule can see them.
 """
 
 from __future__ import annotations
@@ -150,7 +167,9 @@ class Control:
     the decisions still use ``calibration`` (a pending map, module docstring "Map changes");
     None: q* is summed under ``calibration``. ``refreshes`` are the controls that replaced it
     later in the bucket, in log order: a record at offset ``o`` is decided under the last
-    refresh with ``offset <= o`` (:meth:`in_force`).
+    refresh with ``offset <= o`` (:meth:`in_force`). ``shift`` is the defensive share the
+    score shift asked for when the control was computed (module docstring, "Score shift"; 0:
+    none); the control decides with the larger of it and the calibration's (:meth:`share`).
     """
 
     g: float
@@ -159,6 +178,16 @@ class Control:
     calibration: Calibration = NO_CALIBRATION
     refreshes: tuple[Refresh, ...] = ()
     accumulate: Calibration | None = None
+    shift: float = 0.0
+
+    def share(self, lam0: float) -> float:
+        """The defensive share this control decides with (``lam0``: the configured one).
+
+        The calibration's share (``lam0`` without a map), raised to ``shift`` when that is
+        larger.
+        """
+        base = self.calibration.lam if self.calibration.version > 0 else lam0
+        return max(base, self.shift)
 
     @property
     def summed(self) -> Calibration:
@@ -222,8 +251,8 @@ def control_to_list(ctl: Control, base: Base | None = None) -> list[object]:
     """``[g, kappa, mean_q* | None(, calibration | None(, extra))]`` (refreshes not included).
 
     ``extra`` is a dict written only when needed: ``"acc"`` the pending map
-    (``Control.accumulate``), ``"base"`` a refresh's base; the calibration slot is None then
-    when the control has no map.
+    (``Control.accumulate``), ``"base"`` a refresh's base, ``"shift"`` the score shift's share
+    (``Control.shift``); the calibration slot is None then when the control has no map.
     """
     out: list[object] = [ctl.g, ctl.kappa, None if math.isnan(ctl.mean_qstar) else ctl.mean_qstar]
     extra: dict[str, object] = {}
@@ -231,6 +260,8 @@ def control_to_list(ctl: Control, base: Base | None = None) -> list[object]:
         extra["acc"] = ctl.accumulate.to_list()
     if base is not None:
         extra["base"] = list(base)
+    if ctl.shift > 0.0:
+        extra["shift"] = ctl.shift
     if ctl.calibration.version > 0 or extra:
         out.append(ctl.calibration.to_list() if ctl.calibration.version > 0 else None)
     if extra:
@@ -254,12 +285,20 @@ def _control_and_base(ctl: object) -> tuple[Control, Base | None]:
     if len(ctl) == 4 or (len(ctl) == 5 and ctl[3] is not None):
         cal = Calibration.from_list(ctl[3])
     extra = ctl[4] if len(ctl) == 5 else {}
-    if not isinstance(extra, dict) or not set(extra) <= {"acc", "base"}:
-        msg = 'a control\'s extra is a dict with "acc" and/or "base"'
+    if not isinstance(extra, dict) or not set(extra) <= {"acc", "base", "shift"}:
+        msg = 'a control\'s extra is a dict with "acc", "base" and/or "shift"'
         raise ValueError(msg)
     acc = Calibration.from_list(extra["acc"]) if "acc" in extra else None
     base = _base_from(extra["base"]) if "base" in extra else None
-    return Control(g, kappa, mq, calibration=cal, accumulate=acc), base
+    shift = _shift_from(extra["shift"]) if "shift" in extra else 0.0
+    return Control(g, kappa, mq, calibration=cal, accumulate=acc, shift=shift), base
+
+
+def _shift_from(v: object) -> float:
+    if not (isinstance(v, int | float) and not isinstance(v, bool) and 0.0 < v <= 1.0):
+        msg = f"a control's shift share is a number in (0, 1], got {v!r:.40}"
+        raise ValueError(msg)
+    return float(v)
 
 
 def control_from_list(ctl: object) -> Control:
@@ -271,13 +310,21 @@ def maps_to_list(ctl: Control) -> object | None:
     """A control's maps for a store column (:func:`with_maps` reads it back).
 
     The calibration, or ``[calibration | None, acc]`` with a pending map; None for neither.
+    With a score shift share, ``{"maps": <that>, "shift": share}``.
     """
     cal = ctl.calibration.to_list() if ctl.calibration.version > 0 else None
-    return cal if ctl.accumulate is None else [cal, ctl.accumulate.to_list()]
+    maps = cal if ctl.accumulate is None else [cal, ctl.accumulate.to_list()]
+    return {"maps": maps, "shift": ctl.shift} if ctl.shift > 0.0 else maps
 
 
 def with_maps(ctl: Control, v: object) -> Control:
     """``ctl`` with the maps written by :func:`maps_to_list`; ``ValueError`` when bad."""
+    if isinstance(v, dict):
+        if set(v) != {"maps", "shift"}:
+            msg = 'a control\'s maps with a shift share are {"maps": ..., "shift": share}'
+            raise ValueError(msg)
+        out = replace(ctl, shift=_shift_from(v["shift"]))
+        return out if v["maps"] is None else with_maps(out, v["maps"])
     if isinstance(v, list) and len(v) == 2:
         cal = NO_CALIBRATION if v[0] is None else Calibration.from_list(v[0])
         return replace(ctl, calibration=cal, accumulate=Calibration.from_list(v[1]))
@@ -380,7 +427,7 @@ def cap_ratio(previous: Control, n: int, qstar_total: float, pi_total: float, la
     if previous.uniform:
         total_q = float(n)
     else:
-        share = previous.calibration.lam if previous.calibration.version > 0 else lam
+        share = previous.share(lam)
         total_q = (1.0 - share) * qstar_total / previous.mean_qstar + share * n
     uncapped = previous.kappa * total_q
     return min(1.0, pi_total / uncapped) if uncapped > 0.0 else 1.0
@@ -396,11 +443,11 @@ def selection_weights(
     """Return ``(q*, pi, p_hat)`` for records under one control.
 
     ``p_hat`` is the control's calibration map applied to the scores (the scores themselves
-    without a map); ``pi = min(1, kappa q)`` with ``q = defensive_mix(q*, lam, mean_qstar)``
-    (q* undefended, seed 000 Cor. 2 at p_hat and ``g``; ``lam`` the calibration's share when it
-    has one), or q = 1 when uniform. The returned q*, which feeds the aggregate of this bucket,
-    is evaluated at the map the control sums under (``Control.summed``: a pending map, else the
-    same p_hat).
+    without a map); ``pi = min(1, kappa q)`` with ``q = defensive_mix(q*, share, mean_qstar)``
+    (q* undefended, seed 000 Cor. 2 at p_hat and ``g``; ``share = control.share(lam)``: the
+    calibration's share when it has one, raised by a score shift), or q = 1 when uniform. The
+    returned q*, which feeds the aggregate of this bucket, is evaluated at the map the control
+    sums under (``Control.summed``: a pending map, else the same p_hat).
     """
     cal = control.calibration
     p_hat = cal.cal_map.apply(score)
@@ -408,8 +455,9 @@ def selection_weights(
     if control.uniform:
         q = np.ones_like(score, dtype=np.float64)
     else:
-        share = cal.lam if cal.version > 0 else lam
-        q = np.asarray(defensive_mix(qstar, share, control.mean_qstar), dtype=np.float64)
+        q = np.asarray(
+            defensive_mix(qstar, control.share(lam), control.mean_qstar), dtype=np.float64
+        )
     pi = np.asarray(inclusion_from_kappa(q, control.kappa), dtype=np.float64)
     if control.pending:
         summed = control.summed.cal_map.apply(score)

@@ -49,3 +49,74 @@ def psi(ref_counts: npt.ArrayLike, cur_counts: npt.ArrayLike) -> float:
     r = np.maximum(r, PSI_FLOOR)
     c = np.maximum(c, PSI_FLOOR)
     return float(np.sum((c - r) * np.log(c / r)))
+
+
+#: Largest defensive share a score shift asks for: q keeps a fifth of q*'s shape, so no record
+#: is drawn with less than 0.8 times the mean pi (the labels' ``selection.MAX_DEFENSIVE`` is 0.5;
+#: right after a drift nothing is known of the map yet; in the first drifted bucket of
+#: ``tests/statistical/test_stream_recalibration.py`` 0.5 covered 0.85 / 0.79 at logits x3 / x10,
+#: 0.8 covers 0.90 / 0.92)
+SHIFT_MAX = 0.8
+#: PSI above the sampling noise at which the score shift asks for the largest defensive share
+#: (the rule of thumb's "moderate shift", ``psi``)
+SHIFT_FULL = 0.1
+#: The noise allowance in units of the PSI two samples of one distribution show on average
+SHIFT_NOISE = 3.0
+
+
+def psi_noise(n_ref: float, n_cur: float, bins: int = SCORE_BINS) -> float:
+    """The mean PSI of two samples of one distribution: ``(bins - 1) (1 / n_ref + 1 / n_cur)``.
+
+    The PSI is the symmetric Kullback-Leibler divergence of the bin shares; for two multinomial
+    samples of sizes n, m from one distribution ``PSI / (1/n + 1/m)`` is asymptotically
+    chi-square with ``bins - 1`` degrees of freedom. Infinity when either sample is empty.
+
+    Examples:
+        >>> round(psi_noise(5000, 1000), 4)
+        0.0228
+    """
+    if not (n_ref > 0 and n_cur > 0):
+        return math.inf
+    return (bins - 1) * (1.0 / n_ref + 1.0 / n_cur)
+
+
+def shift_share(
+    ref_counts: npt.ArrayLike,
+    cur_counts: npt.ArrayLike,
+    lam0: float,
+    lam_max: float,
+    *,
+    full: float = SHIFT_FULL,
+    noise: float = SHIFT_NOISE,
+) -> float:
+    """The defensive share a shift of the score distribution asks for, before any label.
+
+        lam = lam0 + (lam_max - lam0) clip((PSI - noise psi_noise(n_ref, n_cur)) / full, 0, 1)
+
+    with PSI the index of the current scores against the reference ones (``psi``). A
+    calibration map is fitted on the labels of earlier traffic; when the scores it is applied to
+    no longer look like that traffic's, the map (and q* at it) is suspect, so the design moves
+    toward uniform (seed 002, Sec. 4.1: defensive mixing bounds the weights) until labels of
+    the new traffic arrive. A function of the scored stream only. Blind to a concept drift that
+    leaves the score distribution unchanged (p(y | s) moves, the scores do not), and to changes
+    inside one of the ``SCORE_BINS`` bins (most of an over-confident model's low scores stay in
+    the lowest bin, so at 1% positives logits x3 move the PSI by about 0.1 only).
+    Bounded: ``lam0 <= lam <= max(lam0, lam_max)``; ``lam0`` when either histogram is empty.
+
+    Examples:
+        >>> shift_share([50] * 20, [10] * 20, 0.1, 0.5)
+        0.1
+        >>> shift_share([100] * 20, [1000] + [0] * 19, 0.1, 0.5)
+        0.5
+    """
+    if not 0.0 < lam0 <= 1.0:
+        msg = f"lam0 must be in (0, 1], got {lam0}"
+        raise ValueError(msg)
+    ref = np.asarray(ref_counts, dtype=np.float64)
+    cur = np.asarray(cur_counts, dtype=np.float64)
+    index = psi(ref, cur)
+    if math.isnan(index):
+        return lam0
+    excess = index - noise * psi_noise(float(ref.sum()), float(cur.sum()), ref.size)
+    grow = min(1.0, max(0.0, excess / full))
+    return min(max(lam0, lam_max), max(lam0, lam0 + (lam_max - lam0) * grow))

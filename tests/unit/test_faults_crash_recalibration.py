@@ -28,6 +28,7 @@ import numpy.typing as npt
 import pytest
 
 from monitor.config.schema import Config
+from monitor.core import sampler as sampler_module
 from monitor.core.records import decode_scored
 from monitor.core.sampler import SamplerService
 from monitor.io.store import Store
@@ -97,7 +98,14 @@ def _always_beta(score: FloatArray, label: FloatArray, *, tau: float) -> Calibra
     return fit_beta(score, label, np.ones(len(score)), tau=tau)
 
 
-@pytest.mark.parametrize("family", ["chosen", "beta"])
+def _restless(ref: object, cur: object, lam0: float, lam_max: float) -> float:
+    """A score shift rule that raises the defensive share at about two controls in three: a
+    function of the stream (the current histogram's record count), like the real one."""
+    n = int(np.asarray(cur).sum())
+    return lam0 + (lam_max - lam0) * (n % 3) / 2
+
+
+@pytest.mark.parametrize("family", ["chosen", "beta", "shift"])
 def test_kills_while_the_map_changes_keep_requests_a_function_of_stored_controls(
     tmp_path: Path,
     shared_workload: Workload,
@@ -109,6 +117,8 @@ def test_kills_while_the_map_changes_keep_requests_a_function_of_stored_controls
     monkeypatch.setattr(loop_tests, "_config", _recalibrating)
     if family == "beta":
         monkeypatch.setattr(design, "choose_map", _always_beta)
+    if family == "shift":  # controls record a raised defensive share
+        monkeypatch.setattr(sampler_module, "shift_share", _restless)
     stages = [s for s in Failpoint.STAGES for _ in range(KILLS_PER_STAGE)]
     schedule = [(stages[i], int(rng.integers(1, 4))) for i in rng.permutation(len(stages))]
     log = FakeLog()
@@ -151,6 +161,8 @@ def test_kills_while_the_map_changes_keep_requests_a_function_of_stored_controls
         for chain in chains
         for a, b in itertools.pairwise(chain)
     )
+    if family == "shift":
+        assert any(s.shift > 0.0 for chain in chains for s in chain)
     if family == "beta":
         maps = [c.calibration.cal_map for c in state.controls.values() if c.calibration.version]
         assert maps and all(isinstance(m, BetaMap) for m in maps)

@@ -24,6 +24,7 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,6 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from monitor.config.schema import Config
 from monitor.core import aggregates
+from monitor.core import sampler as sampler_module
 from monitor.core.records import decode_scored
 from monitor.core.sampler import PartKey, SamplerService
 from monitor.io.exporter import Exporter
@@ -414,6 +416,35 @@ def test_a_map_stored_but_not_published_before_a_crash_is_published_at_restart(
     est = _Estimator(log, cfg, workload)  # the restart
     est.tick()
     assert [m[-1].to_list() for m in _maps_by_partition(log)] == [stored["default"]] * 3
+    est.close()
+
+
+def _restless(ref: object, cur: object, lam0: float, lam_max: float) -> float:
+    """A score shift rule that raises the defensive share at about two controls in three: a
+    function of the stream (the current histogram's record count), like the real one."""
+    n = int(np.asarray(cur).sum())
+    return lam0 + (lam_max - lam0) * (n % 3) / 2
+
+
+def test_a_kill_while_the_score_shift_raises_the_share_keeps_requests_a_function_of_controls(
+    workload: Workload, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shift share is recorded with the published controls (and their refreshes) and a
+    sampler holding only them decides the same."""
+    monkeypatch.setattr(sampler_module, "shift_share", _restless)
+    log, cfg, est = _run_killed(
+        workload,
+        tmp_path,
+        kill_at=("produce", 3),
+        kill_after=6,
+        resume_from=4,
+        poll=97,
+        flush_every_s=0.0,
+        torn=0.5,
+    )
+    _check_published_controls(log, cfg)
+    stages = [s for c in _final_controls(log).values() for s in _stages(c)]
+    assert any(s.shift > 0.0 for s in stages[1:]) and any(s.shift == 0.0 for s in stages)
     est.close()
 
 
