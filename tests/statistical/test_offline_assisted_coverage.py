@@ -11,8 +11,9 @@ over-confident (logits x3); REPS fixed-seed repetitions of the product's offline
 Asserted for F1 and recall: the 95% intervals of both estimators cover the pool's true value
 in at least 90% of the repetitions (issue 14's goal), and the model-assisted estimate's mean
 absolute error is no larger than the ratio estimate's. Not asserted, a known miss: one round on
-the over-confident pool (q* from raw scores) covers 0.86-0.865 model-assisted and 0.895-0.91
-ratio (200 repetitions); plan in rounds there.
+the over-confident pool (q* from raw scores) covers 0.875-0.89 model-assisted (0.86-0.865 before
+the g and leverage terms of its variance) and 0.895-0.91 ratio (200 repetitions); plan in rounds
+there.
 """
 
 from __future__ import annotations
