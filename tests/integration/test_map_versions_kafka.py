@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -27,23 +26,9 @@ from monitor.sim.auditors import AuditPolicy, SimulatedAuditTeam
 from monitor.sim.workload import WorkloadSpec, generate
 from tests.conftest import Broker
 from tests.integration.test_daemon_kafka import _yaml
-from tests.integration.test_scale_out import Proc
+from tests.integration.test_scale_out import Proc, _wait
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
-
-TIMEOUT_S = 40.0
-
-
-def _wait(what: str, done: Callable[[], bool], procs: list[Proc]) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not done():
-        for p in procs:
-            assert p.proc is not None and p.proc.poll() is None, p.log_tail()
-        if time.monotonic() > deadline:
-            tails = "\n".join(p.log_tail()[-1500:] for p in procs)
-            msg = f"timed out waiting for {what}\n{tails}"
-            raise AssertionError(msg)
-        time.sleep(0.2)
 
 
 def _taken(sampler: Proc) -> list[int]:
