@@ -49,6 +49,7 @@ EXPECTED_ALERTS = {
     "MonitorNoLabelsArriving": "warning",
     "MonitorLabelBudgetExhausted": "warning",
     "MonitorInvalidRecords": "warning",
+    "MonitorCalibrationMapsIgnored": "warning",
     "MonitorFMeasureBelowFloor": "critical",
     "MonitorFMeasureDropped": "warning",
     "MonitorModelUntrustworthy": "warning",
