@@ -209,7 +209,7 @@ class Engine:
         topic = self.config.kafka.topics.aggregates
         started = time.monotonic()
         try:
-            records = reader.read(range)
+            records = reader.read(range)  # every partition: select(n) = range(n)
         except BrokerUnavailable as exc:
             log.error(
                 "cannot recover the calibration map versions: no map is fitted until it can",
