@@ -199,24 +199,24 @@ def test_a_restored_backup_and_old_records_recover_and_a_newer_store_is_kept(
     for p in range(len(log.topics[TOPICS.aggregates])):
         log.append(TOPICS.aggregates, OLD_RECORD, key, p)  # an older release's record
     old = Calibration(5, PlattMap(-1.5, 0.6), 0.2)
-    store = Store(tmp_path / "backup")
-    store.put_json(recalibration.STORE_KEY, recalibration.encode({"default": V2}))
-    store.close()
-    reader = _Reader(log)
-    reader.down = False
-    est, source = _estimator(log, tmp_path / "backup", reader, workload)
-    est.engine.step(source, est.sink)
+
+    def restart_with(stored: Calibration, data_dir: Path) -> _Estimator:
+        """An estimator whose store holds ``stored``, after its first step."""
+        store = Store(data_dir)
+        store.put_json(recalibration.STORE_KEY, recalibration.encode({"default": stored}))
+        store.close()
+        reader = _Reader(log)
+        reader.down = False
+        est, source = _estimator(log, data_dir, reader, workload)
+        est.engine.step(source, est.sink)
+        return est
+
+    est = restart_with(V2, tmp_path / "backup")
     assert est.engine.sampler.calibration == {"default": old}
     assert _events(caplog, "calibration_recovered")[-1].levelno == logging.WARNING
     est.close()
 
-    store = Store(tmp_path / "ahead")  # stored, not yet published when it crashed
-    store.put_json(recalibration.STORE_KEY, recalibration.encode({"default": V7}))
-    store.close()
-    reader = _Reader(log)
-    reader.down = False
-    est, source = _estimator(log, tmp_path / "ahead", reader, workload)
-    est.engine.step(source, est.sink)
+    est = restart_with(V7, tmp_path / "ahead")  # stored, not yet published when it crashed
     assert est.engine.sampler.calibration == {"default": V7}
     assert _events(caplog, "calibration_recovered")[-1].levelno == logging.INFO
     maps = _maps_by_partition(log)
