@@ -11,4 +11,6 @@ source scripts/bootstrap.sh test
 # on few cores, where numpy's threaded BLAS made a 24,000-element dot product ~200x slower
 # (20 ms instead of 0.1 ms) under load.
 export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
-.venv/bin/python -m pytest "$@"
+# Two workers (pytest-xdist): tests sharing a broker or Label Studio stay on one worker
+# (tests/conftest.py); MONITOR_TEST_WORKERS=0 runs everything in this process.
+.venv/bin/python -m pytest -n "${MONITOR_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -211,3 +211,30 @@ def labelstudio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabelStudi
         raise  # unreachable: missing_component skips or fails
     yield server
     server.stop()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``), keep tests that share heavy things together.
+
+    Session fixtures are per worker, so every worker that ran an Apache Kafka test would start
+    its own broker (~10 s, ~1 GiB): all ``kafka`` cases share one group. Tests of the other real
+    components (Tansu, Prometheus, Label Studio) share another, so one worker makes Label
+    Studio's template; each slow simulation module is its own group so the two workers split them.
+    """
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_kafka = (callspec is not None and callspec.params.get("broker") == "kafka") or bool(
+            {"kafka_broker", "own_kafka"} & set(getattr(item, "fixturenames", ()))
+        )
+        if on_kafka:
+            group = "kafka"
+        elif item.get_closest_marker("integration"):
+            group = "real"
+        elif item.get_closest_marker("slow"):
+            group = Path(str(item.fspath)).stem
+        else:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -118,7 +118,13 @@ def test_an_estimator_restarted_without_its_data_directory_publishes_maps_the_sa
         for r in records[half:]:
             producer.send(topics.scored, r)
         producer.flush()
-        _wait("the sampler to take a newer map", lambda: max(_taken(sampler)) > held, procs)
+        # newer than every map published before the restart: the sampler may take the last of
+        # those (published after it took ``held``) before the restarted estimator publishes
+        _wait(
+            "the sampler to take a map the restarted estimator published",
+            lambda: max(_taken(sampler)) > published_before,
+            procs,
+        )
     finally:
         producer.close()
         team.stop()
