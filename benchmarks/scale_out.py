@@ -72,7 +72,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.throughput import bulk_producer, create_topics, write_daemon_config
-from monitor.sim.embedded_broker import EmbeddedBroker, free_port
+from monitor.ports import free_port
+from monitor.sim.embedded_broker import EmbeddedBroker
 
 PARTITIONS = 4
 HOURS = 24.0  # event time covered by the scored records

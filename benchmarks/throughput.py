@@ -68,7 +68,8 @@ import numpy as np
 from monitor.config.load import load_config
 from monitor.config.schema import Config, TopicsConfig
 from monitor.core.messages import RawRecord
-from monitor.sim.embedded_broker import EmbeddedBroker, free_port
+from monitor.ports import free_port
+from monitor.sim.embedded_broker import EmbeddedBroker
 from monitor.sim.kafka_broker import KAFKA_VERSION, KafkaBroker
 
 BASE_TS = 1_763_700_000.0  # event time of the first record (2025-11-21)

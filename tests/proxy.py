@@ -14,7 +14,7 @@ import socket
 import struct
 import threading
 
-from monitor.sim.embedded_broker import free_port
+from monitor.ports import free_port
 
 
 class TcpProxy:

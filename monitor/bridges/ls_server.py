@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from monitor.errors import MonitorError
+from monitor.ports import free_port
 
 DEFAULT_VENV = Path.home() / ".cache" / "activeaudit-monitor" / "labelstudio-venv"
 _DATABASE = "label_studio.sqlite3"
@@ -51,13 +51,6 @@ def template_dir(exe: Path) -> Path:
         found[-1].name.removeprefix("label_studio-").removesuffix(".dist-info") if found else "x"
     )
     return DEFAULT_VENV.parent / f"labelstudio-data-{version}"
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LabelStudioServer:

@@ -20,9 +20,10 @@ from pathlib import Path
 
 from monitor.bridges.labelstudio import LabelStudioBridge
 from monitor.bridges.ls_config import LabelStudioConfig
-from monitor.bridges.ls_server import LabelStudioServer, free_port
+from monitor.bridges.ls_server import LabelStudioServer
 from monitor.config.schema import Config
 from monitor.errors import MonitorError
+from monitor.ports import free_port
 from monitor.sim.auditors import request_uniform
 
 DEFAULT_PORT = 8080

@@ -14,13 +14,7 @@ from pathlib import Path
 from types import TracebackType
 
 from monitor.errors import MonitorError
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from monitor.ports import free_port
 
 
 def wait_for_port(port: int, timeout_s: float) -> None:

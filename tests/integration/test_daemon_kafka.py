@@ -33,8 +33,8 @@ from monitor.core.estimator import EstimatorService
 from monitor.io.exporter import Exporter
 from monitor.io.kafka_io import read_topic
 from monitor.io.store import Store
+from monitor.ports import free_port
 from monitor.runtime.engine import Engine
-from monitor.sim.embedded_broker import free_port
 from monitor.sim.workload import Workload, WorkloadSpec, generate, truth_of
 from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
 from tests.conftest import Broker

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from monitor.config.load import load_config
-from monitor.sim.embedded_broker import EmbeddedBroker, free_port
+from monitor.ports import free_port
+from monitor.sim.embedded_broker import EmbeddedBroker
 from monitor.sim.workload import WorkloadSpec, generate
 from tests.integration import test_daemon_kafka as kafka_tests
 from tests.integration.test_daemon_kafka import Run, _predict, _produce

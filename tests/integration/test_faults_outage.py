@@ -25,7 +25,8 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from monitor.config.load import load_config
 from monitor.config.schema import TopicsConfig
 from monitor.errors import MonitorError
-from monitor.sim.embedded_broker import EmbeddedBroker, free_port
+from monitor.ports import free_port
+from monitor.sim.embedded_broker import EmbeddedBroker
 from monitor.sim.kafka_broker import KafkaBroker
 from monitor.sim.workload import WorkloadSpec, generate
 from tests.conftest import broker_kinds, missing_component

@@ -22,8 +22,9 @@ from monitor.bridges.ls_client import (
     LabelStudioClient,
     LabelStudioUnavailable,
 )
-from monitor.bridges.ls_server import LabelStudioServer, free_port
+from monitor.bridges.ls_server import LabelStudioServer
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
+from monitor.ports import free_port
 from monitor.sim.embedded_broker import EmbeddedBroker
 from tests.integration.ls_helpers import (
     FAST_GROUP,

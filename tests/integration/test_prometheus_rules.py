@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import yaml
 
 from monitor.config.schema import TopicsConfig
 from monitor.errors import RejectReason
+from monitor.ports import free_port
 from monitor.sim.embedded_broker import EmbeddedBroker
 
 pytestmark = pytest.mark.integration
@@ -43,13 +43,6 @@ def run(*argv: str | Path, timeout: float = 120.0) -> subprocess.CompletedProces
     return subprocess.run(
         [str(a) for a in argv], capture_output=True, text=True, timeout=timeout, check=False
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def get_json(url: str) -> Any:

@@ -34,9 +34,9 @@ from monitor.core import aggregates
 from monitor.core.records import decode_scored
 from monitor.core.sampler import PartKey, SamplerService
 from monitor.io.kafka_io import read_topic
+from monitor.ports import free_port
 from monitor.runtime.failpoint import Failpoint
 from monitor.sim.auditors import AuditPolicy, SimulatedAuditTeam
-from monitor.sim.embedded_broker import free_port
 from monitor.sim.workload import Workload, WorkloadSpec, generate
 from monitor.stats.budget import NO_CALIBRATION, Calibration, Control
 from monitor.testing.fakes import FakeLog, FakeSource

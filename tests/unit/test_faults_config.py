@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from monitor.cli import main
-from monitor.sim.embedded_broker import free_port
+from monitor.ports import free_port
 
 GOOD = """
 kafka: {{bootstrap_servers: ["127.0.0.1:1"], poll_timeout_ms: 100}}

@@ -18,8 +18,8 @@ ALLOWED: dict[str, set[str]] = {
     "io": {"core", "config", "errors", "stats", "runtime", "logs", "monitor"},
     "testing": {"core", "errors", "runtime"},
     "offline": {"errors", "stats", "sim"},
-    "sim": {"core", "config", "errors", "logs", "io", "stats", "bridges"},
-    "bridges": {"config", "errors", "logs"},  # talks to the topics and the tool only
+    "sim": {"core", "config", "errors", "logs", "io", "stats", "bridges", "ports"},
+    "bridges": {"config", "errors", "logs", "ports"},  # talks to the topics and the tool only
 }
 
 
