@@ -439,6 +439,11 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
         help="the daemon's model-assisted estimate (sampler + estimator) through a drift",
     )
     parser.add_argument(
+        "--stream-segments",
+        action="store_true",
+        help="per-segment calibration maps when one segment of the traffic drifts",
+    )
+    parser.add_argument(
         "--cells",
         default="",
         metavar="TEXT",
@@ -455,6 +460,10 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
         from benchmarks import designs
 
         return designs.main(reps, args.quick, args.jobs, args.seed, echo)
+    if args.stream_segments:
+        from benchmarks import segments
+
+        return segments.main(reps, args.seed, echo)
     if args.stream or args.stream_daemon:
         from benchmarks import stream
 

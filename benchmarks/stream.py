@@ -82,6 +82,7 @@ class StreamCase:
     records_per_bucket: int
     labels_per_bucket: float
     one_sided: bool = False  # only the negative logits are scaled by ``overconfidence``
+    segmented: bool = False  # records in segments "a" and "b" at random; only "b" drifts
 
 
 @dataclass
@@ -161,7 +162,11 @@ def _bucket_batch(
     mu = logit_mean_for_rate(case.positive_rate, LOGIT_SD)
     z = rng.normal(mu, LOGIT_SD, n)
     label = (rng.random(n) < 0.5 * (1.0 + np.tanh(0.5 * z))).astype(np.int8)
-    c = case.overconfidence if bucket >= DRIFT else 1.0
+    segment = np.full(n, "")
+    c = np.full(n, case.overconfidence if bucket >= DRIFT else 1.0)
+    if case.segmented:
+        segment = np.where(rng.random(n) < 0.5, "a", "b")
+        c[segment == "a"] = 1.0
     scaled = np.where(z < 0.0, c * z, z) if case.one_sided else c * z
     score = 0.5 * (1.0 + np.tanh(0.5 * scaled))
     batch = ScoredBatch(
@@ -170,7 +175,7 @@ def _bucket_batch(
         pred=(score >= 0.5).astype(np.int8),
         ts=START + bucket * 3600.0 + np.sort(rng.random(n)) * 3599.0,
         model=np.full(n, "default"),
-        segment=np.full(n, ""),
+        segment=segment,
         payload=[None] * n,
         partition=np.zeros(n, dtype=np.int32),
         offset=np.arange(offset, offset + n, dtype=np.int64),
@@ -271,12 +276,19 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
     return out
 
 
-#: (bucket, the 1h window, true F_alpha, the bucket's expected labels / budget)
+#: (bucket, a 1h window: the model's (segment "") or a segment's, its true F_alpha, the bucket's
+#: expected labels / budget)
 DaemonRows = list[tuple[int, WindowEstimate, float, float]]
 
 
 def run_daemon_rep(
-    case: StreamCase, rep: int, seed: int, answer_rate: float = 1.0, recalibrate: bool = True
+    case: StreamCase,
+    rep: int,
+    seed: int,
+    answer_rate: float = 1.0,
+    recalibrate: bool = True,
+    *,
+    segment_maps: bool = True,
 ) -> DaemonRows:
     """One stream through the daemon's own sampler and estimator (``estimator: model_assisted``).
 
@@ -289,7 +301,10 @@ def run_daemon_rep(
     window "1h" of the snapshot after each bucket is that bucket: its exported (model-assisted
     where usable) and ratio estimates against the bucket's true F_alpha. With ``recalibrate``
     False the model is configured ``recalibrate: false`` and no map is fitted: q* at the raw
-    scores, the configured defensive share (the design without the map machinery).
+    scores, the configured defensive share (the design without the map machinery). The
+    refit gives segments their own maps as the engine does (``monitor.stats.segment_maps``;
+    ``segment_maps`` False: the model's map alone). Every window of the snapshot is returned:
+    the model's and, for a ``segmented`` case, each segment's.
     """
     config = _config(case, recalibrate=recalibrate, estimator="model_assisted")
     sampler = SamplerService(config)
@@ -319,12 +334,17 @@ def run_daemon_rep(
             )
             if not recalibrate:
                 continue
-            recent = estimator.labelled("default", first + b - FIT_BUCKETS + 1)
+            recent, segment = estimator.labelled("default", first + b - FIT_BUCKETS + 1)
             previous = sampler.calibration.get("default", NO_CALIBRATION)
-            sampler.calibration = {"default": recalibration.refit(previous, recent, lam0)}
-        window = next(w for w in estimator.snapshot().windows if w.segment == "")
-        truth = falpha_exact(batch.pred, label, case.alpha)
-        out.append((b, window, truth, spent / case.labels_per_bucket))
+            sampler.calibration = {
+                "default": recalibration.refit(
+                    previous, recent, lam0, segment=segment if segment_maps else None
+                )
+            }
+        for w in estimator.snapshot().windows:
+            own = batch.segment == w.segment if w.segment else slice(None)
+            truth = falpha_exact(batch.pred[own], label[own], case.alpha)
+            out.append((b, w, truth, spent / case.labels_per_bucket))
     return out
 
 
@@ -352,7 +372,7 @@ def evaluate_daemon(
     out = DaemonTally(Tally([]), Tally([]))
     for rep in range(reps):
         for b, w, truth, spend in run_daemon_rep(case, rep, seed, answer_rate, recalibrate):
-            if b < first or w.ratio is None:
+            if b < first or w.ratio is None or w.segment:
                 continue
             out.exported.add(w.f, truth, spend)
             out.ratio.add(w.ratio[0], truth)

@@ -85,6 +85,7 @@ _MODEL_KEYS = (
     "defensive",
     "expected_records_per_hour",
     "recalibrate",
+    "segment_maps",
     "refresh_records",
     "estimator",
     "alerts",
@@ -462,10 +463,8 @@ def _model(problems: Problems, name: str, spec: Any, path: str) -> ModelConfig:
     if "labels_per_day" in sec and "labels_per_hour" not in sec:
         per_hour = sec.number("labels_per_day", 24 * per_hour, 0.0, lo_open=True) / 24.0
     alerts = _alerts(problems, sec.get("alerts"), sec.where("alerts"))
-    recalibrate = sec.get("recalibrate") if "recalibrate" in sec else base.recalibrate
-    if not isinstance(recalibrate, bool):
-        problems.add(sec.where("recalibrate"), f"expected a boolean, {got(recalibrate)}")
-        recalibrate = base.recalibrate
+    recalibrate = _flag(problems, sec, "recalibrate", base.recalibrate)
+    segment_maps = _flag(problems, sec, "segment_maps", base.segment_maps)
     estimator = sec.text("estimator", base.estimator)
     if estimator not in ESTIMATORS:
         problems.add(
@@ -482,10 +481,20 @@ def _model(problems: Problems, name: str, spec: Any, path: str) -> ModelConfig:
             "expected_records_per_hour", base.expected_records_per_hour, 0.0, lo_open=True
         ),
         recalibrate=recalibrate,
+        segment_maps=segment_maps,
         refresh_records=sec.integer("refresh_records", base.refresh_records, 0),
         estimator=estimator,
         alerts=alerts,
     )
+
+
+def _flag(problems: Problems, sec: Section, key: str, default: bool) -> bool:
+    """A boolean key of ``sec`` (``default`` when absent or not a boolean, which is reported)."""
+    value = sec.get(key) if key in sec else default
+    if not isinstance(value, bool):
+        problems.add(sec.where(key), f"expected a boolean, {got(value)}")
+        return default
+    return value
 
 
 def _alerts(problems: Problems, value: Any, path: str) -> AlertConfig:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 import numpy as np
+import numpy.typing as npt
 
 from monitor.config.schema import Config, ModelConfig
 from monitor.core.messages import AuditRequest, LabelResult, Reject, request_id_for, token_matches
@@ -154,11 +155,11 @@ class EstimatorService:
     def _model(self, model: str) -> ModelConfig:
         return self.config.model(model)
 
-    def labelled(self, model: str, since_bucket: int) -> LabeledSample:
+    def labelled(self, model: str, since_bucket: int) -> tuple[LabeledSample, npt.NDArray[np.str_]]:
         """The answered requests of ``model`` from ``since_bucket`` on, in request-id order.
 
-        For the calibration map (``monitor.core.recalibration``): each with the pi it was drawn
-        with (v = 1/pi), whatever the order the labels arrived in.
+        For the calibration maps (``monitor.core.recalibration``): each with the pi it was drawn
+        with (v = 1/pi), whatever the order the labels arrived in; and each one's segment.
         """
         rows = sorted(
             (
@@ -170,12 +171,13 @@ class EstimatorService:
             ),
             key=_REQUEST_ID,
         )
-        return LabeledSample.poisson(
+        sample = LabeledSample.poisson(
             [s.request.score for s in rows],
             [s.request.pred for s in rows],
             [s.label or 0 for s in rows],
             [s.request.pi for s in rows],
         )
+        return sample, np.array([s.request.segment for s in rows], dtype=np.str_)
 
     def _horizon(self, model: str) -> int | None:
         wm = self._watermarks.get(model)

@@ -8,7 +8,8 @@ likelihood-ratio test rejects the Platt form, a <= b), each label counted once
 (``monitor.stats.design.recalibrate``), judge it (design-weighted likelihood and calibration error,
 mistakes seen) and derive the defensive share (``monitor.stats.selection.defensive_share``). A
 fit that changes the decisions materially (``monitor.stats.map_change``) gets the next version of
-its model; any other keeps the calibration in force.
+its model; any other keeps the calibration in force. Segments whose labels reject the model's map
+get their own maps in the same calibration (``monitor.stats.segment_maps``).
 The caller makes it durable before the sampler uses it: it is fitted from labels, whose arrival
 is not a function of the scored stream, so a replay must read it back rather than fit it again
 (DESIGN.md, "Why it stays deterministic").
@@ -20,11 +21,16 @@ import math
 from collections.abc import Mapping
 from dataclasses import replace
 
+import numpy as np
+import numpy.typing as npt
+
+from monitor.stats.beta_calibration import CalibrationMap
 from monitor.stats.budget import NO_CALIBRATION, Calibration
 from monitor.stats.calibration import DEFAULT_TAU
 from monitor.stats.design import recalibrate
 from monitor.stats.map_change import is_material
 from monitor.stats.sample import LabeledSample
+from monitor.stats.segment_maps import segment_maps
 
 STORE_KEY = "calibration"
 FIT_WINDOW_S = 86_400
@@ -47,22 +53,39 @@ def refit(
     tau: float = DEFAULT_TAU,
     *,
     beta: bool = True,
+    segment: npt.NDArray[np.str_] | None = None,
 ) -> Calibration:
     """The next calibration from ``sample``; ``previous`` unless the new one is material.
 
     ``previous`` (the calibration in force) stays when there is no label or when the refit
-    changes neither the map, the defensive share nor the family materially
+    changes neither the map, the defensive share, the family nor a segment's map materially
     (``monitor.stats.map_change.is_material``: log-odds of p_hat by more than 0.1 somewhere,
     the share by more than 10%), so labels trickling in every poll do not make a new version
     (and a control refresh) at every poll. ``beta=False`` keeps to Platt maps
-    (``monitor.stats.design.recalibrate``).
+    (``monitor.stats.design.recalibrate``). ``segment``: the segment of each labelled item
+    (aligned with ``sample``); the segments whose labels reject the model's map get their own
+    (``monitor.stats.segment_maps``). None: the model's map alone.
     """
     if len(sample) == 0:
         return previous
     recal = recalibrate(sample, tau, beta=beta)
-    fitted = replace(recal.cal_map, n_labels=0, ess=0.0)  # what a control records
-    cand = Calibration(previous.version + 1, fitted, recal.defensive(lam0))
+    segments = (
+        ()
+        if segment is None
+        else segment_maps(recal.cal_map, sample.score, sample.label, segment, tau=tau, beta=beta)
+    )
+    cand = Calibration(
+        previous.version + 1,
+        _as_recorded(recal.cal_map),
+        recal.defensive(lam0),
+        tuple((g, _as_recorded(m)) for g, m in segments),
+    )
     return cand if is_material(previous, cand, lam0) else previous
+
+
+def _as_recorded(m: CalibrationMap) -> CalibrationMap:
+    """The map as a control records it (without the fit's label count and ESS)."""
+    return replace(m, n_labels=0, ess=0.0)
 
 
 def recover(

@@ -458,7 +458,12 @@ class SamplerService:
             for j in np.unique(stage).tolist():
                 part = sel[stage == j]
                 q, prob, p_hat = selection_weights(
-                    cols.score[part], cols.pred[part], cfg.alpha, cfg.defensive, ctl.stage(j)
+                    cols.score[part],
+                    cols.pred[part],
+                    cfg.alpha,
+                    cfg.defensive,
+                    ctl.stage(j),
+                    segment=cols.segment[part],
                 )
                 cols.qstar[part] = q
                 cols.pi[part] = prob

@@ -183,12 +183,27 @@ class Engine:
             if not math.isfinite(wm):
                 continue
             since = math.floor(wm / bucket_s) - k + 1
-            sample = self.estimator.labelled(model, since)
+            sample, segment = self.estimator.labelled(model, since)
             previous = cal.get(model, recalibration.NO_CALIBRATION)
-            new[model] = recalibration.refit(previous, sample, cfg.defensive)
+            new[model] = recalibration.refit(
+                previous, sample, cfg.defensive, segment=segment if cfg.segment_maps else None
+            )
         if new != cal:
             self.store.put_json(recalibration.STORE_KEY, recalibration.encode(new))
             self.sampler.calibration = new
+            for model in sorted(m for m in new if new[m] != cal.get(m)):
+                c = new[model]
+                log.info(
+                    "calibration map refitted",
+                    extra={
+                        "event": "calibration_refitted",
+                        "model": model,
+                        "version": c.version,
+                        "family": c.cal_map.family,
+                        "defensive": round(c.lam, 4),
+                        "segment_maps": [g for g, _ in c.segments],
+                    },
+                )
             if self.feed is not None:
                 self._maps_due.update(m for m in new if new[m] != cal.get(m))
 

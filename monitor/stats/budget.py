@@ -108,50 +108,96 @@ class Calibration:
     """A versioned calibration map and the defensive share to use with it.
 
     ``version`` 0 is "no map" (the identity; the configured defensive share applies); every
-    map fitted from labels gets the next version of its model.
+    map fitted from labels gets the next version of its model. ``segments`` are the maps of
+    the segments whose labels reject the model's map (``monitor.stats.segment_maps``), by
+    segment name, sorted: a record of such a segment is recalibrated by its segment's map, any
+    other by ``cal_map`` (:meth:`p_hat`). They share the model's version and defensive share.
 
     Serialised as ``[version, a, b, lam]`` for a Platt map p_hat = expit(a + b logit(s)) (the
     only shape before beta maps existed, so stored and published ones still load) and as
     ``[version, c, a, b, lam]`` for a beta map p_hat = expit(c + a ln s - b ln(1 - s)): the
     intercept first in both, so the Platt list ``[v, a, b, lam]`` and the beta list
-    ``[v, a, b, b, lam]`` are the same map.
+    ``[v, a, b, b, lam]`` are the same map. Segment maps follow as one trailing object
+    ``{segment: [a, b] or [c, a, b]}``, written only when there are some (a calibration
+    without them serialises as before).
     """
 
     version: int = 0
     cal_map: CalibrationMap = IDENTITY
     lam: float = math.nan
+    segments: tuple[tuple[str, CalibrationMap], ...] = ()
+
+    def map_of(self, segment: str) -> CalibrationMap:
+        """The map a record of ``segment`` is recalibrated by: its own, else the model's."""
+        return dict(self.segments).get(segment, self.cal_map)
+
+    def p_hat(
+        self, score: npt.NDArray[np.float64], segment: npt.NDArray[np.str_] | None = None
+    ) -> npt.NDArray[np.float64]:
+        """p_hat of each record: ``m_g(s)`` when its segment g has a map, ``m(s)`` otherwise.
+
+        ``segment`` (the records' segments, aligned with ``score``) None: the model's map for
+        every record.
+        """
+        out = np.array(self.cal_map.apply(score), dtype=np.float64)
+        if segment is not None:
+            for name, m in self.segments:
+                own = segment == name
+                if own.any():
+                    out[own] = m.apply(score[own])
+        return out
 
     def to_list(self) -> list[object]:
-        """``[version, a, b, lam]`` (Platt) or ``[version, c, a, b, lam]`` (beta)."""
-        m = self.cal_map
-        if isinstance(m, BetaMap):
-            return [self.version, m.c, m.a, m.b, self.lam]
-        return [self.version, m.a, m.b, self.lam]
+        """``[version, a, b, lam]`` or ``[version, c, a, b, lam]``, then any segment maps."""
+        out: list[object] = [self.version, *_map_params(self.cal_map), self.lam]
+        if self.segments:
+            out.append({name: _map_params(m) for name, m in self.segments})
+        return out
 
     @classmethod
     def from_list(cls, v: object) -> Calibration:
         """The calibration written by ``to_list``; ``ValueError`` when ``v`` is not one."""
+        if isinstance(v, list | tuple) and v and isinstance(v[-1], dict):
+            seg_doc, v = v[-1], v[:-1]
+        else:
+            seg_doc = {}
         if not isinstance(v, list | tuple) or len(v) not in (4, 5) or type(v[0]) is not int:
             msg = (
                 "a control's calibration is [version, a, b, lam] (Platt) or "
-                f"[version, c, a, b, lam] (beta), got {v!r:.80}"
+                f"[version, c, a, b, lam] (beta), then optionally {{segment: map}}, got {v!r:.80}"
             )
             raise ValueError(msg)
-        *params, lam = (float(x) for x in v[1:])
-        intercept, slopes = params[0], params[1:]
-        if v[0] < 0 or not (
-            math.isfinite(intercept)
-            and all(math.isfinite(x) and x >= 0.0 for x in slopes)
-            and 0.0 < lam <= 1.0
-        ):
-            msg = (
-                "a control's calibration needs version >= 0, a finite intercept, finite slopes "
-                f">= 0 and lam in (0, 1], got {list(v)!r}"
-            )
+        lam = float(v[-1])
+        if v[0] < 0 or not 0.0 < lam <= 1.0:
+            msg = f"a control's calibration needs version >= 0 and lam in (0, 1], got {list(v)!r}"
             raise ValueError(msg)
-        if len(slopes) == 2:
-            return cls(v[0], BetaMap(slopes[0], slopes[1], intercept), lam)
-        return cls(v[0], PlattMap(intercept, slopes[0]), lam)
+        model_map = _map_from(v[1:-1], f"a control's calibration, got {list(v)!r}")
+        segments = tuple(
+            (str(k), _map_from(seg_doc[k], f"segment {k!r}'s map, got {seg_doc[k]!r:.80}"))
+            for k in sorted(seg_doc)
+        )
+        return cls(v[0], model_map, lam, segments)
+
+
+def _map_params(m: CalibrationMap) -> list[float]:
+    """``[a, b]`` of a Platt map, ``[c, a, b]`` of a beta map (the intercept first)."""
+    if isinstance(m, BetaMap):
+        return [m.c, m.a, m.b]
+    return [m.a, m.b]
+
+
+def _map_from(params: object, where: str) -> CalibrationMap:
+    """The map ``_map_params`` wrote; ``ValueError`` naming ``where`` when it is not one."""
+    if not isinstance(params, list | tuple) or len(params) not in (2, 3):
+        msg = f"a calibration map is [a, b] (Platt) or [c, a, b] (beta) in {where}"
+        raise ValueError(msg)
+    intercept, *slopes = (float(x) for x in params)
+    if not (math.isfinite(intercept) and all(math.isfinite(x) and x >= 0.0 for x in slopes)):
+        msg = f"a calibration map needs a finite intercept and finite slopes >= 0 in {where}"
+        raise ValueError(msg)
+    if len(slopes) == 2:
+        return BetaMap(slopes[0], slopes[1], intercept)
+    return PlattMap(intercept, slopes[0])
 
 
 NO_CALIBRATION = Calibration()
@@ -439,18 +485,22 @@ def selection_weights(
     alpha: float,
     lam: float,
     control: Control,
+    *,
+    segment: npt.NDArray[np.str_] | None = None,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Return ``(q*, pi, p_hat)`` for records under one control.
 
-    ``p_hat`` is the control's calibration map applied to the scores (the scores themselves
-    without a map); ``pi = min(1, kappa q)`` with ``q = defensive_mix(q*, share, mean_qstar)``
+    ``p_hat`` is the control's calibration applied to the scores (:meth:`Calibration.p_hat`:
+    a record's segment map where ``segment`` names one, else the model's; the scores
+    themselves without a map); ``pi = min(1, kappa q)`` with
+    ``q = defensive_mix(q*, share, mean_qstar)``
     (q* undefended, seed 000 Cor. 2 at p_hat and ``g``; ``share = control.share(lam)``: the
     calibration's share when it has one, raised by a score shift), or q = 1 when uniform. The
     returned q*, which feeds the aggregate of this bucket, is evaluated at the map the control
     sums under (``Control.summed``: a pending map, else the same p_hat).
     """
     cal = control.calibration
-    p_hat = cal.cal_map.apply(score)
+    p_hat = cal.p_hat(score, segment)
     qstar = np.asarray(q_star_falpha(p_hat, pred, alpha, control.g), dtype=np.float64)
     if control.uniform:
         q = np.ones_like(score, dtype=np.float64)
@@ -460,6 +510,6 @@ def selection_weights(
         )
     pi = np.asarray(inclusion_from_kappa(q, control.kappa), dtype=np.float64)
     if control.pending:
-        summed = control.summed.cal_map.apply(score)
+        summed = control.summed.p_hat(score, segment)
         qstar = np.asarray(q_star_falpha(summed, pred, alpha, control.g), dtype=np.float64)
     return qstar, pi, p_hat

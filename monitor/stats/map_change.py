@@ -25,7 +25,11 @@ materially, by one of:
 3. **the family**: a Platt map and a beta map (``monitor.stats.beta_calibration``): the
    likelihood-ratio test's verdict on the shape of the labels is taken when it changes. As labels
    accumulate from one truth its statistic grows with their number, so it crosses its critical
-   value once rather than flip at every poll.
+   value once rather than flip at every poll; or
+4. **a segment's map** (``monitor.stats.segment_maps``): for every segment with a map in either
+   calibration, D between the maps its records are recalibrated by (its own, else the model's)
+   exceeds ``LOGIT_TOLERANCE``. A segment map that appears or vanishes is material only when it
+   moves that segment's p_hat by more than the tolerance.
 
 Why 0.1: within it every decision moves by a few percent at most. ``|d eta| <= 0.1`` moves p_hat
 and 1 - p_hat by factors within e^{+-0.1}, so q* (seed 000, Cor. 2: the square root of a
@@ -63,6 +67,7 @@ import math
 
 import numpy as np
 
+from monitor.stats.beta_calibration import CalibrationMap
 from monitor.stats.budget import Calibration
 from monitor.stats.calibration import expit
 
@@ -85,8 +90,12 @@ def map_distance(old: Calibration, new: Calibration) -> float:
         >>> round(map_distance(a, b), 12)
         0.05
     """
-    eta_old = np.clip(old.cal_map.log_odds(GRID), -SATURATED, SATURATED)
-    eta_new = np.clip(new.cal_map.log_odds(GRID), -SATURATED, SATURATED)
+    return _distance(old.cal_map, new.cal_map)
+
+
+def _distance(old: CalibrationMap, new: CalibrationMap) -> float:
+    eta_old = np.clip(old.log_odds(GRID), -SATURATED, SATURATED)
+    eta_new = np.clip(new.log_odds(GRID), -SATURATED, SATURATED)
     return float(np.max(np.abs(eta_new - eta_old)))
 
 
@@ -108,7 +117,7 @@ def share_distance(old: float, new: float) -> float:
 
 
 def is_material(old: Calibration, new: Calibration, lam0: float) -> bool:
-    """Whether ``new`` differs from ``old`` (in force) materially: map, share or family.
+    """Whether ``new`` differs from ``old`` (in force) materially (the module's four tests).
 
     ``old`` of version 0 (no map) is the identity with the configured share ``lam0``.
 
@@ -125,4 +134,7 @@ def is_material(old: Calibration, new: Calibration, lam0: float) -> bool:
     lam_old = lam0 if old.version == 0 else old.lam
     if share_distance(lam_old, new.lam) > SHARE_TOLERANCE:
         return True
-    return map_distance(old, new) > LOGIT_TOLERANCE
+    if map_distance(old, new) > LOGIT_TOLERANCE:
+        return True
+    names = {g for g, _ in old.segments} | {g for g, _ in new.segments}
+    return any(_distance(old.map_of(g), new.map_of(g)) > LOGIT_TOLERANCE for g in sorted(names))

@@ -108,3 +108,15 @@ def test_stream_daemon_runs_only_the_chosen_cells() -> None:
     wrong: list[str] = []
     assert efficiency.main(["--stream-daemon", "--cells", "x7"], echo=wrong.append) == 2
     assert "x7" in wrong[0] and "calibrated 1%, F1" in wrong[0]
+
+
+def test_stream_segments_prints_every_cell_window_and_design() -> None:
+    lines: list[str] = []
+    assert (
+        efficiency.main(["--stream-segments", "--reps", "1", "--seed", "3"], echo=lines.append) == 0
+    )
+    rows = [line.split()[-9:] for line in lines[2:]]  # window, design (2 words), windows ...
+    assert len(rows) == 4 * 3 * 2  # cells x windows (model, a, b) x designs
+    assert {r[0] for r in rows} == {"model", "a", "b"}
+    assert {f"{r[1]} {r[2]}" for r in rows} == {"model map", "segment maps"}
+    assert all(1 <= int(r[3]) <= 6 for r in rows)  # one stream: its buckets from the fifth on

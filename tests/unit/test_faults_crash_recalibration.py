@@ -28,6 +28,7 @@ import numpy.typing as npt
 import pytest
 
 from monitor.config.schema import Config
+from monitor.core import recalibration
 from monitor.core import sampler as sampler_module
 from monitor.core.records import decode_scored
 from monitor.core.sampler import SamplerService
@@ -36,6 +37,7 @@ from monitor.runtime.failpoint import Failpoint
 from monitor.sim.workload import Workload, WorkloadSpec, generate
 from monitor.stats import design
 from monitor.stats.beta_calibration import BetaMap, CalibrationMap, fit_beta
+from monitor.stats.calibration import fit_platt
 from monitor.testing.fakes import FakeLog, FakeSource
 from tests.unit import test_daemon_loop as loop_tests
 from tests.unit.test_daemon_loop import TOPICS, Harness, _answer
@@ -98,6 +100,26 @@ def _always_beta(score: FloatArray, label: FloatArray, *, tau: float) -> Calibra
     return fit_beta(score, label, np.ones(len(score)), tau=tau)
 
 
+def _every_segment(
+    model_map: CalibrationMap,
+    score: FloatArray,
+    label: npt.NDArray[np.int8],
+    segment: npt.NDArray[np.str_],
+    *,
+    tau: float,
+    beta: bool,
+) -> tuple[tuple[str, CalibrationMap], ...]:
+    """Every segment with 20 labels gets its own Platt map (as where the test rejects the
+    model's map for each)."""
+    names = sorted({str(g) for g in segment.tolist()} - {""})
+    own = [(g, segment == g) for g in names]
+    return tuple(
+        (g, fit_platt(score[m], label[m], np.ones(int(m.sum())), tau=tau))
+        for g, m in own
+        if m.sum() >= 20
+    )
+
+
 def _restless(ref: object, cur: object, lam0: float, lam_max: float) -> float:
     """A score shift rule that raises the defensive share at about two controls in three: a
     function of the stream (the current histogram's record count), like the real one."""
@@ -105,7 +127,7 @@ def _restless(ref: object, cur: object, lam0: float, lam_max: float) -> float:
     return lam0 + (lam_max - lam0) * (n % 3) / 2
 
 
-@pytest.mark.parametrize("family", ["chosen", "beta", "shift"])
+@pytest.mark.parametrize("family", ["chosen", "beta", "shift", "segments"])
 def test_kills_while_the_map_changes_keep_requests_a_function_of_stored_controls(
     tmp_path: Path,
     shared_workload: Workload,
@@ -115,6 +137,9 @@ def test_kills_while_the_map_changes_keep_requests_a_function_of_stored_controls
 ) -> None:
     workload = shared_workload
     monkeypatch.setattr(loop_tests, "_config", _recalibrating)
+    if family == "segments":  # controls record segment maps; records carry two segments
+        workload = generate(WorkloadSpec(n=4000, hours=8.0, seed=3, segments=("eu", "us")))
+        monkeypatch.setattr(recalibration, "segment_maps", _every_segment)
     if family == "beta":
         monkeypatch.setattr(design, "choose_map", _always_beta)
     if family == "shift":  # controls record a raised defensive share
@@ -163,6 +188,9 @@ def test_kills_while_the_map_changes_keep_requests_a_function_of_stored_controls
     )
     if family == "shift":
         assert any(s.shift > 0.0 for chain in chains for s in chain)
+    if family == "segments":
+        segmented = [c.calibration.segments for c in state.controls.values()]
+        assert any(len(g) == 2 for g in segmented), segmented
     if family == "beta":
         maps = [c.calibration.cal_map for c in state.controls.values() if c.calibration.version]
         assert maps and all(isinstance(m, BetaMap) for m in maps)

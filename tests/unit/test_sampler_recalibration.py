@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -111,14 +112,39 @@ def test_refit_versions_maps_and_keeps_them_when_nothing_changed(
         recalibration.decode([1])
 
 
-def test_recalibrate_is_a_checked_per_model_switch() -> None:
+@pytest.mark.parametrize("key", ["recalibrate", "segment_maps"])
+def test_recalibrate_and_segment_maps_are_checked_per_model_switches(key: str) -> None:
     from monitor.config.load import parse_config
     from monitor.errors import ConfigError
 
-    off = parse_config({"models": {"m": {"recalibrate": False}}}, "t")
-    assert parse_config(None, "t").model("m").recalibrate and not off.models["m"].recalibrate
-    with pytest.raises(ConfigError, match=r"models\.m\.recalibrate: expected a boolean"):
-        parse_config({"models": {"m": {"recalibrate": "yes"}}}, "t")
+    off = parse_config({"models": {"m": {key: False}}}, "t")
+    assert getattr(parse_config(None, "t").model("m"), key)
+    assert not getattr(off.models["m"], key)
+    with pytest.raises(ConfigError, match=rf"models\.m\.{key}: expected a boolean"):
+        parse_config({"models": {"m": {key: "yes"}}}, "t")
+
+
+def test_records_of_a_segment_with_its_own_map_are_decided_at_its_p_hat(
+    rng: np.random.Generator,
+) -> None:
+    eu_map = PlattMap(1.0, 2.0)
+    cal = dataclasses.replace(CAL, segments=(("eu", eu_map),))
+    s = make_stream(rng, 6000, span_s=3 * 3600)
+    batch = s.batch(slice(None))
+    segment = np.where(np.arange(len(batch)) % 2 == 0, "eu", "us")
+    sampler = SamplerService(_config())
+    sampler.calibration = {"default": cal}
+    reqs = sampler.process(dataclasses.replace(batch, segment=segment)).requests
+    last = max(r.bucket for r in reqs)
+    ctl = sampler.control("default", 0, last)
+    assert ctl is not None
+    assert all(c.calibration == cal for c in [ctl, *(r.control for r in ctl.refreshes)])
+    for name, m in (("eu", eu_map), ("us", CAL.cal_map)):
+        got = [r for r in reqs if r.bucket == last and r.segment == name]
+        assert got
+        want = m.apply(np.array([r.score for r in got]))
+        phat = np.array([r.phat for r in got], dtype=np.float64)
+        assert np.max(np.abs(phat - want)) < 1e-6
 
 
 def test_the_estimator_reports_calibration_error_and_recalibrated_intrinsic_f(
