@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,17 +42,6 @@ def _published(estimator: Proc) -> list[int]:
         assert isinstance(maps, dict)
         out.extend(int(v) for v in maps.values())
     return out
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    """The processes a test starts (killed at the end)."""
-    started: list[Proc] = []
-    yield started
-    for p in started:
-        if p.proc is not None and p.proc.poll() is None:
-            p.proc.kill()
-            p.proc.wait()
 
 
 def test_an_estimator_restarted_without_its_data_directory_publishes_maps_the_sampler_takes(

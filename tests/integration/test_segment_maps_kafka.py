@@ -9,7 +9,7 @@ the codec, the topic and the sampler's decisions end to end.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,17 +31,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 EU = PlattMap(1.0, 2.0)
 CAL = Calibration(5, PlattMap(-0.5, 0.4), 0.3, (("eu", EU),))
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    """The processes a test starts (killed at the end)."""
-    started: list[Proc] = []
-    yield started
-    for p in started:
-        if p.proc is not None and p.proc.poll() is None:
-            p.proc.kill()
-            p.proc.wait()
 
 
 def test_a_sampler_decides_each_segment_at_its_published_map(

@@ -19,18 +19,10 @@ windows (0.861), and change nothing on healthy segments.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-try:
-    from benchmarks import segments
-    from benchmarks.stream import StreamCase
-except ImportError:  # plain `pytest` does not put the repository root on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from benchmarks import segments
-    from benchmarks.stream import StreamCase
+from benchmarks import segments
+from benchmarks.stream import StreamCase
 
 REPS = 40
 SEED = 1
