@@ -34,6 +34,7 @@ from monitor.config.schema import Config
 from monitor.core.alerts import AlertStatus
 from monitor.core.snapshot import Snapshot, WindowEstimate
 from monitor.errors import ConfigError, RejectReason
+from monitor.stats.budget import Calibration
 from monitor.stats.estimate import Estimate
 
 log = logging.getLogger(__name__)
@@ -343,6 +344,23 @@ class Exporter:
             if config.models[model].recalibrate:
                 for why in ("older", "conflicting"):
                     self._maps_ignored.labels(model=model, reason=why)
+        self._cal_version = Gauge(
+            "monitor_calibration_version",
+            "Version of the calibration map new audit decisions of the model use (0: none yet)",
+            ["model"],
+            registry=r,
+        )
+        self._segment_map = Gauge(
+            "monitor_calibration_segment_map",
+            "1 for each segment whose labels rejected the model's calibration map and that is "
+            "recalibrated by a map of its own",
+            ["model", "segment"],
+            registry=r,
+        )
+        self._segment_maps: dict[str, set[str]] = {}
+        for model in models:
+            if config.models[model].recalibrate:
+                self._cal_version.labels(model=model)
         self._am_errors = Counter(
             "monitor_alertmanager_errors",
             "Alert pushes to Alertmanager that failed after their retries",
@@ -425,6 +443,16 @@ class Exporter:
     def count_maps_ignored(self, model: str, reason: str) -> None:
         """Add one calibration map a sampler ignored (``reason``: older or conflicting)."""
         self._maps_ignored.labels(model=model, reason=reason).inc()
+
+    def set_calibration(self, model: str, calibration: Calibration) -> None:
+        """Show the calibration in force: its version, and which segments have their own map."""
+        self._cal_version.labels(model=model).set(calibration.version)
+        now = {g for g, _ in calibration.segments}
+        for gone in self._segment_maps.get(model, set()) - now:
+            self._segment_map.remove(model, gone)
+        for g in sorted(now):
+            self._segment_map.labels(model=model, segment=g).set(1)
+        self._segment_maps[model] = now
 
     def count_alertmanager_errors(self, n: int = 1) -> None:
         """Add failed Alertmanager pushes (callback for ``AlertmanagerPusher(on_error=...)``)."""

@@ -409,6 +409,8 @@ class Engine:
         labels_ok = self.estimator.take_label_counts()
         if labels_ok:
             self._recalibrate(labels_ok)
+        for model, cal in self.sampler.calibration.items():
+            self.metrics.set_calibration(model, cal)
         if self._maps_due:
             self._publish_maps(source, sink)
         count_step(self.metrics, records, requested, labels_ok, rejects)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from monitor.core.messages import RawRecord
     from monitor.core.snapshot import Snapshot
     from monitor.errors import RejectReason
+    from monitor.stats.budget import Calibration
 
 TP = tuple[str, int]  # (topic, partition)
 Entry = tuple[int, bytes | None, bytes | None]  # (partition, key, value) of a topic read whole
@@ -111,6 +112,7 @@ class Metrics(Protocol):
     def count_rejects(self, per_reason: Mapping[RejectReason, int]) -> None: ...  # noqa: D102
     def count_segments_folded(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
     def count_maps_ignored(self, model: str, reason: str) -> None: ...  # noqa: D102
+    def set_calibration(self, model: str, calibration: Calibration) -> None: ...  # noqa: D102
     def observe_batch(self, seconds: float) -> None: ...  # noqa: D102
     def set_lag(self, topic: str, partition: int, lag: int) -> None: ...  # noqa: D102
     def set_ready(self, ready: bool) -> None: ...  # noqa: D102

@@ -145,6 +145,7 @@ class SamplerEngine:
             return
         self.maps[model] = cal
         self.sampler.calibration[model] = cal
+        self.metrics.set_calibration(model, cal)
         log.info(
             "calibration map taken",
             extra={"event": "calibration_taken", "model": model, "version": cal.version},

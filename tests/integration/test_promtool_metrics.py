@@ -13,6 +13,8 @@ from monitor.core.alerts import AlertStatus
 from monitor.core.snapshot import Snapshot, WindowEstimate
 from monitor.errors import RejectReason
 from monitor.io.exporter import Exporter
+from monitor.stats.budget import Calibration
+from monitor.stats.calibration import IDENTITY, PlattMap
 from monitor.stats.estimate import Confusion, Estimate
 
 pytestmark = pytest.mark.integration
@@ -77,6 +79,7 @@ def test_promtool_accepts_the_exposition(promtool: Path) -> None:
     exporter.count_rejects({RejectReason.MALFORMED_JSON: 3, RejectReason.UNKNOWN_REQUEST: 1})
     exporter.count_alertmanager_errors(2)
     exporter.count_segments_folded({"spam": 7})
+    exporter.set_calibration("fraud", Calibration(2, PlattMap(0.1, 0.3), 0.2, (("eu", IDENTITY),)))
     for seconds in (0.004, 0.03, 0.2):
         exporter.observe_batch(seconds)
     exporter.set_lag("predictions", 0, 12)
@@ -101,7 +104,8 @@ def test_promtool_accepts_the_exposition(promtool: Path) -> None:
         "monitor_consumer_lag", "monitor_label_budget_per_hour", "monitor_ready",
         "monitor_build_info", "monitor_alert_active", "monitor_alert_bound",
         "monitor_alert_threshold", "monitor_alertmanager_errors_total",
-        "monitor_segments_folded_total",
+        "monitor_segments_folded_total", "monitor_calibration_version",
+        "monitor_calibration_segment_map",
     }  # fmt: skip
     assert expected <= families, sorted(expected - families)
 

@@ -335,3 +335,20 @@ def test_model_assisted_windows_export_the_ratio_estimates_beside(exporter: Expo
     exporter.publish(Snapshot(windows=(_window(),)))  # the ratio estimator: nothing beside
     assert get("monitor_f_measure_ratio", WA) is None
     assert get(assisted, {**W, "measure": "f_measure"}) is None
+
+
+def test_calibration_version_and_segment_maps(exporter: Exporter) -> None:
+    from monitor.stats.budget import Calibration
+    from monitor.stats.calibration import PlattMap
+
+    get = exporter.registry.get_sample_value
+    assert get("monitor_calibration_version", {"model": "fraud"}) == 0.0  # none yet
+    both = (("eu", PlattMap(0.1, 0.2)), ("us", PlattMap(0.0, 0.5)))
+    exporter.set_calibration("fraud", Calibration(3, PlattMap(0.0, 0.4), 0.2, both))
+    assert get("monitor_calibration_version", {"model": "fraud"}) == 3.0
+    for g in ("eu", "us"):
+        assert get("monitor_calibration_segment_map", {"model": "fraud", "segment": g}) == 1.0
+    exporter.set_calibration("fraud", Calibration(4, PlattMap(0.0, 0.4), 0.2, both[1:]))
+    assert get("monitor_calibration_version", {"model": "fraud"}) == 4.0
+    assert get("monitor_calibration_segment_map", {"model": "fraud", "segment": "eu"}) is None
+    assert get("monitor_calibration_segment_map", {"model": "fraud", "segment": "us"}) == 1.0

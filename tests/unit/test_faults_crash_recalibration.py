@@ -224,8 +224,10 @@ def test_the_map_is_durable_before_a_control_records_it(
         stored = Store.get_json(h.store, "calibration")
         in_use = h.engine.sampler.calibration
         if in_use:
-            # what the sampler uses is what the store holds, version for version
+            # what the sampler uses is what the store holds, version for version, and shows
             assert stored == {m: c.to_list() for m, c in in_use.items()}
+            for m, c in in_use.items():
+                assert h.value("monitor_calibration_version", model=m) == c.version
     assert h.engine.sampler.calibration["default"].version >= 2
     h.close()
 
