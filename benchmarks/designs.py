@@ -8,17 +8,18 @@ over repetitions with common random numbers:
 * ``uniform``: Poisson sampling with pi = n / N; the ratio estimate (seed 000, Eq. 4).
 * ``raw q*``: today's daemon: q* (seed 000, Cor. 2) at the raw scores, G their intrinsic F,
   mixed with 10% uniform; pi = min(1, kappa q) with sum(pi) = n; the ratio estimate.
-* ``recal q*``: two rounds (``monitor.stats.design``). Round 1 spends a quarter of n on q* at the
-  raw scores mixed with 50% uniform (no label yet: the scores are not trusted); the map is fitted on
-  its labels (``design.recalibrate``: Platt, or beta where ``beta_calibration.choose_map`` takes it;
-  ridge toward the identity); round 2 spends the rest on q* at p_hat with G from the pool's
-  recalibrated expected counts and the defensive share from the labels' likelihood, calibration
-  error and number of the model's mistakes seen. The rounds are combined by their budgets; the ratio
-  estimate.
-* ``platt q*``: ``recal q*`` restricted to Platt maps (the same labels and draws; it differs only
-  where the test chose a beta map).
-* ``recal+GREG``: the same labels, the model-assisted estimate (``monitor.stats.greg``) with the
-  round-1 map's p_hat summed over the pool per prediction stratum.
+* ``recal q*``: the rounds of ``monitor plan --labelled`` (``monitor.offline.rounds``), shares
+  ``ROUNDS`` of n. Round 1 spends 10% of n on q* at the raw scores mixed with 50% uniform (no label
+  yet: the scores are not trusted); each later round fits the map on every label so far
+  (``design.recalibrate``: Platt, or beta where ``beta_calibration.choose_map`` takes it; ridge
+  toward the identity) and spends its share on q* at p_hat over the items not yet labelled, with
+  G from the pool's recalibrated expected counts and the defensive share from the labels'
+  likelihood, calibration error and number of the model's mistakes seen. The ratio estimate of
+  ``monitor estimate``: earlier rounds counted exactly, the latest by Horvitz-Thompson over the
+  rest (``design.known_and_latest``).
+* ``recal+GREG``: the same labels, the model-assisted estimate of ``monitor estimate --pool``
+  (``monitor.stats.greg``) with the p_hat of the map that chose the latest round summed over the
+  pool per prediction stratum.
 
 Savings: 800 / labels needed to reach uniform's MAE at n = 800 (as ``benchmarks.efficiency``).
 
@@ -54,7 +55,7 @@ from benchmarks.efficiency import (
 )
 from monitor.stats.design import (
     Recalibration,
-    combine_rounds,
+    known_and_latest,
     recalibrate,
     recalibrated_g,
     recalibrated_weights,
@@ -65,10 +66,11 @@ from monitor.stats.greg import StratumTraffic, greg_falpha
 from monitor.stats.sample import LabeledSample
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
 
-DESIGNS = ("uniform", "raw q*", "platt q*", "recal q*", "recal+GREG")
+DESIGNS = ("uniform", "raw q*", "recal q*", "recal+GREG")
 LAM_RAW = 0.1  # today's defensive share
 LAM_FIRST = 0.5  # round 1: no label yet
-FIRST_SHARE = 0.25  # share of the budget spent in round 1
+#: Shares of the budget per round (``monitor plan --labelled``)
+ROUNDS = (0.1, 0.15, 0.75)
 
 
 @dataclass(frozen=True)
@@ -120,42 +122,69 @@ def build_cases(
     return cases
 
 
-def _poisson(pool: Pool, pi: np.ndarray, u: np.ndarray) -> LabeledSample:
-    take = np.flatnonzero(u < pi)
-    p = pi[take]
-    return LabeledSample(pool.score[take], pool.pred[take], pool.label[take], 1.0 / p, 1.0 - p)
+def _rounds(
+    pool: Pool, alpha: float, budget: int, us: Sequence[np.ndarray]
+) -> tuple[LabeledSample, Recalibration]:
+    """The rounds of ``monitor plan --labelled``: the sample ``monitor estimate`` uses, and the map
+    that chose the latest round.
+
+    Round 1 spends ``ROUNDS[0]`` of the budget on q* at the raw scores mixed with ``LAM_FIRST``
+    uniform; every later round fits the map on all labels so far (``design.recalibrate``) and
+    spends its share on q* at p_hat over the items not yet labelled (``monitor.offline.rounds``).
+    """
+    shares = [max(1, round(f * budget)) for f in ROUNDS[:-1]]
+    sizes = [*shares, budget - sum(shares)]
+    known = np.zeros(pool.score.size, dtype=np.bool_)
+    drawn = np.ones(pool.score.size)
+    recal = recalibrate(LabeledSample.concat([]))
+    lam = LAM_FIRST
+    latest = LabeledSample.concat([])
+    for r, size in enumerate(sizes):
+        if r:
+            idx = np.flatnonzero(known)
+            sample = LabeledSample.poisson(
+                pool.score[idx], pool.pred[idx], pool.label[idx], drawn[idx]
+            )
+            recal, lam = recalibrate(sample), LAM_RAW
+        q = np.where(known, 0.0, recalibrated_weights(pool.score, pool.pred, alpha, recal, lam))
+        pi = inclusion_for_budget(q, size)[0]
+        take = np.flatnonzero(us[r] < pi)
+        latest = LabeledSample.poisson(
+            pool.score[take], pool.pred[take], pool.label[take], pi[take]
+        )
+        if r < len(sizes) - 1:
+            known[take] = True
+            drawn[take] = pi[take]
+    idx = np.flatnonzero(known)
+    exact = LabeledSample.poisson(pool.score[idx], pool.pred[idx], pool.label[idx], drawn[idx])
+    return known_and_latest(exact, latest), recal
 
 
 def _estimates(
-    pool: Pool, alpha: float, budget: int, u1: np.ndarray, u2: np.ndarray
+    pool: Pool, alpha: float, budget: int, us: Sequence[np.ndarray]
 ) -> dict[str, Estimate]:
     """One repetition: the estimate of every design at one budget."""
     size = pool.score.size
-    g_raw = recalibrated_g(pool.score, pool.pred, alpha)
     out = {}
     pi_u = np.full(size, min(1.0, budget / size))
-    out["uniform"] = estimate_falpha(_poisson(pool, pi_u, u1), alpha, LEVEL)
-    q_raw = defensive_mix(q_star_falpha(pool.score, pool.pred, alpha, g_raw), LAM_RAW)
+    take = np.flatnonzero(us[0] < pi_u)
+    out["uniform"] = estimate_falpha(
+        LabeledSample.poisson(pool.score[take], pool.pred[take], pool.label[take], pi_u[take]),
+        alpha,
+        LEVEL,
+    )
+    g_raw = recalibrated_g(pool.score, pool.pred, alpha)
+    pi = inclusion_for_budget(
+        defensive_mix(q_star_falpha(pool.score, pool.pred, alpha, g_raw), LAM_RAW), budget
+    )[0]
+    take = np.flatnonzero(us[0] < pi)
     out["raw q*"] = estimate_falpha(
-        _poisson(pool, inclusion_for_budget(q_raw, budget)[0], u1), alpha, LEVEL
+        LabeledSample.poisson(pool.score[take], pool.pred[take], pool.label[take], pi[take]),
+        alpha,
+        LEVEL,
     )
-    n1 = max(1, round(FIRST_SHARE * budget))
-    q1 = defensive_mix(q_star_falpha(pool.score, pool.pred, alpha, g_raw), LAM_FIRST)
-    s1 = _poisson(pool, inclusion_for_budget(q1, n1)[0], u1)
-    recal = recalibrate(s1)
-
-    def second_round(r: Recalibration) -> LabeledSample:
-        q2 = recalibrated_weights(pool.score, pool.pred, alpha, r, LAM_RAW)
-        s2 = _poisson(pool, inclusion_for_budget(q2, budget - n1)[0], u2)
-        return combine_rounds([s1, s2], [n1, budget - n1])
-
-    both = second_round(recal)
+    both, recal = _rounds(pool, alpha, budget, us)
     out["recal q*"] = estimate_falpha(both, alpha, LEVEL)
-    out["platt q*"] = (
-        out["recal q*"]
-        if recal.cal_map.family == "platt"
-        else estimate_falpha(second_round(recalibrate(s1, beta=False)), alpha, LEVEL)
-    )
     p_pool = recal.cal_map.apply(pool.score)
     f1 = pool.pred == 1
     traffic = [StratumTraffic(float(np.sum(sel)), float(p_pool[sel].sum())) for sel in (~f1, f1)]
@@ -176,9 +205,9 @@ def evaluate_case(
         truth = falpha_exact(pool.pred, pool.label, case.alpha)
         n_reps = reps // len(case.pools) + (p < reps % len(case.pools))
         for _ in range(n_reps):
-            u1, u2 = rng.random(pool.score.size), rng.random(pool.score.size)
+            us = [rng.random(pool.score.size) for _ in ROUNDS]
             for b in budgets:
-                for d, est in _estimates(pool, case.alpha, b, u1, u2).items():
+                for d, est in _estimates(pool, case.alpha, b, us).items():
                     if est.defined:
                         errors[(d, b)].append(abs(est.value - truth))
                         covered[(d, b)] += est.lower <= truth <= est.upper

@@ -1,7 +1,7 @@
 """Label efficiency of active F_alpha estimation against uniform sampling (seed 000, Sec. 3).
 
 Run: ``.venv/bin/python -m benchmarks.efficiency [--reps R] [--quick] [--jobs J]``.
-With ``--designs``: the designs that learn from their labels (recalibrated q* in two rounds,
+With ``--designs``: the designs that learn from their labels (recalibrated q* in rounds,
 with and without the model-assisted estimate) against today's, on the simulated pools and two
 real cases (``benchmarks.designs``); ``--stream``: the streaming controller over a simulated
 stream whose model turns over-confident after a drift (``benchmarks.stream``); ``--stream-daemon``:

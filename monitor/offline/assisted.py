@@ -7,7 +7,7 @@ items' p_hat strayed from the pool's (Sarndal, Swensson and Wretman 1992, Sec. 6
 
     Y_h = sum_s v y + a_h (N_h - sum_s v) + b_h (S_h - sum_s v p_hat),   F = T / D.
 
-p_hat = m(s) with m the design-weighted Platt map fitted on the labels of the *earlier* rounds
+p_hat = m(s) with m the calibration map fitted on the labels of the *earlier* rounds
 (the map that chose the latest round, ``monitor.offline.rounds``); a single round has no earlier
 labels and uses the identity (p_hat = s). The map is therefore never fitted on the labels it
 corrects; the regression coefficients (a_h, b_h) are (approximately design-unbiased, bias

@@ -3,18 +3,15 @@
 Round r + 1 (``monitor plan --labelled A.csv [B.csv ...]``, Poisson design):
 
 * the labelled rows of the earlier plans are **known**: they are never chosen again;
-* the design-weighted Platt map is fitted on them (v = the weights they were drawn with,
-  ``monitor.stats.calibration``), and q* (seed 000, Cor. 2) is evaluated at the recalibrated
-  p_hat over the pool, with G from the pool's recalibrated expected counts and the defensive share
-  of ``monitor.stats.selection.defensive_share`` (``monitor.stats.design``);
+* the calibration map is fitted on them (Platt, or beta where it fits better; each label counted
+  once, ``monitor.stats.design.recalibrate``), and q* (seed 000, Cor. 2) is evaluated at the
+  recalibrated p_hat over the pool, with G from the pool's recalibrated expected counts and the
+  defensive share of ``monitor.stats.selection.defensive_share`` (``monitor.stats.design``);
 * pi = min(1, kappa q) over the rest of the pool, kappa solved for the budget.
 
-Estimate (``monitor estimate --labels A.csv B.csv``): a pool total is
-``T = sum_known z + sum_rest z``; the latest round is a Poisson sample of the rest whose pi were
-fixed given the earlier labels, so its Horvitz-Thompson sum is unbiased for ``sum_rest z``
-whatever the earlier rounds drew (Zrnic and Candes, Active Statistical Inference, 2024: the
-sequential design keeps the estimate unbiased). The known rows therefore enter the estimate with
-v = 1 and fpc = 0 (counted exactly), the latest round's rows with v = 1/pi and fpc = 1 - pi.
+Estimate (``monitor estimate --labels A.csv B.csv``): the known rows counted exactly and the
+latest round by Horvitz-Thompson over the rest of the pool
+(``monitor.stats.design.known_and_latest``).
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ import numpy.typing as npt
 from monitor.errors import InputFileError
 from monitor.offline.poolfile import Plan, Pool
 from monitor.stats.beta_calibration import CalibrationMap
-from monitor.stats.design import recalibrate, recalibrated_weights
+from monitor.stats.design import known_and_latest, recalibrate, recalibrated_weights
 from monitor.stats.sample import LabeledSample
 
 
@@ -122,7 +119,5 @@ def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> tuple[LabeledSample, Pla
         msg = f"{path}: item '{plan.ids[overlap][0]}' was labelled in an earlier round"
         raise InputFileError(msg)
     lab = plan.labelled
-    s = known.sample
     now = LabeledSample.poisson(plan.score[lab], plan.pred[lab], plan.label[lab], plan.prob[lab])
-    exact = LabeledSample(s.score, s.pred, s.label, np.ones(len(s)), np.zeros(len(s)))
-    return LabeledSample.concat([exact, now]), plan, path
+    return known_and_latest(known.sample, now), plan, path

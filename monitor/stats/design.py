@@ -15,15 +15,14 @@ From the labels so far (a :class:`~monitor.stats.sample.LabeledSample`, v = 1/pi
    large, and near 0.5 while the labels have seen few of the model's mistakes.
 
 Each record's pi is fixed before its label is seen (from labels of earlier rounds or buckets), so
-the Horvitz-Thompson sums stay unbiased and the sum over rounds of ``(xi_i / pi_i - 1) z_i`` is a
-martingale: the same variance formula holds (Zrnic and Candes, Active Statistical Inference,
-2024; Marchant and Rubinstein, OASIS, 2017). Rounds are combined by :func:`round_weights`.
+the Horvitz-Thompson sums stay unbiased given the earlier labels (Zrnic and Candes, Active
+Statistical Inference, 2024; Marchant and Rubinstein, OASIS, 2017). Rounds of a fixed pool are
+estimated by :func:`known_and_latest`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,41 +136,27 @@ def recalibrated_weights(
     return defensive_mix(qstar, recal.defensive(lam0))
 
 
-def round_weights(budgets: Sequence[float]) -> FloatArray:
-    """Weights c_r = n_r / sum(n) that combine the Horvitz-Thompson totals of rounds.
+def known_and_latest(known: LabeledSample, latest: LabeledSample) -> LabeledSample:
+    """The sample that estimates a pool audited in rounds: earlier rounds exact, the latest by HT.
 
-    Round r's sample estimates every pool total without bias given the earlier rounds, so any
-    fixed convex combination ``sum_r c_r T_r`` does; multiplying round r's v by c_r and
-    concatenating the samples gives it (ratio estimates are unchanged by a common scale).
-    Weights proportional to the labels spent keep every label's share equal when the rounds'
-    designs are alike.
+    A pool total is ``T = sum_known z + sum_rest z``. The items labelled in earlier rounds (the
+    known ones) are never chosen again, and the latest round is a Poisson sample of the rest whose
+    pi were fixed given the known labels, so its Horvitz-Thompson sum is unbiased for
+    ``sum_rest z`` whatever the earlier rounds drew. The known rows enter with v = 1 and fpc = 0
+    (counted exactly, no variance), the latest round's as drawn (v = 1/pi, fpc = 1 - pi).
+
+    Not the budget-weighted mixture of every round's Horvitz-Thompson sum of the whole pool: that
+    spends the first round's labels on the pool too, but the first round is drawn before any map
+    (q* at the raw scores, half uniform), and where the scores are over-confident its few
+    heavily weighted finds made the mixture's intervals cover 0.76-0.87 at 1% positives
+    (``python -m benchmarks.efficiency --designs``; README, "Efficiency").
 
     Examples:
-        >>> round_weights([100, 300]).tolist()
-        [0.25, 0.75]
+        >>> k = LabeledSample.poisson([0.2], [0], [0], [0.5])
+        >>> both = known_and_latest(k, LabeledSample.poisson([0.9], [1], [1], [0.25]))
+        >>> both.v.tolist(), both.fpc.tolist()
+        ([1.0, 4.0], [0.0, 0.75])
     """
-    n = np.asarray(budgets, dtype=np.float64)
-    total = float(n.sum())
-    if n.size == 0 or not total > 0.0 or (n < 0.0).any():
-        msg = "round budgets must be >= 0 with a positive sum"
-        raise ValueError(msg)
-    out: FloatArray = n / total
-    return out
-
-
-def combine_rounds(samples: Sequence[LabeledSample], budgets: Sequence[float]) -> LabeledSample:
-    """One sample from rounds: round r's v scaled by ``round_weights(budgets)[r]``.
-
-    An item labelled in two rounds appears once per round (its label is reused, not bought
-    twice). The finite-population corrections are kept as they were drawn.
-    """
-    c = round_weights(budgets)
-    if len(samples) != c.size:
-        msg = "one budget per round"
-        raise ValueError(msg)
-    scaled = [
-        LabeledSample(s.score, s.pred, s.label, s.v * float(cr), s.fpc)
-        for s, cr in zip(samples, c, strict=True)
-        if len(s) and cr > 0.0
-    ]
-    return LabeledSample.concat(scaled)
+    n = len(known)
+    exact = LabeledSample(known.score, known.pred, known.label, np.ones(n), np.zeros(n))
+    return LabeledSample.concat([exact, latest])

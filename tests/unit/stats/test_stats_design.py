@@ -13,7 +13,7 @@ from monitor.stats import design, selection
 from monitor.stats.calibration import IDENTITY, PlattMap, fit_platt
 from monitor.stats.design import (
     Recalibration,
-    combine_rounds,
+    known_and_latest,
     recalibrate,
     recalibrated_g,
     recalibrated_weights,
@@ -119,18 +119,17 @@ def test_defensive_grows_when_the_probabilities_are_poor() -> None:
     assert unseen.defensive(0.1) == pytest.approx(0.5)
 
 
-def test_combined_rounds_scale_each_rounds_weights(rng: np.random.Generator) -> None:
-    a = LabeledSample.poisson([0.2, 0.7], [0, 1], [0, 1], [0.5, 0.25])
-    b = LabeledSample.poisson([0.9], [1], [1], [0.1])
-    both = combine_rounds([a, b], [100, 300])
-    np.testing.assert_allclose(both.v, [0.5, 1.0, 7.5])
-    np.testing.assert_allclose(both.fpc, [0.5, 0.75, 0.9])
-    with pytest.raises(ValueError, match="one budget per round"):
-        combine_rounds([a], [1, 2])
+def test_known_rows_count_exactly_and_the_latest_round_as_drawn() -> None:
+    known = LabeledSample.poisson([0.2, 0.7], [0, 1], [0, 1], [0.5, 0.25])
+    latest = LabeledSample.poisson([0.9], [1], [1], [0.1])
+    both = known_and_latest(known, latest)
+    np.testing.assert_allclose(both.v, [1.0, 1.0, 10.0])
+    np.testing.assert_allclose(both.fpc, [0.0, 0.0, 0.9])
+    assert both.label.tolist() == [0, 1, 1]
 
 
-def test_two_rounds_with_a_map_fitted_on_round_one_are_unbiased() -> None:
-    """The martingale argument, checked: round 2's pi depends on round 1's labels."""
+def test_rounds_with_a_map_fitted_on_the_earlier_labels_are_unbiased() -> None:
+    """Round 2's pi depend on round 1's labels and skip its items; the estimate stays unbiased."""
     rng = np.random.default_rng(7)
     score, label = calibrated_pool(4000, 0.05, rng, overconfidence=10.0)
     pred = (score >= 0.5).astype(np.int8)
@@ -141,11 +140,12 @@ def test_two_rounds_with_a_map_fitted_on_round_one_are_unbiased() -> None:
     for _ in range(1500):
         t1 = rng.random(score.size) < pi1
         s1 = LabeledSample.poisson(score[t1], pred[t1], label[t1], pi1[t1])
-        q2 = recalibrated_weights(score, pred, 0.0, recalibrate(s1), 0.1)
+        q2 = np.where(t1, 0.0, recalibrated_weights(score, pred, 0.0, recalibrate(s1), 0.1))
         pi2 = inclusion_for_budget(q2, 120)[0]
         t2 = rng.random(score.size) < pi2
+        assert not (t1 & t2).any()
         s2 = LabeledSample.poisson(score[t2], pred[t2], label[t2], pi2[t2])
-        both = combine_rounds([s1, s2], [40, 120])
+        both = known_and_latest(s1, s2)
         totals.append(float(both.v[(both.pred == 0) & (both.label == 1)].sum()))
     arr = np.asarray(totals)
     se = arr.std(ddof=1) / math.sqrt(arr.size)
