@@ -63,6 +63,37 @@ def test_two_rounds_from_the_command_line(
     assert re.search(r"planned with \d+ labelled items of earlier rounds", err), err
 
 
+def test_three_rounds_as_the_readme_schedules_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """10%, 15% and 75% of the labels: each round skips every earlier round's labelled items."""
+    pool, truth = _overconfident_pool(tmp_path, 20_000, seed=3)
+    base = ["plan", "--pool", str(pool), "--alpha", "0.5"]
+    done: list[Path] = []
+    for r, budget in enumerate((40, 60, 300), start=1):
+        out, filled = tmp_path / f"r{r}.csv", tmp_path / f"r{r}-done.csv"
+        extra = ["--labelled", *map(str, done)] if done else ["--defensive", "0.5"]
+        assert main([*base, "--budget", str(budget), *extra, "--out", str(out)]) == 0
+        plan = read_plan(out)
+        assert plan.meta.get("round", "1") == str(r)
+        earlier = [read_plan(d) for d in done]
+        assert plan.meta.get("known_labels", "0") == str(sum(len(e) for e in earlier))
+        assert not any(set(plan.ids) & set(e.ids) for e in earlier)
+        _fill(out, filled, truth)
+        done.append(filled)
+    result = _estimate_json(capsys, "--labels", *map(str, done))
+    assert result["labels"] == sum(len(read_plan(d)) for d in done)
+    ids = sorted(truth, key=lambda k: int(k[1:]))
+    y = np.array([truth[i] for i in ids])
+    pool_rows = list(csv.reader(pool.open()))[1:]
+    pred = np.array([float(s) >= 0.5 for _, s in pool_rows], dtype=np.int8)
+    true_f1 = falpha_exact(pred, y, 0.5)
+    assert _num(result, "ci_low") <= true_f1 <= _num(result, "ci_high")
+    # round 3 was planned from rounds 1 and 2: round 2's file cannot be left out
+    assert main(["estimate", "--labels", str(done[0]), str(done[2])]) == 2
+    assert "planned with" in capsys.readouterr().err
+
+
 def _pool(n: int, seed: int) -> tuple[Pool, np.ndarray]:
     score, label = calibrated_pool(n, 0.05, np.random.default_rng(seed), overconfidence=10.0)
     ids = np.array([f"p{i}" for i in range(n)], dtype=np.str_)
