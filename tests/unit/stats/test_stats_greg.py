@@ -153,6 +153,29 @@ def test_undefined_is_missing_not_zero() -> None:
     assert math.isnan(est.value)
 
 
+@pytest.mark.parametrize("alpha", [0.0, 0.5])
+def test_no_false_negative_seen_keeps_the_ratio_estimates_width(alpha: float) -> None:
+    """F = 1: 30 true positives at pi = 1, 300 clean predicted negatives at pi = 0.01.
+
+    The estimate sits at the boundary where the interval is Wilson's on the Kish size; that size
+    must count the unseen false negatives as the ratio estimate's does, or the interval shrinks
+    to [0.9, 1] around a recall nothing measured.
+    """
+    pred = np.r_[np.ones(30), np.zeros(300)].astype(np.int8)
+    label = pred.copy()
+    score = np.r_[np.full(30, 0.9), np.full(300, 0.02)]
+    pi = np.r_[np.ones(30), np.full(300, 0.01)]
+    sample = LabeledSample.poisson(score, pred, label, pi)
+    traffic = (StratumTraffic(30_000.0, 600.0), StratumTraffic(30.0, 27.0))
+    est = greg_falpha(sample, score, *traffic, alpha=alpha, level=0.95)
+    ratio = estimate_falpha(sample, alpha, 0.95)
+    assert est.value == ratio.value == 1.0
+    assert est.n_eff == pytest.approx(ratio.n_eff)
+    assert est.n_eff_model == pytest.approx(ratio.n_eff_model)
+    assert est.lower == pytest.approx(ratio.lower, abs=0.02)
+    assert est.lower < 0.5
+
+
 def test_covers_and_beats_the_ratio_estimate_with_a_good_map() -> None:
     """Calibrated scores (the map is the identity): 95% coverage, smaller error than the ratio."""
     rng = np.random.default_rng(11)
