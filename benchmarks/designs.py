@@ -19,7 +19,8 @@ over repetitions with common random numbers:
   rest (``design.known_and_latest``).
 * ``recal+GREG``: the same labels, the model-assisted estimate of ``monitor estimate --pool``
   (``monitor.stats.greg``) with the p_hat of the map that chose the latest round summed over the
-  pool per prediction stratum.
+  pool per prediction stratum, where the daemon's rule allows it (``greg.choose``: at least 20
+  labels per prediction stratum), else the ratio estimate.
 
 Savings: 800 / labels needed to reach uniform's MAE at n = 800 (as ``benchmarks.efficiency``).
 
@@ -62,7 +63,7 @@ from monitor.stats.design import (
 )
 from monitor.stats.estimate import Estimate
 from monitor.stats.falpha import estimate_falpha, falpha_exact
-from monitor.stats.greg import StratumTraffic, greg_falpha
+from monitor.stats.greg import StratumTraffic, choose
 from monitor.stats.sample import LabeledSample
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
 
@@ -188,9 +189,9 @@ def _estimates(
     p_pool = recal.cal_map.apply(pool.score)
     f1 = pool.pred == 1
     traffic = [StratumTraffic(float(np.sum(sel)), float(p_pool[sel].sum())) for sel in (~f1, f1)]
-    out["recal+GREG"] = greg_falpha(
-        both, recal.cal_map.apply(both.score), traffic[0], traffic[1], alpha=alpha, level=LEVEL
-    )
+    ratio = (out["recal q*"], estimate_falpha(both, 1.0, LEVEL), estimate_falpha(both, 0.0, LEVEL))
+    p_hat = recal.cal_map.apply(both.score)
+    out["recal+GREG"] = choose(both, p_hat, traffic[0], traffic[1], ratio, alpha, LEVEL).f
     return out
 
 

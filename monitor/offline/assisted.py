@@ -12,6 +12,10 @@ p_hat = m(s) with m the calibration map fitted on the labels of the *earlier* ro
 labels and uses the identity (p_hat = s). The map is therefore never fitted on the labels it
 corrects; the regression coefficients (a_h, b_h) are (approximately design-unbiased, bias
 O(1/n)). The known rows of earlier rounds enter with v = 1 and fpc = 0, as in the ratio estimate.
+
+The daemon's rule decides where it is used (``monitor.stats.greg.choose``): the ratio estimate
+is kept for every measure when a prediction stratum has fewer than ``greg.MIN_LABELS`` labels,
+and for one measure when its model-assisted estimate is undefined; the report says which and why.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from monitor.offline.poolfile import Plan, Pool
 from monitor.stats.beta_calibration import CalibrationMap
 from monitor.stats.calibration import IDENTITY
 from monitor.stats.estimate import Estimate
-from monitor.stats.greg import StratumTraffic, greg_falpha
+from monitor.stats.greg import StratumTraffic, choose
 from monitor.stats.sample import LabeledSample
 
 _SCORE_ATOL = 1e-9
@@ -35,12 +39,18 @@ _SCORE_ATOL = 1e-9
 
 @dataclass(frozen=True)
 class Assisted:
-    """The model-assisted F_alpha, precision and recall, and the map p_hat = m(s) they used."""
+    """The model-assisted F_alpha, precision and recall, and the map p_hat = m(s) they used.
+
+    ``used`` says which of the three are model-assisted (the rest are the ratio estimates) and
+    ``reason`` why the ratio was kept ("" when every measure is model-assisted).
+    """
 
     f: Estimate
     precision: Estimate
     recall: Estimate
     cal_map: CalibrationMap
+    used: tuple[bool, bool, bool]
+    reason: str
 
 
 def check_pool(pool: Pool, plans: Sequence[tuple[str, Plan]], pool_path: str) -> None:
@@ -87,17 +97,20 @@ def pool_traffic(
     return neg, pos, p_hat
 
 
-def assisted_estimate(
+def assisted_estimate(  # noqa: PLR0917  (the sample, the pool and the ratio it falls back to)
     sample: LabeledSample,
     pool: Pool,
     alpha: float,
     level: float,
+    ratio: tuple[Estimate, Estimate, Estimate],
     cal_map: CalibrationMap = IDENTITY,
 ) -> Assisted:
-    """GREG F_alpha, precision and recall of the pool from ``sample`` (module docstring)."""
+    """GREG F_alpha, precision and recall of the pool from ``sample`` where the rule allows.
+
+    ``ratio`` holds the ratio estimates of F_alpha, precision and recall from the same sample,
+    kept where the model-assisted one is not used (module docstring).
+    """
     neg, pos, _ = pool_traffic(pool, cal_map)
     p_hat = cal_map.apply(sample.score)
-    f, precision, recall = (
-        greg_falpha(sample, p_hat, neg, pos, alpha=a, level=level) for a in (alpha, 1.0, 0.0)
-    )
-    return Assisted(f, precision, recall, cal_map)
+    c = choose(sample, p_hat, neg, pos, ratio, alpha, level)
+    return Assisted(c.f, c.precision, c.recall, cal_map, c.assisted, c.reason)

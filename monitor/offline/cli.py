@@ -101,7 +101,9 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
             "alpha, pool totals and round are unknown; copy it beside the labelled file"
         )
     if pool is not None:
-        assisted = assisted_estimate(sample, pool, result.alpha, args.level, cal_map)
+        m = result.measures
+        ratio = (m.f, m.precision, m.recall)
+        assisted = assisted_estimate(sample, pool, result.alpha, args.level, ratio, cal_map)
         result = replace(result, assisted=assisted)
     if args.format == "json":
         print(json.dumps(estimate_json(result, plan), allow_nan=False))

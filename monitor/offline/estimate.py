@@ -196,6 +196,8 @@ def estimate_json(result: PlanEstimate, plan: Plan) -> dict[str, Any]:
                 "labels": a.cal_map.n_labels,
             },
             **_estimate_fields(a.f, a.precision, a.recall),
+            "used": dict(zip(("estimate", "precision", "recall"), a.used, strict=True)),
+            "ratio_kept_because": a.reason or None,
         }
     )
     out["warnings"] = result.warnings
@@ -242,8 +244,12 @@ def estimate_table(result: PlanEstimate, plan: Plan, path: str) -> str:
             "earlier labels"
         )
         lines.append(f"model-assisted (GREG) estimate on the pool's {how}, {pct} interval:")
-        for name, est in ((fname, a.f), ("precision", a.precision), ("recall", a.recall)):
-            lines.append(f"  {name:<16} {_interval(est)}")
+        for name, est, used in zip(
+            (fname, "precision", "recall"), (a.f, a.precision, a.recall), a.used, strict=True
+        ):
+            lines.append(f"  {name:<16} {_interval(est)}{'' if used else '  (ratio kept)'}")
+        if a.reason:
+            lines.append(f"  ratio kept: {a.reason}")
     lines.append(f"model likelihood {m.likelihood:.4f}, effective sample size {m.ess:.1f}")
     c = result.confusion
     if c is not None:

@@ -74,8 +74,11 @@ def test_offline_intervals_cover(rounds: bool, overconfidence: float, alpha: flo
         else:
             plan = _answer(make_plan(pool, alpha=alpha, budget=200, seed=seed), truth)
             sample, path, cal_map = plan_sample(plan), "plan", IDENTITY
-        ratio = estimate_plan(plan, path, None, LEVEL, sample).measures.f
-        assisted = assisted_estimate(sample, pool, alpha, LEVEL, cal_map).f
+        m = estimate_plan(plan, path, None, LEVEL, sample).measures
+        ratio = m.f
+        assisted = assisted_estimate(
+            sample, pool, alpha, LEVEL, (m.f, m.precision, m.recall), cal_map
+        ).f
         for name, est in (("ratio", ratio), ("assisted", assisted)):
             covered[name] += est.lower <= true_value <= est.upper
             error[name].append(abs(est.value - true_value))

@@ -120,11 +120,38 @@ def test_estimate_with_pool_gives_ratio_and_model_assisted(
             assert abs(est[key] - true[key]) < 0.1, (key, est, true)
             assert est[low] <= true[key] <= est[high], (key, est, true)
     assert greg["estimate"] != ratio["estimate"]  # the pool's scores did enter
+    assert greg["used"] == {"estimate": True, "precision": True, "recall": True}
+    assert greg["ratio_kept_because"] is None
     # the table says which is which
     assert main(["estimate", "--labels", str(plan), "--pool", str(pool)]) == 0
     out = capsys.readouterr().out
     assert "ratio (Horvitz-Thompson) estimate" in out
     assert "model-assisted (GREG) estimate on the pool's raw scores" in out
+
+
+def test_too_few_labels_in_a_stratum_keep_the_ratio(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The daemon's rule offline: fewer than 20 labels among the predicted positives."""
+    pool, truth, _ = _pool_file(tmp_path, 20_000, 0.05, seed=5, overconfidence=1.0)
+    plan = tmp_path / "plan.csv"
+    argv = ["plan", "--pool", str(pool), "--budget", "30", "--alpha", "0.5", "--seed", "2"]
+    assert main([*argv, "--out", str(plan)]) == 0
+    _fill(plan, plan, truth)
+    rows = read_plan(plan)
+    assert int(rows.pred.sum()) < 20 or int((rows.pred == 0).sum()) < 20
+    result = _estimate_json(capsys, "--labels", str(plan), "--pool", str(pool))
+    ratio, greg = result["ratio"], result["model_assisted"]
+    assert isinstance(ratio, dict) and isinstance(greg, dict)
+    assert greg["used"] == {"estimate": False, "precision": False, "recall": False}
+    assert re.fullmatch(
+        r"\d+ labels among the predicted \w+ \(fewer than 20\)", str(greg["ratio_kept_because"])
+    )
+    for key in ("estimate", "ci_low", "ci_high", "precision", "recall_ci_low"):
+        assert greg[key] == ratio[key]
+    assert main(["estimate", "--labels", str(plan), "--pool", str(pool)]) == 0
+    out = capsys.readouterr().out
+    assert "(ratio kept)" in out and "ratio kept: " in out
 
 
 def test_model_assisted_over_rounds_uses_the_earlier_map(
