@@ -108,11 +108,18 @@ def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> tuple[LabeledSample, Pla
     """
     path, plan, known = split_rounds(plans)
     want = plan.meta.get("known_labels", "0")
-    if str(len(known.ids)) != want:
+    have = len(known.ids)
+    if str(have) != want:
         msg = (
             f"{path}: planned with {want} labelled items of earlier rounds, but the other files "
-            f"given hold {len(known.ids)}; pass exactly the files it was planned from"
+            f"given hold {have}; pass exactly the files it was planned from"
         )
+        if want.isdigit() and have > int(want):
+            msg += (
+                ", with the labels they held then (a label added to an earlier round after this "
+                "round was planned cannot count: clear it, or plan a further round from all the "
+                "labels)"
+            )
         raise InputFileError(msg)
     overlap = np.isin(plan.ids, known.ids)
     if overlap.any():

@@ -77,12 +77,14 @@ def test_three_rounds_as_the_readme_schedules_them(
         plan = read_plan(out)
         assert plan.meta.get("round", "1") == str(r)
         earlier = [read_plan(d) for d in done]
-        assert plan.meta.get("known_labels", "0") == str(sum(len(e) for e in earlier))
+        assert plan.meta.get("known_labels", "0") == str(
+            sum(int(e.labelled.sum()) for e in earlier)
+        )
         assert not any(set(plan.ids) & set(e.ids) for e in earlier)
         _fill(out, filled, truth)
         done.append(filled)
     result = _estimate_json(capsys, "--labels", *map(str, done))
-    assert result["labels"] == sum(len(read_plan(d)) for d in done)
+    assert result["labels"] == sum(int(read_plan(d).labelled.sum()) for d in done)
     ids = sorted(truth, key=lambda k: int(k[1:]))
     y = np.array([truth[i] for i in ids])
     pool_rows = list(csv.reader(pool.open()))[1:]
@@ -92,6 +94,29 @@ def test_three_rounds_as_the_readme_schedules_them(
     # round 3 was planned from rounds 1 and 2: round 2's file cannot be left out
     assert main(["estimate", "--labels", str(done[0]), str(done[2])]) == 2
     assert "planned with" in capsys.readouterr().err
+
+
+def test_a_label_added_to_an_earlier_round_later_is_refused_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool, truth = _overconfident_pool(tmp_path, 20_000, seed=3)
+    base = ["plan", "--pool", str(pool), "--alpha", "0.5"]
+    one, one_done, two = tmp_path / "r1.csv", tmp_path / "r1-done.csv", tmp_path / "r2.csv"
+    assert main([*base, "--budget", "60", "--out", str(one)]) == 0
+    _fill(one, one_done, truth, keep_pending=10)
+    assert main([*base, "--budget", "60", "--labelled", str(one_done), "--out", str(two)]) == 0
+    two_done = tmp_path / "r2-done.csv"
+    _fill(two, two_done, truth)
+    # answer a pending row of round 1 that round 2 did not choose again
+    rows = list(csv.reader(one_done.open()))
+    chosen = set(read_plan(two).ids.tolist())
+    late = next(r for r in rows[1:] if r[-1] == "" and r[0] not in chosen)
+    late[-1] = str(truth[late[0]])
+    with open(one_done, "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    assert main(["estimate", "--labels", str(one_done), str(two_done)]) == 2
+    err = capsys.readouterr().err
+    assert "planned with" in err and "a label added to an earlier round after" in err, err
 
 
 def _pool(n: int, seed: int) -> tuple[Pool, np.ndarray]:
