@@ -123,6 +123,13 @@ def build_cases(
     return cases
 
 
+def _draw(pool: Pool, pi: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, LabeledSample]:
+    """The items a Poisson draw with inclusion ``pi`` takes (``u < pi``) and their sample."""
+    take = np.flatnonzero(u < pi)
+    p = pi[take]
+    return take, LabeledSample.poisson(pool.score[take], pool.pred[take], pool.label[take], p)
+
+
 def _rounds(
     pool: Pool, alpha: float, budget: int, us: Sequence[np.ndarray]
 ) -> tuple[LabeledSample, Recalibration]:
@@ -136,29 +143,18 @@ def _rounds(
     shares = [max(1, round(f * budget)) for f in ROUNDS[:-1]]
     sizes = [*shares, budget - sum(shares)]
     known = np.zeros(pool.score.size, dtype=np.bool_)
-    drawn = np.ones(pool.score.size)
+    earlier: list[LabeledSample] = []
     recal = recalibrate(LabeledSample.concat([]))
     lam = LAM_FIRST
-    latest = LabeledSample.concat([])
     for r, size in enumerate(sizes):
         if r:
-            idx = np.flatnonzero(known)
-            sample = LabeledSample.poisson(
-                pool.score[idx], pool.pred[idx], pool.label[idx], drawn[idx]
-            )
-            recal, lam = recalibrate(sample), LAM_RAW
+            recal, lam = recalibrate(LabeledSample.concat(earlier)), LAM_RAW
         q = np.where(known, 0.0, recalibrated_weights(pool.score, pool.pred, alpha, recal, lam))
-        pi = inclusion_for_budget(q, size)[0]
-        take = np.flatnonzero(us[r] < pi)
-        latest = LabeledSample.poisson(
-            pool.score[take], pool.pred[take], pool.label[take], pi[take]
-        )
-        if r < len(sizes) - 1:
-            known[take] = True
-            drawn[take] = pi[take]
-    idx = np.flatnonzero(known)
-    exact = LabeledSample.poisson(pool.score[idx], pool.pred[idx], pool.label[idx], drawn[idx])
-    return known_and_latest(exact, latest), recal
+        take, drawn = _draw(pool, inclusion_for_budget(q, size)[0], us[r])
+        known[take] = True
+        earlier.append(drawn)
+    latest = earlier.pop()
+    return known_and_latest(LabeledSample.concat(earlier), latest), recal
 
 
 def _estimates(
@@ -168,22 +164,11 @@ def _estimates(
     size = pool.score.size
     out = {}
     pi_u = np.full(size, min(1.0, budget / size))
-    take = np.flatnonzero(us[0] < pi_u)
-    out["uniform"] = estimate_falpha(
-        LabeledSample.poisson(pool.score[take], pool.pred[take], pool.label[take], pi_u[take]),
-        alpha,
-        LEVEL,
-    )
+    out["uniform"] = estimate_falpha(_draw(pool, pi_u, us[0])[1], alpha, LEVEL)
     g_raw = recalibrated_g(pool.score, pool.pred, alpha)
-    pi = inclusion_for_budget(
-        defensive_mix(q_star_falpha(pool.score, pool.pred, alpha, g_raw), LAM_RAW), budget
-    )[0]
-    take = np.flatnonzero(us[0] < pi)
-    out["raw q*"] = estimate_falpha(
-        LabeledSample.poisson(pool.score[take], pool.pred[take], pool.label[take], pi[take]),
-        alpha,
-        LEVEL,
-    )
+    q_raw = defensive_mix(q_star_falpha(pool.score, pool.pred, alpha, g_raw), LAM_RAW)
+    pi = inclusion_for_budget(q_raw, budget)[0]
+    out["raw q*"] = estimate_falpha(_draw(pool, pi, us[0])[1], alpha, LEVEL)
     both, recal = _rounds(pool, alpha, budget, us)
     out["recal q*"] = estimate_falpha(both, alpha, LEVEL)
     p_pool = recal.cal_map.apply(pool.score)

@@ -82,6 +82,7 @@ from monitor.stats.estimate import Estimate
 from monitor.stats.interval import (
     PSEUDO_EVENTS,
     interval_from_se,
+    kish_sizes,
     second_phase_variance,
     unseen_event_design,
 )
@@ -221,16 +222,11 @@ def greg_falpha(
     unseen_model = unseen_event_design(y, sample.v, np.ones_like(y), frame, PSEUDO_EVENTS)
     se = math.sqrt(sampled + d_m * d_m * unseen)
     se_model = math.sqrt(float(np.dot(z, z)) + d_m * d_m * unseen_model)
-    # the Kish sizes of the ratio estimate (interval.ratio_estimate), unseen events included:
-    # the Wilson interval at F = 0 or 1 rests on them (recall 1 when no false negative was seen)
-    vw = sample.v * weight
-    total = float(vw.sum())
-    vw2 = float(np.dot(vw, vw))
-    w_e2 = (1.0 - alpha) ** 2
-    design = float(np.dot(sample.fpc, vw * vw)) + w_e2 * unseen
-    n_eff = math.inf if design <= 0.0 else total * total / design
-    ess = total * total / vw2
-    n_eff_model = total * total / (vw2 + w_e2 * unseen_model)
+    # the ratio estimate's Kish sizes (recall 1 when no false negative was seen rests on them)
+    w_e2 = (1.0 - alpha) ** 2  # the unseen events' weight: a false negative's
+    ess, n_eff, n_eff_model = kish_sizes(
+        sample.v * weight, sample.fpc, w_e2 * unseen, w_e2 * unseen_model
+    )
     lower, upper = interval_from_se(value, se, n, n_eff, level)
     return Estimate(value, se, lower, upper, n, ess, level, n_eff, se_model, n_eff_model)
 

@@ -146,6 +146,25 @@ BoolArray = npt.NDArray[np.bool_]
 PSEUDO_EVENTS = 2.0
 
 
+def kish_sizes(
+    vw: FloatArray, fpc: FloatArray, unseen: float, unseen_model: float
+) -> tuple[float, float, float]:
+    """Kish effective sizes ``(ess, n_eff, n_eff_model)`` of a ratio's weights ``vw = v w``.
+
+    ``ess = (sum vw)^2 / sum vw^2``; ``n_eff = (sum vw)^2 / (sum fpc vw^2 + unseen)`` (inf for a
+    census); ``n_eff_model`` the same with every fpc 1 and ``unseen_model``. ``unseen`` and
+    ``unseen_model`` are the variances of the unseen events (:func:`unseen_event_design`, event
+    weight included) in the units of ``vw`` squared; the Wilson interval at G = 0 or 1 rests on
+    these sizes (module docstring, "Small-sample fallback").
+    """
+    total = float(vw.sum())
+    vw2 = vw * vw
+    plain = float(vw2.sum())
+    design = float(np.dot(fpc, vw2)) + unseen
+    n_eff = math.inf if design <= 0.0 else total * total / design
+    return total * total / plain, n_eff, total * total / (plain + unseen_model)
+
+
 def unseen_event_design(
     weight: FloatArray, v: FloatArray, fpc: FloatArray, frame: BoolArray, pseudo_events: float
 ) -> float:
@@ -463,10 +482,6 @@ def ratio_estimate(
         phase1 = np.maximum(answers.rate - 1.0 + fpc, 0.0)
         sampled = float(np.dot(phase1, resid2)) + second_phase_variance(resid, v, answers)
     se = math.sqrt(sampled + (unseen * gap * gap if gap else 0.0)) / total
-    vw2 = vw * vw
-    ess = total * total / float(vw2.sum())
-    design = float(np.dot(fpc, vw2)) + unseen
-    n_eff = math.inf if design <= 0.0 else total * total / design
     unseen_model = 0.0
     if frame is not None and event_weight > 0.0:
         ones = np.ones_like(fpc)
@@ -474,7 +489,7 @@ def ratio_estimate(
             weight, v * (event_weight / top), ones, frame, pseudo_events
         )
     se_model = math.sqrt(float(resid2.sum()) + (unseen_model * gap * gap if gap else 0.0)) / total
-    n_eff_model = total * total / (float(vw2.sum()) + unseen_model)
+    ess, n_eff, n_eff_model = kish_sizes(vw, fpc, unseen, unseen_model)
     lower, upper = interval_from_se(corrected, se, n, n_eff, level)
     return Estimate(corrected, se, lower, upper, n, ess, level, n_eff, se_model, n_eff_model)
 
