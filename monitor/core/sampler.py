@@ -50,6 +50,7 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -68,6 +69,7 @@ from monitor.core.windows import (
 from monitor.stats.budget import (
     MIN_COVERAGE,
     NO_CALIBRATION,
+    OTHER_MAP_CAP_RATIO,
     Base,
     Calibration,
     Control,
@@ -255,21 +257,22 @@ class SamplerService:
             return replace(new, shift=_shift(cfg.defensive, hists, newest, None))
         summed = latest.summed
         run = _trailing(segs, lambda c: c.summed.version == summed.version)
-        adopt = run is None or run[3] or run[0] >= max(1, cfg.refresh_records)
+        adopt = run is None or run.whole or run.n >= max(1, cfg.refresh_records)
         chosen = summed if adopt else latest.calibration
-        cap = _trailing(
-            segs[:1], lambda c: c.calibration.version == chosen.version and not c.pending
-        )
+        decided = latest.calibration.version
+        cap = _trailing(segs[:1], lambda c: c.calibration.version == decided)
         if cap is None:  # a store without refresh bases: the whole bucket, as it was
             agg = segs[0][1]
-            cap = (agg.n, agg.sum_qstar, agg.sum_pi, True)
-        ratio = cap_ratio(latest, cap[0], cap[1] / FIXED_ONE, cap[2] / FIXED_ONE, cfg.defensive)
+            cap = _Run(agg.n, agg.sum_qstar, agg.sum_pi, agg.sum_uncapped, whole=True)
+        ratio = cap_ratio(cap.sum_pi / FIXED_ONE, cap.sum_uncapped / FIXED_ONE)
+        if chosen.version != decided:  # measured under the map being replaced
+            ratio = max(ratio, OTHER_MAP_CAP_RATIO)
         if not adopt:
             mq = latest.mean_qstar
-        elif run is None or run[3]:
+        elif run is None or run.whole:
             mq = window.mean_qstar
         else:
-            mq = run[1] / FIXED_ONE / run[0]
+            mq = run.sum_qstar / FIXED_ONE / run.n
         new = self._control_from(
             model,
             cfg,
@@ -357,6 +360,7 @@ class SamplerService:
             qstar=np.zeros(n, dtype=np.float64),
             pi=np.zeros(n, dtype=np.float64),
             phat=batch.score[idx].astype(np.float64),
+            uncapped=np.zeros(n, dtype=np.float64),
         )
         part = batch.partition[idx]
         for p in np.unique(part).tolist():
@@ -457,7 +461,7 @@ class SamplerService:
             stage = ctl.in_force(cols.offset[sel])
             for j in np.unique(stage).tolist():
                 part = sel[stage == j]
-                q, prob, p_hat = selection_weights(
+                sel_j = selection_weights(
                     cols.score[part],
                     cols.pred[part],
                     cfg.alpha,
@@ -465,9 +469,10 @@ class SamplerService:
                     ctl.stage(j),
                     segment=cols.segment[part],
                 )
-                cols.qstar[part] = q
-                cols.pi[part] = prob
-                cols.phat[part] = p_hat
+                cols.qstar[part] = sel_j.qstar
+                cols.pi[part] = sel_j.pi
+                cols.phat[part] = sel_j.p_hat
+                cols.uncapped[part] = sel_j.uncapped
 
     def _next_refresh(
         self,
@@ -535,7 +540,7 @@ class SamplerService:
         ctl = self._controls[key]
         history = self._traffic.get((model, p), {})
         cur = history.get(bucket, TrafficAggregate.zero())
-        base: Base = (cur.n, cur.sum_qstar, cur.sum_pi)
+        base: Base = (cur.n, cur.sum_qstar, cur.sum_pi, cur.sum_uncapped)
         stored = self._stored(key, offset)
         if isinstance(stored, Refresh):
             self._controls[key] = ctl.refreshed(offset, stored.control, stored.base or base)
@@ -597,6 +602,7 @@ class SamplerService:
             cols.pi[chunk],
             cols.ts[chunk],
             cols.phat[chunk],
+            cols.uncapped[chunk],
         )
         hist = self._traffic.setdefault((model, p), {})
         for key, agg in groups.items():
@@ -623,6 +629,7 @@ class _Cols:
     qstar: npt.NDArray[np.float64]
     pi: npt.NDArray[np.float64]
     phat: npt.NDArray[np.float64]
+    uncapped: npt.NDArray[np.float64]
 
 
 def _shift(
@@ -645,29 +652,40 @@ def _shift(
     return asked if asked > lam0 else 0.0
 
 
+class _Run(NamedTuple):
+    """The sums of a run of trailing records (:func:`_trailing`), as in ``Base``."""
+
+    n: int
+    sum_qstar: int
+    sum_pi: int
+    sum_uncapped: int
+    whole: bool
+
+
 def _trailing(
     segs: Sequence[tuple[Control | None, TrafficAggregate]], keep: Callable[[Control], bool]
-) -> tuple[int, int, int, bool] | None:
-    """``(n, sum_qstar, sum_pi, whole)`` of the trailing records decided in stages ``keep``-ing.
+) -> _Run | None:
+    """The sums of the trailing records decided in stages ``keep``-ing.
 
     ``segs`` are buckets, latest first, each with its control and aggregate. ``whole``: every
     stage of every bucket kept. None when a stage boundary the run needs has no stored base (a
     store written before bases existed) or a bucket's control is unknown.
     """
-    n = q = pi = 0
+    n = q = pi = kq = 0
     for ctl, agg in segs:
         if ctl is None:
             return None
-        end: Base = (agg.n, agg.sum_qstar, agg.sum_pi)
         stages = stage_bases(ctl)
         cut = next((j for j in range(len(stages) - 1, -1, -1) if not keep(stages[j][0])), None)
         if cut is None:
-            n, q, pi = n + end[0], q + end[1], pi + end[2]
+            n, q, pi = n + agg.n, q + agg.sum_qstar, pi + agg.sum_pi
+            kq += agg.sum_uncapped
             continue
-        if cut == len(stages) - 1:
-            return n, q, pi, False
-        base = stages[cut + 1][1]
-        if base is None:
-            return None
-        return n + end[0] - base[0], q + end[1] - base[1], pi + end[2] - base[2], False
-    return n, q, pi, True
+        if cut < len(stages) - 1:
+            base = stages[cut + 1][1]
+            if base is None:
+                return None
+            n, q, pi = n + agg.n - base[0], q + agg.sum_qstar - base[1], pi + agg.sum_pi - base[2]
+            kq += agg.sum_uncapped - base[3]
+        return _Run(n, q, pi, kq, whole=False)
+    return _Run(n, q, pi, kq, whole=True)

@@ -47,6 +47,8 @@ class TrafficAggregate:
     sum the recalibrated probabilities p_hat = m(s) and f p_hat under the calibration map of the
     control in force (``monitor.stats.calibration``; the raw sums while the map is the
     identity): the recalibrated expected counts that G of the next control comes from.
+    ``sum_uncapped`` sums ``kappa q`` before the cap at 1 (``sum_pi`` after it): their ratio is
+    the share of the expected requests the caps left (``monitor.stats.budget.cap_ratio``).
 
     Examples:
         >>> a = TrafficAggregate.zero()
@@ -66,6 +68,7 @@ class TrafficAggregate:
     ts_max: float = -math.inf
     sum_phat: int = 0
     sum_pred_phat: int = 0
+    sum_uncapped: int = 0
 
     @classmethod
     def zero(cls) -> TrafficAggregate:
@@ -86,6 +89,7 @@ class TrafficAggregate:
             ts_max=max(self.ts_max, other.ts_max),
             sum_phat=self.sum_phat + other.sum_phat,
             sum_pred_phat=self.sum_pred_phat + other.sum_pred_phat,
+            sum_uncapped=self.sum_uncapped + other.sum_uncapped,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -104,6 +108,7 @@ class TrafficAggregate:
             and self.ts_max == other.ts_max
             and self.sum_phat == other.sum_phat
             and self.sum_pred_phat == other.sum_pred_phat
+            and self.sum_uncapped == other.sum_uncapped
         )
 
     __hash__ = None  # type: ignore[assignment]
@@ -127,30 +132,36 @@ class TrafficAggregate:
             ts_max=self.ts_max,
             sum_phat=self.sum_phat - earlier.sum_phat,
             sum_pred_phat=self.sum_pred_phat - earlier.sum_pred_phat,
+            sum_uncapped=self.sum_uncapped - earlier.sum_uncapped,
         )
 
     def to_list(self) -> list[Any]:
         """A JSON-ready list of the fields (``from_list`` reads it back).
 
         Ten fields while the recalibrated sums equal the raw ones (as every aggregate written
-        before recalibration), twelve otherwise.
+        before recalibration) and no cap bound (``sum_uncapped == sum_pi``, as every aggregate
+        written before it was summed), twelve while only the first holds, thirteen otherwise.
         """
         out = [
             *(self.n, self.n_pred, self.sum_score, self.sum_pred_score, self.sum_qstar),
             *(self.n_requested, self.sum_pi, self.hist.tolist(), self.ts_min, self.ts_max),
         ]
-        if (self.sum_phat, self.sum_pred_phat) != (self.sum_score, self.sum_pred_score):
+        capped = self.sum_uncapped != self.sum_pi
+        if capped or (self.sum_phat, self.sum_pred_phat) != (self.sum_score, self.sum_pred_score):
             out += [self.sum_phat, self.sum_pred_phat]
+        if capped:
+            out.append(self.sum_uncapped)
         return out
 
     @classmethod
     def from_list(cls, v: Sequence[Any]) -> TrafficAggregate:
         """The aggregate written by ``to_list``; ``ValueError`` when ``v`` is not one."""
-        if not isinstance(v, list | tuple) or len(v) not in (10, 12):
-            msg = "an aggregate is a list of ten (or twelve) fields"
+        if not isinstance(v, list | tuple) or len(v) not in (10, 12, 13):
+            msg = "an aggregate is a list of ten (or twelve, or thirteen) fields"
             raise ValueError(msg)
-        phat = v[10:] if len(v) == 12 else v[2:4]
-        if not all(type(x) is int for x in phat):
+        phat = v[10:12] if len(v) >= 12 else v[2:4]
+        uncapped = v[12:] if len(v) == 13 else v[6:7]
+        if not all(type(x) is int for x in (*phat, *uncapped)):
             msg = "aggregate counts and sums must be integers"
             raise ValueError(msg)
         n, n_pred, s_score, s_pred_score, s_qstar, n_requested, s_pi = v[:7]
@@ -174,6 +185,7 @@ class TrafficAggregate:
             ts_max=float(v[9]),
             sum_phat=phat[0],
             sum_pred_phat=phat[1],
+            sum_uncapped=uncapped[0],
         )
 
     @property
@@ -205,6 +217,11 @@ class TrafficAggregate:
     def pi_total(self) -> float:
         """Sum of the inclusion probabilities (the expected number of requests)."""
         return self.sum_pi / FIXED_ONE
+
+    @property
+    def uncapped_total(self) -> float:
+        """Sum of ``kappa q`` before the cap at 1 (the expected requests had no cap bound)."""
+        return self.sum_uncapped / FIXED_ONE
 
     @property
     def mean_qstar(self) -> float:
@@ -260,10 +277,12 @@ def group_traffic(  # noqa: PLR0917  (parallel columns of one batch)
     pi: npt.NDArray[np.float64],
     ts: npt.NDArray[np.float64],
     phat: npt.NDArray[np.float64] | None = None,
+    uncapped: npt.NDArray[np.float64] | None = None,
 ) -> dict[GroupKey, TrafficAggregate]:
     """Sum one batch into aggregates per (model, segment, bucket, partition), vectorised.
 
-    ``phat`` holds the recalibrated probabilities (None: the scores themselves).
+    ``phat`` holds the recalibrated probabilities (None: the scores themselves), ``uncapped``
+    each record's ``kappa q`` before the cap at 1 (None: ``pi``, no cap bound).
 
     One ``np.unique`` over the composite key and one ``np.bincount`` per sum: no Python loop
     over records (only over the few distinct groups).
@@ -297,6 +316,7 @@ def group_traffic(  # noqa: PLR0917  (parallel columns of one batch)
     sum_qstar = fsum(to_fixed(qstar))
     n_req = np.bincount(inv, weights=requested.astype(np.float64), minlength=g).astype(np.int64)
     sum_pi = fsum(to_fixed(pi))
+    sum_uncapped = sum_pi if uncapped is None else fsum(to_fixed(uncapped))
     bins = np.clip((score * SCORE_BINS).astype(np.int64), 0, SCORE_BINS - 1)
     hist = np.bincount(inv * SCORE_BINS + bins, minlength=g * SCORE_BINS).reshape(g, SCORE_BINS)
     ts_min = np.full(g, np.inf)
@@ -322,5 +342,6 @@ def group_traffic(  # noqa: PLR0917  (parallel columns of one batch)
             ts_max=float(ts_max[j]),
             sum_phat=int(sum_phat[j]),
             sum_pred_phat=int(sum_pred_phat[j]),
+            sum_uncapped=int(sum_uncapped[j]),
         )
     return out

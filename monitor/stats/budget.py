@@ -52,14 +52,19 @@ the whole traffic it learns from or at least ``refresh_records`` of them, and no
 their mean q*; until then the latest stage's map, ``g`` and ``mean_q*`` stay. A pending stage is
 followed by a refresh ``refresh_records`` records later (not at the next power of two), so a map
 is taken within ``refresh_records`` records of the point it was first pending. To count those
-records each refresh records the bucket's ``(n, sum q*, sum pi)`` just before it
+records each refresh records the bucket's ``(n, sum q*, sum pi, sum kappa q)`` just before it
 (:class:`Refresh` ``base``): a stage's records are the bucket's aggregate minus its base. The cap
-re-solve (``cap_ratio``) likewise counts only the records decided and summed under the map the
-new control takes. Everything here is a function of the stream, the durable maps and the stored
-controls (pending map and bases included), so a replay still decides the same. Known limit:
-q* is also evaluated at ``g``, and ``g`` of the first controls under a new map still comes from
-p_hat summed under the old one; when the new map moves ``g`` far (0.9 -> 0.1 on the unit test's
-stream) the next bucket's normaliser is too large and it under-spends (0.3-0.5x) once.
+re-solve (``cap_ratio``) counts the trailing records decided under the map in force, whose
+``sum pi`` and ``sum kappa q`` are exact whatever their q* is summed under; when the new control
+takes another map those caps are a guess at the new map's, so they raise kappa at most
+``1 / OTHER_MAP_CAP_RATIO`` (a map refitted every few hundred labels is nearly every control's
+new map: at 1% positives the budget was spent 0.95x while the re-solve waited for a control
+decided under the map it takes). Everything here is a function of the stream, the durable maps
+and the stored controls (pending map and bases included), so a replay still decides the same.
+Known limit: q* is also evaluated at ``g``, and ``g`` of the first controls under a new map still
+comes from p_hat summed under the old one; when the new map moves ``g`` far (0.9 -> 0.1 on the
+unit test's stream) the next buckets' normaliser holds q* at the earlier ``g``, too large: they
+under-spend (0.3-0.5x, then 0.6-1.0x).
 
 Score shift (before any label): a map is fitted on the labels of earlier traffic, so when the
 scores a control decides on no longer look like the earlier traffic's the map, and q* at it, is
@@ -83,6 +88,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -90,7 +96,7 @@ import numpy.typing as npt
 from monitor.stats.beta_calibration import BetaMap, CalibrationMap
 from monitor.stats.calibration import IDENTITY, PlattMap
 from monitor.stats.falpha import intrinsic_falpha_from_sums
-from monitor.stats.selection import defensive_mix, inclusion_from_kappa, q_star_falpha
+from monitor.stats.selection import defensive_mix, q_star_falpha
 
 # G used to accumulate q* while no intrinsic F is known yet (first bucket of a partition)
 G_PRIOR = 0.5
@@ -99,6 +105,9 @@ MIN_COVERAGE = 0.25
 # cap ratios this close to 1 are rounding, not caps; kappa is raised at most 1 / MIN_CAP_RATIO
 CAP_TOLERANCE = 1e-3
 MIN_CAP_RATIO = 0.01
+# a cap ratio measured under the map a new control replaces is a guess at the new map's caps:
+# it raises kappa at most 1 / OTHER_MAP_CAP_RATIO
+OTHER_MAP_CAP_RATIO = 0.8
 # the span of records a refresh extrapolates from is at least this long (seconds)
 MIN_REFRESH_SPAN_S = 1.0
 
@@ -269,16 +278,17 @@ class Control:
         return replace(self, refreshes=(*self.refreshes, Refresh(offset, control, base)))
 
 
-#: ``(n, sum_qstar, sum_pi)`` of a bucket's aggregate (fixed point, ``monitor.core.windows``)
-Base = tuple[int, int, int]
-ZERO_BASE: Base = (0, 0, 0)
+#: ``(n, sum_qstar, sum_pi, sum_uncapped)`` of a bucket's aggregate (fixed point,
+#: ``monitor.core.windows``)
+Base = tuple[int, int, int, int]
+ZERO_BASE: Base = (0, 0, 0, 0)
 
 
 @dataclass(frozen=True)
 class Refresh:
     """A control computed inside a bucket, in force from the record at ``offset`` on.
 
-    ``base`` is the bucket's ``(n, sum_qstar, sum_pi)`` on the partition just before
+    ``base`` is the bucket's ``(n, sum_qstar, sum_pi, sum_uncapped)`` on the partition just before
     ``offset`` (None in a store written before it existed): the records decided under this
     stage are the bucket's aggregate minus ``base`` (up to the next refresh's base).
     """
@@ -304,8 +314,8 @@ def control_to_list(ctl: Control, base: Base | None = None) -> list[object]:
     extra: dict[str, object] = {}
     if ctl.accumulate is not None:
         extra["acc"] = ctl.accumulate.to_list()
-    if base is not None:
-        extra["base"] = list(base)
+    if base is not None:  # sum_uncapped only where a cap bound (as the aggregate writes it)
+        extra["base"] = list(base if base[3] != base[2] else base[:3])
     if ctl.shift > 0.0:
         extra["shift"] = ctl.shift
     if ctl.calibration.version > 0 or extra:
@@ -316,10 +326,10 @@ def control_to_list(ctl: Control, base: Base | None = None) -> list[object]:
 
 
 def _base_from(v: object) -> Base:
-    if not (isinstance(v, list) and len(v) == 3 and all(type(x) is int and x >= 0 for x in v)):
-        msg = "a refresh's base is [n, sum_qstar, sum_pi], integers >= 0"
+    if not (isinstance(v, list) and len(v) in (3, 4) and all(type(x) is int and x >= 0 for x in v)):
+        msg = "a refresh's base is [n, sum_qstar, sum_pi(, sum_uncapped)], integers >= 0"
         raise ValueError(msg)
-    return (v[0], v[1], v[2])
+    return (v[0], v[1], v[2], v[3] if len(v) == 4 else v[2])
 
 
 def _control_and_base(ctl: object) -> tuple[Control, Base | None]:
@@ -431,8 +441,8 @@ def control_for_bucket(
     map, pass the recalibrated sums (``sum f p_hat``, ``sum p_hat``) as ``pred_score_total`` and
     ``score_total``.
 
-    ``cap_ratio`` re-solves kappa when caps at pi = 1 bind: the earlier bucket's expected
-    requests ``sum min(1, kappa q)`` over its uncapped ``kappa sum q`` (:func:`cap_ratio`).
+    ``cap_ratio`` re-solves kappa when caps at pi = 1 bind: the latest records' expected
+    requests ``sum min(1, kappa q)`` over their uncapped ``sum kappa q`` (:func:`cap_ratio`).
     kappa is divided by it, so the budget the caps left unspent is spread over the uncapped
     records; a feedback step per bucket (deterministic: a function of the stream and the
     stored controls). Ratios above ``1 - CAP_TOLERANCE`` count as 1 (no cap bound).
@@ -464,19 +474,28 @@ def control_for_bucket(
     return Control(g=float(g), kappa=float(kappa), mean_qstar=float(mq), calibration=calibration)
 
 
-def cap_ratio(previous: Control, n: int, qstar_total: float, pi_total: float, lam: float) -> float:
-    """Expected requests over uncapped ones in a bucket decided under ``previous``.
+def cap_ratio(pi_total: float, uncapped_total: float) -> float:
+    """Expected requests over uncapped ones: ``sum(min(1, kappa q)) / sum(kappa q)``.
 
-    ``sum(pi) / (kappa sum(q))`` with ``sum(q) = (1 - lam) sum(q*) / mean_q* + lam n`` (n for
-    the uniform control); ``lam`` is the share the control used. 1 when nothing was expected.
+    Summed over the records the latest controls decided (the aggregates' ``sum_pi`` and
+    ``sum_uncapped``), whatever map they decided with; 1 when nothing was expected.
+
+    Examples:
+        >>> cap_ratio(90.0, 100.0)
+        0.9
+        >>> cap_ratio(0.0, 0.0)
+        1.0
     """
-    if previous.uniform:
-        total_q = float(n)
-    else:
-        share = previous.share(lam)
-        total_q = (1.0 - share) * qstar_total / previous.mean_qstar + share * n
-    uncapped = previous.kappa * total_q
-    return min(1.0, pi_total / uncapped) if uncapped > 0.0 else 1.0
+    return min(1.0, pi_total / uncapped_total) if uncapped_total > 0.0 else 1.0
+
+
+class Selection(NamedTuple):
+    """The decision arrays of records under one control (:func:`selection_weights`)."""
+
+    qstar: npt.NDArray[np.float64]
+    pi: npt.NDArray[np.float64]
+    p_hat: npt.NDArray[np.float64]
+    uncapped: npt.NDArray[np.float64]
 
 
 def selection_weights(
@@ -487,15 +506,16 @@ def selection_weights(
     control: Control,
     *,
     segment: npt.NDArray[np.str_] | None = None,
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Return ``(q*, pi, p_hat)`` for records under one control.
+) -> Selection:
+    """Return ``(q*, pi, p_hat, kappa q)`` for records under one control.
 
     ``p_hat`` is the control's calibration applied to the scores (:meth:`Calibration.p_hat`:
     a record's segment map where ``segment`` names one, else the model's; the scores
     themselves without a map); ``pi = min(1, kappa q)`` with
     ``q = defensive_mix(q*, share, mean_qstar)``
     (q* undefended, seed 000 Cor. 2 at p_hat and ``g``; ``share = control.share(lam)``: the
-    calibration's share when it has one, raised by a score shift), or q = 1 when uniform. The
+    calibration's share when it has one, raised by a score shift), or q = 1 when uniform;
+    ``kappa q`` is pi before the cap (what :func:`cap_ratio` compares pi with). The
     returned q*, which feeds the aggregate of this bucket, is evaluated at the map the control
     sums under (``Control.summed``: a pending map, else the same p_hat).
     """
@@ -508,8 +528,9 @@ def selection_weights(
         q = np.asarray(
             defensive_mix(qstar, control.share(lam), control.mean_qstar), dtype=np.float64
         )
-    pi = np.asarray(inclusion_from_kappa(q, control.kappa), dtype=np.float64)
+    uncapped = control.kappa * q
+    pi = np.minimum(1.0, uncapped)
     if control.pending:
         summed = control.summed.p_hat(score, segment)
         qstar = np.asarray(q_star_falpha(summed, pred, alpha, control.g), dtype=np.float64)
-    return qstar, pi, p_hat
+    return Selection(qstar, pi, p_hat, uncapped)

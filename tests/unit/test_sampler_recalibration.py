@@ -81,6 +81,10 @@ def test_aggregates_and_controls_round_trip_with_a_map() -> None:
     assert len(same.to_list()) == 10 and TrafficAggregate.from_list(same.to_list()) == same
     with pytest.raises(ValueError, match="fields"):
         TrafficAggregate.from_list(agg.to_list()[:11])
+    capped = TrafficAggregate(n=2, sum_pi=3 << 20, sum_uncapped=5 << 20, sum_score=7)
+    assert len(capped.to_list()) == 13 and TrafficAggregate.from_list(capped.to_list()) == capped
+    # written before the uncapped sum existed: read as "no cap bound"
+    assert TrafficAggregate.from_list(agg.to_list()).sum_uncapped == agg.sum_pi
     state = BucketState(
         "m", 0, 7, through=10, opened=0, control=Control(0.4, 0.01, 0.9, CAL), segments={"": agg}
     )

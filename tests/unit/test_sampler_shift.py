@@ -120,7 +120,7 @@ def test_shift_shares_round_trip_and_old_records_still_load() -> None:
         assert control_from_list(json.loads(json.dumps(control_to_list(c)))) == c
         stored = json.loads(json.dumps(maps_to_list(c)))
         assert with_maps(Control(c.g, c.kappa, c.mean_qstar), stored) == c
-    ctl = plain.refreshed(1000, raised, (1000, 5 << 24, 7 << 20)).refreshed(2000, bare)
+    ctl = plain.refreshed(1000, raised, (1000, 5 << 24, 7 << 20, 7 << 20)).refreshed(2000, bare)
     assert with_refreshes(plain, json.loads(json.dumps(refreshes_to_list(ctl)))) == ctl
     assert bare.share(LAM0) == 0.3 and raised.share(LAM0) == 0.4 and plain.share(LAM0) == 0.12
     for bad in (0.0, 1.5, True, "0.3", math.nan):
