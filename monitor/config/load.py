@@ -86,6 +86,7 @@ _MODEL_KEYS = (
     "expected_records_per_hour",
     "recalibrate",
     "segment_maps",
+    "keep_calibrated_scores",
     "refresh_records",
     "estimator",
     "alerts",
@@ -465,6 +466,7 @@ def _model(problems: Problems, name: str, spec: Any, path: str) -> ModelConfig:
     alerts = _alerts(problems, sec.get("alerts"), sec.where("alerts"))
     recalibrate = _flag(problems, sec, "recalibrate", base.recalibrate)
     segment_maps = _flag(problems, sec, "segment_maps", base.segment_maps)
+    keep_scores = _flag(problems, sec, "keep_calibrated_scores", base.keep_calibrated_scores)
     estimator = sec.text("estimator", base.estimator)
     if estimator not in ESTIMATORS:
         problems.add(
@@ -482,6 +484,7 @@ def _model(problems: Problems, name: str, spec: Any, path: str) -> ModelConfig:
         ),
         recalibrate=recalibrate,
         segment_maps=segment_maps,
+        keep_calibrated_scores=keep_scores,
         refresh_records=sec.integer("refresh_records", base.refresh_records, 0),
         estimator=estimator,
         alerts=alerts,

@@ -185,9 +185,15 @@ class Engine:
             since = math.floor(wm / bucket_s) - k + 1
             sample, segment = self.estimator.labelled(model, since)
             previous = cal.get(model, recalibration.NO_CALIBRATION)
-            new[model] = recalibration.refit(
-                previous, sample, cfg.defensive, segment=segment if cfg.segment_maps else None
+            fitted = recalibration.refit(
+                previous,
+                sample,
+                cfg.defensive,
+                segment=segment if cfg.segment_maps else None,
+                keep_scores=cfg.keep_calibrated_scores,
             )
+            if fitted.version > 0:  # labels that keep the scores before any map: still none
+                new[model] = fitted
         if new != cal:
             self.store.put_json(recalibration.STORE_KEY, recalibration.encode(new))
             self.sampler.calibration = new

@@ -5,14 +5,16 @@ From the labels so far (a :class:`~monitor.stats.sample.LabeledSample`, v = 1/pi
 1. fit the Platt map p_hat = m(s) (``monitor.stats.calibration``), or the beta map where a
    likelihood-ratio test rejects the Platt form and the beta map trusts the low scores no more than
    the high ones (``monitor.stats.beta_calibration``), each label counted once (:func:`recalibrate`
-   says why not weighted by v);
+   says why not weighted by v); in the daemon, keep the scores themselves (the identity) where a
+   likelihood-ratio test of the fit against them does not reject them (:func:`recalibrate`);
 2. judge p_hat on the same labels: design-weighted model likelihood L (seed 002, Sec. 4.1) and
    calibration error;
 3. evaluate q* (seed 000, Cor. 2-4) at p_hat, with G the recalibrated intrinsic F of the
    traffic, ``G = sum(f p_hat) / (alpha N1 + (1 - alpha) sum(p_hat))`` (never a label-based
    estimate of G: at 1% positives it can be 0), and mix it with uniform with the defensive
    share of ``selection.defensive_share``: ``lam0``, grown when L is below 0.6 or the ECE is
-   large, and near 0.5 while the labels have seen few of the model's mistakes.
+   large, and, under a fitted map, near 0.5 while the labels have seen few of the model's
+   mistakes.
 
 Each record's pi is fixed before its label is seen (from labels of earlier rounds or buckets), so
 the Horvitz-Thompson sums stay unbiased given the earlier labels (Zrnic and Candes, Active
@@ -27,9 +29,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from scipy import stats
 
 from monitor.stats.beta_calibration import CalibrationMap, choose_map
-from monitor.stats.calibration import DEFAULT_TAU, IDENTITY, calibration_error, fit_platt
+from monitor.stats.calibration import (
+    DEFAULT_TAU,
+    IDENTITY,
+    calibration_error,
+    fit_platt,
+    log_loss,
+)
 from monitor.stats.falpha import intrinsic_falpha
 from monitor.stats.likelihood import model_likelihood
 from monitor.stats.sample import LabeledSample
@@ -47,7 +56,8 @@ class Recalibration:
 
     ``likelihood``/``calibration_error`` judge p_hat = m(s); ``raw_*`` judge the scores s
     themselves. All NaN without labels (and then the map is the identity). ``errors`` counts
-    the model's mistakes (f != y) among the labels.
+    the model's mistakes (f != y) among the labels. ``scores_kept``: the labels did not reject the
+    scores' calibration, so the map is the identity (:func:`recalibrate`).
     """
 
     cal_map: CalibrationMap
@@ -56,14 +66,24 @@ class Recalibration:
     raw_likelihood: float
     raw_calibration_error: float
     errors: int = 0
+    scores_kept: bool = False
 
     def defensive(self, lam0: float) -> float:
-        """The defensive share for a design at p_hat (``selection.defensive_share``)."""
-        return defensive_share(lam0, self.likelihood, self.calibration_error, self.errors)
+        """The defensive share for a design at p_hat (``selection.defensive_share``).
+
+        The evidence term (few mistakes seen) guards a fitted map; with the scores kept the design
+        is the one at the raw scores, whose share is ``lam0`` grown by L and the ECE alone.
+        """
+        errors = math.inf if self.scores_kept else self.errors
+        return defensive_share(lam0, self.likelihood, self.calibration_error, errors)
 
 
 def recalibrate(
-    sample: LabeledSample, tau: float = DEFAULT_TAU, *, beta: bool = True
+    sample: LabeledSample,
+    tau: float = DEFAULT_TAU,
+    *,
+    beta: bool = True,
+    scores_level: float | None = None,
 ) -> Recalibration:
     """Fit the map on ``sample`` and measure likelihood and calibration error (weights v).
 
@@ -88,6 +108,12 @@ def recalibrate(
     (``tests/unit/stats/test_stats_calibration.py``), which is one reason to offer the beta form
     where the test finds Platt's wrong; the likelihood and calibration error that judge the map stay
     design-weighted (traffic estimates), so such a misfit still grows the defensive share.
+
+    With ``scores_level`` (the daemon's refits, ``monitor.core.recalibration``) the fit is then
+    tested against the scores themselves: ``LR = 2 [NLL(s) - NLL(m(s))]`` of the same labels,
+    against the chi-square quantile at ``1 - scores_level`` with as many degrees of freedom as the
+    map has parameters. Where it does not reject, the identity is kept (``scores_kept``). None (the
+    offline rounds): no test.
     """
     if len(sample) == 0:
         nan = math.nan
@@ -97,6 +123,11 @@ def recalibrate(
         if beta
         else fit_platt(sample.score, sample.label, np.ones(len(sample)), tau=tau)
     )
+    kept = scores_level is not None and likelihood_ratio_to_scores(
+        sample.score, sample.label, cal_map
+    ) <= float(stats.chi2.ppf(1.0 - scores_level, df=len(cal_map.params())))
+    if kept:
+        cal_map = IDENTITY
     p_hat = cal_map.apply(sample.score)
     return Recalibration(
         cal_map=cal_map,
@@ -105,7 +136,21 @@ def recalibrate(
         raw_likelihood=model_likelihood(sample.score, sample.label, sample.v),
         raw_calibration_error=calibration_error(sample.score, sample.label, sample.v),
         errors=int(np.count_nonzero(sample.pred != sample.label)),
+        scores_kept=kept,
     )
+
+
+def likelihood_ratio_to_scores(
+    score: npt.ArrayLike, label: npt.ArrayLike, cal_map: CalibrationMap
+) -> float:
+    """``2 [NLL(s) - NLL(m(s))]`` of the labels: how much better the map fits than the scores.
+
+    Examples:
+        >>> from monitor.stats.calibration import PlattMap
+        >>> likelihood_ratio_to_scores([0.2, 0.8], [0, 1], PlattMap(0.0, 1.0))
+        0.0
+    """
+    return 2.0 * (log_loss(score, label) - log_loss(cal_map.apply(score), label))
 
 
 def recalibrated_g(p_hat: npt.ArrayLike, pred: npt.ArrayLike, alpha: float) -> float:

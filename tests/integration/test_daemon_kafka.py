@@ -68,6 +68,7 @@ def _yaml(
     records_per_hour: float = 2400,
     refresh_records: int | None = None,
     recalibrate: bool = False,
+    keep_scores: bool = True,
     extra: str = "",
 ) -> str:
     """A daemon configuration for tests (fast group joins); ``extra`` is appended YAML.
@@ -75,7 +76,8 @@ def _yaml(
     ``recalibrate`` is off unless asked for: these tests compare a run with a reference run
     whose labels arrive at other times, and a map fitted from labels makes later decisions
     depend on that timing. The map's own replay guarantees are tested with it on
-    (``test_faults_crash_recalibration_kafka``, ``test_scale_out``).
+    (``test_faults_crash_recalibration_kafka``, ``test_scale_out``), which follow map changes
+    and so set ``keep_scores`` False (``keep_calibrated_scores: false``: a map at every refit).
     """
     mpr = "" if max_poll_records is None else f"\n  max_poll_records: {max_poll_records}"
     refresh = "" if refresh_records is None else f"\n    refresh_records: {refresh_records}"
@@ -105,6 +107,7 @@ models:
     labels_per_hour: {labels_per_hour}
     expected_records_per_hour: {records_per_hour}{refresh}
     recalibrate: {str(recalibrate).lower()}
+    keep_calibrated_scores: {str(keep_scores).lower()}
 {extra}"""
 
 
@@ -192,13 +195,25 @@ def deploy(
     runs: list[Run] = []
 
     def _deploy(
-        topics: TopicsConfig | None = None, name: str = "a", *, recalibrate: bool = False
+        topics: TopicsConfig | None = None,
+        name: str = "a",
+        *,
+        recalibrate: bool = False,
+        keep_scores: bool = True,
     ) -> Run:
         topics = topics or make_topics()
         data_dir = tmp_path / f"data-{name}"
         path = tmp_path / f"{name}.yaml"
         group = f"g-{uuid.uuid4().hex[:8]}"
-        text = _yaml(broker, topics, data_dir, group, client_library, recalibrate=recalibrate)
+        text = _yaml(
+            broker,
+            topics,
+            data_dir,
+            group,
+            client_library,
+            recalibrate=recalibrate,
+            keep_scores=keep_scores,
+        )
         path.write_text(text)
         run = Run(path, load_config(path), tmp_path / f"{name}.log")
         runs.append(run)

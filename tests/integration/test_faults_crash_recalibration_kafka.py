@@ -60,7 +60,7 @@ def test_sigkill_while_the_map_changes_keeps_requests_a_function_of_stored_contr
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     w = generate(WorkloadSpec(n=3000, hours=6.0, seed=7))
-    run = deploy(name="recal", recalibrate=True)
+    run = deploy(name="recal", recalibrate=True, keep_scores=False)
     text = run.config_path.read_text()
     text = text.replace("poll_timeout_ms: 200", "poll_timeout_ms: 200\n  max_poll_records: 50")
     run.config_path.write_text(text)

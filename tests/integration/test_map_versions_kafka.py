@@ -64,6 +64,7 @@ def test_an_estimator_restarted_without_its_data_directory_publishes_maps_the_sa
         records_per_hour=500,
         refresh_records=40,
         recalibrate=True,
+        keep_scores=False,
     )
     path.write_text(text)
     config = load_config(path)

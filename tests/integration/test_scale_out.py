@@ -76,6 +76,7 @@ def deploy(broker: Broker, tmp_path: Path) -> Iterator[Callable[..., Callable[[s
         library: str = "kafka-python",
         *,
         recalibrate: bool = False,
+        keep_scores: bool = True,
     ) -> Callable[[str], Proc]:
         path = tmp_path / f"{name}.yaml"
         text = _yaml(
@@ -89,6 +90,7 @@ def deploy(broker: Broker, tmp_path: Path) -> Iterator[Callable[..., Callable[[s
             records_per_hour=1000,
             refresh_records=40,  # ~250 records per partition-hour: refreshes at 40, 80, 160
             recalibrate=recalibrate,
+            keep_scores=keep_scores,
             extra="sampling:\n  max_segments_per_model: 8\n",
         )
         path.write_text(text)
@@ -274,7 +276,7 @@ def test_samplers_take_the_estimators_maps_and_replay_them_byte_for_byte_through
 ) -> None:
     w = generate(WorkloadSpec(n=6000, hours=6.0, seed=5, segments=("eu", "us")))
     topics = make_topics(PARTITIONS)
-    make = deploy(topics, "recal", "g-recal", recalibrate=True)
+    make = deploy(topics, "recal", "g-recal", recalibrate=True, keep_scores=False)
     estimator, s1, s2 = make("estimator"), make("sampler-1"), make("sampler-2")
     assert estimator.config.model("default").recalibrate
     estimator.launch("estimator")

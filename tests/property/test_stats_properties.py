@@ -125,7 +125,7 @@ def test_inclusion_meets_budget(q: np.ndarray, budget: float) -> None:
     assert math.isclose(pi.sum(), min(budget, positive), rel_tol=1e-9, abs_tol=1e-9)
     assert np.all(pi[q == 0] == 0.0)
     if math.isfinite(kappa) and float(kappa) * float(q.max()) < 1e300:
-        np.testing.assert_allclose(pi, np.minimum(1.0, kappa * q), rtol=1e-9)
+        np.testing.assert_allclose(pi, np.minimum(1.0, kappa * q), rtol=1e-9, atol=1e-300)
 
 
 @SETTINGS

@@ -150,3 +150,38 @@ def test_rounds_with_a_map_fitted_on_the_earlier_labels_are_unbiased() -> None:
     arr = np.asarray(totals)
     se = arr.std(ddof=1) / math.sqrt(arr.size)
     assert abs(arr.mean() - truth_fn) < 3.5 * se, (arr.mean(), truth_fn, se)
+
+
+def _audited(rng: np.random.Generator, overconfidence: float, n: int = 300) -> LabeledSample:
+    """``n`` labels of a 5%-positive model, audited with pi 0.5 above score 0.2, else 0.05."""
+    score, label = calibrated_pool(20_000, 0.05, rng, overconfidence)
+    pi = np.where(score >= 0.2, 0.5, 0.05)
+    pick = rng.choice(len(score), n, replace=False, p=pi / pi.sum())
+    pred = (score[pick] >= 0.5).astype(np.int8)
+    return LabeledSample.poisson(score[pick], pred, label[pick], pi[pick])
+
+
+def test_the_daemons_refit_keeps_calibrated_scores_and_their_share() -> None:
+    """Labels of calibrated scores rarely reject them (99 of these 100 fits keep the identity and
+    the configured share without the evidence term: the ridge toward the identity makes the test
+    conservative); over-confident ones (logits x3) always do."""
+    rng = np.random.default_rng(7)
+    kept = 0
+    for _ in range(100):
+        recal = recalibrate(_audited(rng, 1.0), scores_level=0.05)
+        if recal.scores_kept:
+            kept += 1
+            assert recal.cal_map == IDENTITY
+            assert recal.defensive(0.1) == defensive_share(
+                0.1, recal.likelihood, recal.calibration_error
+            )
+            assert recal.defensive(0.1) < defensive_share(
+                0.1, recal.likelihood, recal.calibration_error, recal.errors
+            )
+    assert 85 <= kept <= 100, kept
+    for _ in range(20):
+        sample = _audited(rng, 3.0)
+        tested = recalibrate(sample, scores_level=0.05)
+        assert not tested.scores_kept and tested == recalibrate(sample)  # the map, as offline
+        assert tested.cal_map.params()["b"] < 0.6  # the over-confidence undone
+        assert not recalibrate(_audited(rng, 1.0)).scores_kept  # offline: no test
