@@ -150,11 +150,6 @@ def defensive_share(
     return max(lam0, min(lam_max, lam0 + grow), lam0 + evidence)
 
 
-def inclusion_from_kappa(q: npt.ArrayLike, kappa: float) -> FloatArray:
-    """Poisson inclusion probabilities pi = min(1, kappa q)."""
-    return np.minimum(1.0, kappa * np.asarray(q, dtype=np.float64))
-
-
 def inclusion_for_budget(q: npt.ArrayLike, budget: float) -> tuple[FloatArray, float]:
     """Solve kappa so that sum(min(1, kappa q)) = budget (Poisson sampling with caps).
 

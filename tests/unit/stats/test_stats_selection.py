@@ -15,7 +15,6 @@ from monitor.stats.selection import (
     draw_with_replacement,
     hash_uniform,
     inclusion_for_budget,
-    inclusion_from_kappa,
     q_star_falpha,
     q_star_zero_one,
 )
@@ -128,12 +127,6 @@ def test_inclusion_for_budget_edge_cases() -> None:
         inclusion_for_budget(q, -1.0)
     with pytest.raises(ValueError, match="q must"):
         inclusion_for_budget(np.array([1.0, -1.0]), 1.0)
-
-
-def test_inclusion_from_kappa() -> None:
-    np.testing.assert_allclose(
-        inclusion_from_kappa(np.array([0.5, 1.0, 4.0]), 0.5), [0.25, 0.5, 1.0]
-    )
 
 
 def test_draw_with_replacement(rng: np.random.Generator) -> None:
