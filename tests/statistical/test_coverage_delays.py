@@ -20,22 +20,15 @@ against the labelled-only estimate.
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks import delays
 from monitor.stats.falpha import estimate_falpha
 from monitor.stats.response import response_sample
 from monitor.stats.sample import LabeledSample
-
-try:
-    from benchmarks import delays
-except ImportError:  # plain `pytest` does not put the repository root on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from benchmarks import delays
 
 # the grid (the module fixture, ~200 s on 2 shared cores) runs inside the first test
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

@@ -44,16 +44,10 @@ issue's 0.90 less two binomial standard errors on that many windows (0.855-0.863
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-try:
-    from benchmarks import stream
-except ImportError:  # plain `pytest` does not put the repository root on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from benchmarks import stream
+from benchmarks import stream
 
 REPS = 30
 SEED = 14

@@ -27,16 +27,9 @@ Here the truth has the Platt form after the drift, so the controller that may ch
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-try:
-    from benchmarks import stream
-except ImportError:  # plain `pytest` does not put the repository root on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from benchmarks import stream
+from benchmarks import stream
 
 REPS = 120
 SEED = 14

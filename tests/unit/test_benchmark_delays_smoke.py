@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-try:
-    from benchmarks import delays
-except ImportError:  # plain `pytest` does not put the repository root on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from benchmarks import delays
+from benchmarks import delays
 
 
 def test_cases_run_recalibration_only_where_the_scores_are_over_confident() -> None:

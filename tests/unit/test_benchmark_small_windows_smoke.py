@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from scipy import stats
 
-try:
-    from benchmarks import small_windows as sw
-except ImportError:  # plain `pytest` does not put the repository root on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from benchmarks import small_windows as sw
+from benchmarks import small_windows as sw
 
 
 def test_clopper_pearson_matches_scipy_exact_interval() -> None:
