@@ -11,9 +11,11 @@ BUDGET expected requests by one of two designs:
 - ``recal q*``: what ``recalibrate: true`` (the default) runs. The map (``monitor.stats.design``)
   is fitted on the answers of the day before that arrived by the window's start (that day
   audited with raw q*: the first day after switching it on; v = 1/pi as ``Estimator.labelled``
-  gives them); the window's pi is q* at the recalibrated scores with the map's defensive share
-  (``recalibrated_weights``). The daemon refits after every poll with labels; one map per
-  window, fitted before any of its answers, is the more conservative version of that.
+  gives them) and, as the daemon's refits do (``keep_calibrated_scores``, on by default), kept
+  as the identity where it does not beat the scores at ``SCORES_LEVEL``; the window's pi is q*
+  at the recalibrated scores with the map's defensive share (``recalibrated_weights``). The
+  daemon refits after every poll with labels; one map per window, fitted before any of its
+  answers, is the more conservative version of that.
 
 The audit team answers a request of a predicted positive with probability ``answers[1]`` and
 one of a predicted negative with ``answers[0]`` (skips: never answered), independently of its
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from monitor.core.recalibration import SCORES_LEVEL
 from monitor.sim.simulate import calibrated_pool
 from monitor.stats.design import recalibrate, recalibrated_weights
 from monitor.stats.estimate import Estimate
@@ -154,7 +157,8 @@ def window_design(
     got = _answered(rng.uniform(0.0, WINDOW_HOURS, take.size), prev_pred[take], case.answers, rng)
     a = take[got]
     recal = recalibrate(
-        LabeledSample.poisson(prev_score[a], prev_pred[a], prev_label[a], prev_pi[a])
+        LabeledSample.poisson(prev_score[a], prev_pred[a], prev_label[a], prev_pi[a]),
+        scores_level=SCORES_LEVEL,
     )
     q = recalibrated_weights(score, pred, 0.5, recal, DEFENSIVE)
     pi, _ = inclusion_for_budget(q, BUDGET)
