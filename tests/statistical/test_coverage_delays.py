@@ -5,8 +5,9 @@ calibrated and over-confident (logits x3) scores, 50% / 90% or 100% / 50% of pre
 negatives' / positives' requests ever answered, answers arriving after an exponential delay of
 mean 6 h, every window read when it closes; REPS audits over WINDOWS simulated windows per case
 at the shipped ``MIN_ANSWERS``. The over-confident rows run twice: with the design of
-``models.NAME.recalibrate: true`` (``recal q*``: q* at the Platt-recalibrated scores, the map
-fitted on the day before's answers), the design to run on a model known to be over-confident,
+``models.NAME.recalibrate: true`` (``recal q*``: q* at the recalibrated scores, the map fitted
+on the day before's answers and kept as the identity where it does not beat the scores, as the
+daemon's refits do), the design to run on a model known to be over-confident,
 and with q* at the raw scores (``raw q*``, the known failure of issue 14), for comparison.
 
 Goals (issue 11): coverage of the 95% interval in [0.93, 0.97] (>= 0.90 over-confident),
