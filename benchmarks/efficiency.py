@@ -454,6 +454,13 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
         action="store_true",
         help="with --stream-daemon: the model is configured recalibrate: false (q* at raw scores)",
     )
+    parser.add_argument(
+        "--bucket",
+        type=int,
+        default=None,
+        metavar="B",
+        help="with --stream-daemon: only the windows of bucket B (3: the first after the drift)",
+    )
     args = parser.parse_args(argv)
     reps = args.reps if args.reps is not None else (40 if args.quick else 1000)
     if args.designs:
@@ -469,7 +476,12 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
 
         if args.stream_daemon:
             return stream.main_daemon(
-                reps, args.seed, echo, args.cells, recalibrate=not args.no_recalibrate
+                reps,
+                args.seed,
+                echo,
+                args.cells,
+                recalibrate=not args.no_recalibrate,
+                bucket=args.bucket,
             )
         return stream.main(reps, args.quick, args.seed, echo, args.scenario)
     pool_size, n_pools = (10_000, 2) if args.quick else (20_000, 5)

@@ -364,15 +364,23 @@ class DaemonTally:
 
 
 def evaluate_daemon(
-    case: StreamCase, reps: int, seed: int, answer_rate: float = 1.0, recalibrate: bool = True
+    case: StreamCase,
+    reps: int,
+    seed: int,
+    answer_rate: float = 1.0,
+    recalibrate: bool = True,
+    *,
+    bucket: int | None = None,
 ) -> DaemonTally:
     """The daemon path's windows after the drift's first bucket (every bucket but the cold
-    start when the stream is calibrated throughout), over ``reps`` streams."""
+    start when the stream is calibrated throughout), over ``reps`` streams; with ``bucket``
+    that bucket's windows alone (``DRIFT``: the first after the drift)."""
     first = 1 if case.overconfidence == 1.0 else DRIFT + 1
     out = DaemonTally(Tally([]), Tally([]))
     for rep in range(reps):
         for b, w, truth, spend in run_daemon_rep(case, rep, seed, answer_rate, recalibrate):
-            if b < first or w.ratio is None or w.segment:
+            wanted = b >= first if bucket is None else b == bucket
+            if not wanted or w.ratio is None or w.segment:
                 continue
             out.exported.add(w.f, truth, spend)
             out.ratio.add(w.ratio[0], truth)
@@ -484,12 +492,19 @@ DAEMON_CELLS = (
 
 
 def main_daemon(
-    reps: int, seed: int, echo: Callable[[str], None], cells: str = "", recalibrate: bool = True
+    reps: int,
+    seed: int,
+    echo: Callable[[str], None],
+    cells: str = "",
+    recalibrate: bool = True,
+    *,
+    bucket: int | None = None,
 ) -> int:
     """The daemon path (``run_daemon_rep``) per cell: coverage, MAE, savings against the ratio.
 
     Only the cells whose name contains ``cells`` (all of them when it is empty); with
-    ``recalibrate`` False the model does not recalibrate (``run_daemon_rep``).
+    ``recalibrate`` False the model does not recalibrate (``run_daemon_rep``); with ``bucket``
+    only that bucket's windows (``evaluate_daemon``).
     """
     chosen = [c for c in DAEMON_CELLS if cells in c[0]]
     if not chosen:
@@ -499,8 +514,13 @@ def main_daemon(
     echo(
         f"Daemon path, estimator: model_assisted{'' if recalibrate else ', recalibrate: false'}: "
         f"{reps} streams per cell, {BUCKETS} buckets of "
-        f"5000 records, 150 labels per bucket, over-confident from bucket {DRIFT} (windows: every "
-        f"bucket but the first when calibrated, from bucket {DRIFT + 1} on otherwise)"
+        f"5000 records, 150 labels per bucket, over-confident from bucket {DRIFT} (windows: "
+        + (
+            f"bucket {bucket} alone)"
+            if bucket is not None
+            else f"every bucket but the first when calibrated, from bucket {DRIFT + 1} on "
+            "otherwise)"
+        )
     )
     echo(
         f"  {'cell':<26} {'windows':>7} {'coverage':>9} {'ratio':>7} {'MAE':>8} {'ratio':>8}"
@@ -508,7 +528,7 @@ def main_daemon(
     )
     for name, over, rate, alpha, answer in chosen:
         case = StreamCase(name, over, rate, alpha, 5_000, 150.0)
-        t = evaluate_daemon(case, reps, seed, answer, recalibrate)
+        t = evaluate_daemon(case, reps, seed, answer, recalibrate, bucket=bucket)
         n = len(t.exported.errors)
         echo(
             f"  {name:<26} {n:>7} {t.exported.coverage:>9.3f} {t.ratio.coverage:>7.3f}"

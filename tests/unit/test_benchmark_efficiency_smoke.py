@@ -110,6 +110,16 @@ def test_stream_daemon_runs_only_the_chosen_cells() -> None:
     assert "x7" in wrong[0] and "calibrated 1%, F1" in wrong[0]
 
 
+def test_stream_daemon_reports_one_bucket_when_asked() -> None:
+    lines: list[str] = []
+    argv = ["--stream-daemon", "--reps", "2", "--seed", "3", "--cells", "x3 1%", "--bucket", "3"]
+    assert efficiency.main(argv, echo=lines.append) == 0
+    assert "bucket 3 alone" in lines[0]
+    rows = [line for line in lines[2:] if line.strip()]
+    assert len(rows) == 1 and rows[0].strip().startswith("x3 1%, F1")
+    assert int(rows[0].split()[3]) == 2  # one window of that bucket per stream
+
+
 def test_stream_segments_prints_every_cell_window_and_design() -> None:
     lines: list[str] = []
     assert (
