@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from monitor.stats.drift import SCORE_BINS
+from monitor.stats.drift import SCORE_BINS, score_bins
 
 FIXED_ONE = 1 << 24  # fixed-point unit of the real-valued sums
 
@@ -42,11 +42,12 @@ class TrafficAggregate:
     ``sum_*`` fields are integers in units of ``2**-24`` (see ``FIXED_ONE``); the ``*_total``
     properties give them as floats. ``sum_qstar`` sums the undefended q* of seed 000 Cor. 2 under
     the control in force, ``sum_pi`` the inclusion probabilities (expected requests),
-    ``hist`` counts scores in ``SCORE_BINS`` equal-width bins on [0, 1]. ``ts_min``/``ts_max``
-    are the extreme event times (``inf``/``-inf`` when empty). ``sum_phat``/``sum_pred_phat``
-    sum the recalibrated probabilities p_hat = m(s) and f p_hat under the calibration map of the
-    control in force (``monitor.stats.calibration``; the raw sums while the map is the
-    identity): the recalibrated expected counts that G of the next control comes from.
+    ``hist`` counts scores in the ``SCORE_BINS`` logit bins of ``drift.score_bins``.
+    ``ts_min``/``ts_max`` are the extreme event times (``inf``/``-inf`` when empty).
+    ``sum_phat``/``sum_pred_phat`` sum the recalibrated probabilities p_hat = m(s) and f p_hat
+    under the calibration map of the control in force (``monitor.stats.calibration``; the raw
+    sums while the map is the identity): the recalibrated expected counts that G of the next
+    control comes from.
     ``sum_uncapped`` sums ``kappa q`` before the cap at 1 (``sum_pi`` after it): their ratio is
     the share of the expected requests the caps left (``monitor.stats.budget.cap_ratio``).
 
@@ -317,7 +318,7 @@ def group_traffic(  # noqa: PLR0917  (parallel columns of one batch)
     n_req = np.bincount(inv, weights=requested.astype(np.float64), minlength=g).astype(np.int64)
     sum_pi = fsum(to_fixed(pi))
     sum_uncapped = sum_pi if uncapped is None else fsum(to_fixed(uncapped))
-    bins = np.clip((score * SCORE_BINS).astype(np.int64), 0, SCORE_BINS - 1)
+    bins = score_bins(score)
     hist = np.bincount(inv * SCORE_BINS + bins, minlength=g * SCORE_BINS).reshape(g, SCORE_BINS)
     ts_min = np.full(g, np.inf)
     np.minimum.at(ts_min, inv, ts)

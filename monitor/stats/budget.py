@@ -80,8 +80,8 @@ only consecutive traffic is compared. The control decides with ``max(calibration
 shift)`` (:meth:`Control.share`). A function of the scored stream and the stored controls, and
 stored with the control, so a replay decides the same. Blind to a concept drift that leaves the
 score distribution as it was (p(y | s) moves, the scores do not), and to moves inside one of the
-20 bins (``monitor.stats.drift``). The first records of the first drifted bucket (up to its first
-refresh, ``refresh_records``) are decided before the rule can see them.
+20 bins of one logit unit (``monitor.stats.drift``). The first records of the first drifted
+bucket (up to its first refresh, ``refresh_records``) are decided before the rule can see them.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy.special import expit
 
 from monitor.stats.drift import (
     SCORE_BINS,
@@ -47,16 +48,15 @@ def test_effective_sample_size() -> None:
     assert effective_sample_size([]) == 0.0
 
 
-def test_score_histogram() -> None:
-    counts = score_histogram([0.0, 0.049, 0.05, 0.5, 0.999, 1.0])
+def test_score_histogram_counts_one_logit_unit_per_bin() -> None:
+    counts = score_histogram([0.0, 1e-6, expit(-8.5), 0.5, 0.99999, 1.0])
     assert counts.dtype == np.int64
     assert counts.shape == (SCORE_BINS,)
     assert counts.sum() == 6
     assert counts[0] == 2 and counts[1] == 1 and counts[10] == 1 and counts[-1] == 2
-    scores = np.random.default_rng(3).random(5000)
-    np.testing.assert_array_equal(
-        score_histogram(scores), np.histogram(scores, bins=SCORE_BINS, range=(0, 1))[0]
-    )
+    logits = np.random.default_rng(3).uniform(-12.0, 12.0, 5000)
+    edges = np.array([-np.inf, *np.arange(-9.0, 10.0), np.inf])
+    np.testing.assert_array_equal(score_histogram(expit(logits)), np.histogram(logits, edges)[0])
     with pytest.raises(ValueError, match="scores"):
         score_histogram([1.5])
 
