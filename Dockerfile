@@ -12,7 +12,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/activeaudit-monitor
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY monitor ./monitor
 # with the optional librdkafka client (kafka.client_library: confluent-kafka)
 RUN /opt/activeaudit-monitor/bin/pip install '.[confluent]'

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import re
 import shlex
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -720,9 +721,14 @@ def test_dockerfile_runs_the_daemon_unprivileged_without_secrets() -> None:
         for word in shlex.split(env):
             assert not re.search(r"PASSWORD|SECRET|TOKEN|KEY", word.split("=")[0]), word
     assert not ins.get("ARG"), "no build arguments (they end up in the image history)"
-    # everything the build copies exists
+    # everything the build copies exists, and the build copies what the package build reads
+    copied: set[str] = set()
     for copy in ins["COPY"]:
         if copy.startswith("--from"):
             continue
         for src in copy.split()[:-1]:
             assert (ROOT / src).exists(), src
+            copied.add(src)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    for needed in ["pyproject.toml", project["readme"], *project.get("license-files", [])]:
+        assert needed in copied, f"the image build needs {needed} (pyproject.toml)"
