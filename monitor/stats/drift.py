@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import numpy.typing as npt
+from scipy import special
 
 SCORE_BINS = 20
 #: Bin shares are floored at this value in the PSI so an empty bin does not give infinity.
@@ -34,9 +35,8 @@ def score_bins(score: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
         >>> score_bins(np.array([0.0, 1e-5, 0.5, 0.7, 1.0])).tolist()
         [0, 0, 10, 10, 19]
     """
-    with np.errstate(divide="ignore"):
-        logit = np.log(score) - np.log1p(-score)
-    bins: npt.NDArray[np.int64] = (np.floor(np.clip(logit, -10.0, 9.5)) + 10.0).astype(np.int64)
+    logit = np.clip(special.logit(score), -10.0, 9.5)  # -inf / inf at 0 / 1: the open end bins
+    bins: npt.NDArray[np.int64] = (np.floor(logit) + 10.0).astype(np.int64)
     return bins
 
 
