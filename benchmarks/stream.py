@@ -213,6 +213,7 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
         "recal": SamplerService(_config(case, recalibrate=True)),
     }
     labelled: dict[str, list[LabeledSample]] = {"recal-platt": [], "recal": []}
+    hists: dict[str, list[npt.NDArray[np.int64]]] = {"recal-platt": [], "recal": []}
     rng = np.random.default_rng([seed, rep])
     u_rng = np.random.default_rng([seed, rep, 1])
     lam0 = _config(case, True).model("default").defensive
@@ -248,10 +249,14 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
             if name in labelled:
                 family[name] = ctl.calibration.cal_map.family
                 labelled[name].append(sample)
+                hists[name].append(sum(res.traffic.values(), TrafficAggregate.zero()).hist)
                 recent = LabeledSample.concat(labelled[name][-FIT_BUCKETS:])
                 previous = sampler.calibration.get("default", NO_CALIBRATION)
+                reference = np.sum(hists[name][-FIT_BUCKETS:], axis=0).tolist()
                 sampler.calibration = {
-                    "default": recalibration.refit(previous, recent, lam0, beta=name == "recal")
+                    "default": recalibration.refit(
+                        previous, recent, lam0, beta=name == "recal", reference=reference
+                    )
                 }
             if name == "recal":
                 family["recal+GREG"] = family["recal"]
@@ -334,11 +339,16 @@ def run_daemon_rep(
             )
             if not recalibrate:
                 continue
-            recent, segment = estimator.labelled("default", first + b - FIT_BUCKETS + 1)
+            since = first + b - FIT_BUCKETS + 1
+            recent, segment = estimator.labelled("default", since)
             previous = sampler.calibration.get("default", NO_CALIBRATION)
             sampler.calibration = {
                 "default": recalibration.refit(
-                    previous, recent, lam0, segment=segment if segment_maps else None
+                    previous,
+                    recent,
+                    lam0,
+                    segment=segment if segment_maps else None,
+                    reference=estimator.score_histogram("default", since),
                 )
             }
         for w in estimator.snapshot().windows:

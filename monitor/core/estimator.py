@@ -47,7 +47,7 @@ from monitor.core.windows import (
 )
 from monitor.errors import RejectReason
 from monitor.stats.calibration import calibration_error
-from monitor.stats.drift import psi
+from monitor.stats.drift import SCORE_BINS, psi
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import intrinsic_falpha_from_sums, intrinsic_falpha_se_from_sums
 from monitor.stats.greg import StratumTraffic, choose
@@ -178,6 +178,18 @@ class EstimatorService:
             [s.request.pi for s in rows],
         )
         return sample, np.array([s.request.segment for s in rows], dtype=np.str_)
+
+    def score_histogram(self, model: str, since_bucket: int) -> list[int]:
+        """The score counts of ``model``'s traffic from ``since_bucket`` on.
+
+        In the bins of ``monitor.stats.drift.score_bins``: the traffic the requests of
+        ``labelled(model, since_bucket)`` were drawn from.
+        """
+        total = np.zeros(SCORE_BINS, dtype=np.int64)
+        for (m, _, bucket), agg in self._traffic.items():
+            if m == model and bucket >= since_bucket:
+                total += agg.hist
+        return [int(c) for c in total]
 
     def _horizon(self, model: str) -> int | None:
         wm = self._watermarks.get(model)

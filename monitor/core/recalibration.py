@@ -29,7 +29,7 @@ is not a function of the scored stream, so a replay must read it back rather tha
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -68,6 +68,7 @@ def refit(
     beta: bool = True,
     segment: npt.NDArray[np.str_] | None = None,
     keep_scores: bool = True,
+    reference: Sequence[int] = (),
 ) -> Calibration:
     """The next calibration from ``sample``; ``previous`` unless the new one is material.
 
@@ -81,6 +82,9 @@ def refit(
     (``monitor.stats.segment_maps``). None: the model's map alone. ``keep_scores``
     (``models.NAME.keep_calibrated_scores``): keep the identity where the labels do not reject
     the scores at ``SCORES_LEVEL`` (module docstring); False fits a map at every refit.
+    ``reference``: the score histogram of the traffic the labels were drawn from
+    (``EstimatorService.score_histogram`` over the same buckets), recorded with a new map
+    (``Calibration.reference``).
     """
     if len(sample) == 0:
         return previous
@@ -95,6 +99,7 @@ def refit(
         _as_recorded(recal.cal_map),
         recal.defensive(lam0),
         tuple((g, _as_recorded(m)) for g, m in segments),
+        tuple(reference),
     )
     return cand if is_material(previous, cand, lam0) else previous
 

@@ -640,13 +640,16 @@ def _shift(
 ) -> float:
     """The score shift's defensive share for a new control that decides with ``chosen``.
 
-    ``monitor.stats.drift.shift_share`` of the current scores against the
-    reference (``hists``), up to ``SHIFT_MAX``; kept at least at the latest stage's while the
-    map stays the one it was raised under (a map version > 0: the shift is over when a map
-    fitted since is taken; without a map only consecutive traffic is compared). 0 when it
-    does not exceed ``lam0``.
+    ``monitor.stats.drift.shift_share`` of the current scores against the earlier ones
+    (``hists``: earlier, current) and against the traffic ``chosen`` was fitted on
+    (``Calibration.reference``, when known), the larger, up to ``SHIFT_MAX``; kept at least at
+    the latest stage's while the map stays the one it was raised under (a map version > 0: the
+    shift is over when a map fitted on traffic like the current is taken; without a map only
+    consecutive traffic is compared). 0 when it does not exceed ``lam0``.
     """
     asked = lam0 if hists is None else shift_share(hists[0], hists[1], lam0, SHIFT_MAX)
+    if hists is not None and chosen.version > 0 and chosen.reference:
+        asked = max(asked, shift_share(chosen.reference, hists[1], lam0, SHIFT_MAX))
     if latest is not None and chosen.version > 0 and latest.calibration.version == chosen.version:
         asked = max(asked, latest.shift)
     return asked if asked > lam0 else 0.0

@@ -191,6 +191,7 @@ class Engine:
                 cfg.defensive,
                 segment=segment if cfg.segment_maps else None,
                 keep_scores=cfg.keep_calibrated_scores,
+                reference=self.estimator.score_histogram(model, since),
             )
             if fitted.version > 0:  # labels that keep the scores before any map: still none
                 new[model] = fitted

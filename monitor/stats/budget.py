@@ -73,15 +73,19 @@ the few sampled carry huge weights. Each control records ``shift``, the defensiv
 ``monitor.stats.drift.shift_share`` asks for from the PSI of the score histograms (the aggregates'
 ``hist``) beyond its sampling noise, up to ``drift.SHIFT_MAX`` (0.8): at a refresh the bucket's
 records so far against the latest earlier bucket, at a bucket's start that bucket against the one
-before it (when still held). While the map a raised control decided with stays in force (version
-> 0) the next controls keep at least its share, so the raise outlives the first drifted bucket
-(whose successor no longer differs from it) until a map fitted since is taken; without a map
-only consecutive traffic is compared. The control decides with ``max(calibration's share,
-shift)`` (:meth:`Control.share`). A function of the scored stream and the stored controls, and
-stored with the control, so a replay decides the same. Blind to a concept drift that leaves the
-score distribution as it was (p(y | s) moves, the scores do not), and to moves inside one of the
-20 bins of one logit unit (``monitor.stats.drift``). The first records of the first drifted
-bucket (up to its first refresh, ``refresh_records``) are decided before the rule can see them.
+before it (when still held), and, for a map that records it (``Calibration.reference``), the
+same scores against the traffic whose labels the map was fitted on; the larger share wins. While
+the map a raised control decided with stays in force (version > 0) the next controls keep at
+least its share, so the raise outlives the first drifted bucket (whose successor no longer
+differs from it) until a map fitted since is taken, and a map refitted on labels drawn mostly
+before the drift raises it again (measured: ``benchmarks/stream.py``, the second bucket after a
+drift at 1% positives); without a map only consecutive traffic is compared. The control
+decides with ``max(calibration's share, shift)`` (:meth:`Control.share`). A function of the
+scored stream, the durable maps and the stored controls, and stored with the control, so a
+replay decides the same. Blind to a concept drift that leaves the score distribution as it was
+(p(y | s) moves, the scores do not), and to moves inside one of the 20 bins of one logit unit
+(``monitor.stats.drift``). The first records of the first drifted bucket (up to its first
+refresh, ``refresh_records``) are decided before the rule can see them.
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ import numpy.typing as npt
 
 from monitor.stats.beta_calibration import BetaMap, CalibrationMap
 from monitor.stats.calibration import IDENTITY, PlattMap
+from monitor.stats.drift import SCORE_BINS
 from monitor.stats.falpha import intrinsic_falpha_from_sums
 from monitor.stats.selection import defensive_mix, q_star_falpha
 
@@ -121,20 +126,25 @@ class Calibration:
     the segments whose labels reject the model's map (``monitor.stats.segment_maps``), by
     segment name, sorted: a record of such a segment is recalibrated by its segment's map, any
     other by ``cal_map`` (:meth:`p_hat`). They share the model's version and defensive share.
+    ``reference`` counts the scores (``monitor.stats.drift.score_histogram``'s bins) of the
+    traffic of the buckets whose labels the map was fitted on; the score shift compares the
+    scores a control decides on with it (module docstring, "Score shift"). Empty: not known (a
+    map written before it was recorded).
 
     Serialised as ``[version, a, b, lam]`` for a Platt map p_hat = expit(a + b logit(s)) (the
     only shape before beta maps existed, so stored and published ones still load) and as
     ``[version, c, a, b, lam]`` for a beta map p_hat = expit(c + a ln s - b ln(1 - s)): the
     intercept first in both, so the Platt list ``[v, a, b, lam]`` and the beta list
-    ``[v, a, b, b, lam]`` are the same map. Segment maps follow as one trailing object
-    ``{segment: [a, b] or [c, a, b]}``, written only when there are some (a calibration
-    without them serialises as before).
+    ``[v, a, b, b, lam]`` are the same map. The reference follows as a list of counts when
+    known, then the segment maps as one trailing object ``{segment: [a, b] or [c, a, b]}``
+    when there are some (a calibration without them serialises as before).
     """
 
     version: int = 0
     cal_map: CalibrationMap = IDENTITY
     lam: float = math.nan
     segments: tuple[tuple[str, CalibrationMap], ...] = ()
+    reference: tuple[int, ...] = ()
 
     def map_of(self, segment: str) -> CalibrationMap:
         """The map a record of ``segment`` is recalibrated by: its own, else the model's."""
@@ -157,8 +167,13 @@ class Calibration:
         return out
 
     def to_list(self) -> list[object]:
-        """``[version, a, b, lam]`` or ``[version, c, a, b, lam]``, then any segment maps."""
+        """``[version, a, b, lam]`` or ``[version, c, a, b, lam]``, then extras if any.
+
+        The extras: the reference's counts, then the segment maps.
+        """
         out: list[object] = [self.version, *_map_params(self.cal_map), self.lam]
+        if self.reference:
+            out.append(list(self.reference))
         if self.segments:
             out.append({name: _map_params(m) for name, m in self.segments})
         return out
@@ -170,10 +185,14 @@ class Calibration:
             seg_doc, v = v[-1], v[:-1]
         else:
             seg_doc = {}
+        reference: object = ()
+        if isinstance(v, list | tuple) and v and isinstance(v[-1], list | tuple):
+            reference, v = v[-1], v[:-1]
         if not isinstance(v, list | tuple) or len(v) not in (4, 5) or type(v[0]) is not int:
             msg = (
                 "a control's calibration is [version, a, b, lam] (Platt) or "
-                f"[version, c, a, b, lam] (beta), then optionally {{segment: map}}, got {v!r:.80}"
+                f"[version, c, a, b, lam] (beta), then optionally [counts] and {{segment: map}}, "
+                f"got {v!r:.80}"
             )
             raise ValueError(msg)
         lam = float(v[-1])
@@ -185,7 +204,20 @@ class Calibration:
             (str(k), _map_from(seg_doc[k], f"segment {k!r}'s map, got {seg_doc[k]!r:.80}"))
             for k in sorted(seg_doc)
         )
-        return cls(v[0], model_map, lam, segments)
+        return cls(v[0], model_map, lam, segments, _reference_from(reference))
+
+
+def _reference_from(counts: object) -> tuple[int, ...]:
+    """The reference histogram ``to_list`` wrote (empty or ``SCORE_BINS`` counts >= 0)."""
+    if not isinstance(counts, list | tuple) or (
+        counts and (len(counts) != SCORE_BINS or not all(type(c) is int and c >= 0 for c in counts))
+    ):
+        msg = (
+            f"a calibration's reference is {SCORE_BINS} score counts (integers >= 0), "
+            f"got {counts!r:.80}"
+        )
+        raise ValueError(msg)
+    return tuple(counts)
 
 
 def _map_params(m: CalibrationMap) -> list[float]:

@@ -1,5 +1,6 @@
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -16,6 +17,7 @@ from monitor.stats.budget import (
     uniform_control,
 )
 from monitor.stats.calibration import PlattMap
+from monitor.stats.drift import SCORE_BINS
 from monitor.stats.falpha import intrinsic_falpha
 from monitor.stats.selection import q_star_falpha
 
@@ -110,6 +112,21 @@ def test_calibrations_round_trip_beta_maps_and_still_read_platt_records() -> Non
     same = Calibration.from_list([3, 0.2, 0.3, 0.3, 0.25])
     s = np.linspace(0.0, 1.0, 101)
     assert np.allclose(same.cal_map.apply(s), old.cal_map.apply(s), atol=1e-14)
+
+
+def test_a_calibrations_reference_round_trips_before_its_segment_maps() -> None:
+    counts = tuple(range(SCORE_BINS))
+    cal = Calibration(5, PlattMap(0.1, 0.4), 0.3, (("eu", PlattMap(0.0, 0.5)),), counts)
+    doc = cal.to_list()
+    assert doc == [5, 0.1, 0.4, 0.3, list(counts), {"eu": [0.0, 0.5]}]
+    assert Calibration.from_list(json.loads(json.dumps(doc))) == cal
+    bare = replace(cal, segments=())
+    assert Calibration.from_list(bare.to_list()) == bare
+    # without a reference (a map written before it was recorded) the list is as it was
+    assert replace(cal, reference=()).to_list() == [5, 0.1, 0.4, 0.3, {"eu": [0.0, 0.5]}]
+    for bad in ([1] * (SCORE_BINS - 1), [1.0] * SCORE_BINS, [-1] + [0] * (SCORE_BINS - 1)):
+        with pytest.raises(ValueError, match=f"reference is {SCORE_BINS} score counts"):
+            Calibration.from_list([5, 0.1, 0.4, 0.3, bad])
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -31,7 +32,7 @@ from monitor.stats.budget import (
     with_refreshes,
 )
 from monitor.stats.calibration import PlattMap
-from monitor.stats.drift import SHIFT_MAX
+from monitor.stats.drift import SHIFT_MAX, score_histogram
 from tests.unit.engine_streams import hourly_batch
 
 PER_BUCKET = 3000
@@ -90,6 +91,34 @@ def test_the_refreshes_of_the_first_drifted_bucket_raise_the_share_until_a_new_m
     assert after[0].calibration == FITTED and after[0].shift == SHIFT_MAX
     taken = [s for s in after if s.calibration == REFITTED]
     assert taken and all(s.shift == 0.0 and s.share(LAM0) == REFITTED.lam for s in taken)
+
+
+@pytest.mark.parametrize(("fit_buckets", "raised"), [((1, 2, 3), True), ((3,), False)])
+def test_a_new_map_ends_the_raise_only_when_fitted_on_traffic_like_the_current(
+    fit_buckets: tuple[int, ...], raised: bool
+) -> None:
+    """A map refitted on labels drawn mostly before the drift (buckets 1-3: two healthy, one
+    drifted) is as suspect as the old one: its controls keep the raise. One fitted on the
+    drifted bucket's labels alone ends it."""
+    stream = _stream(1, 6, drift_at=2)
+    reference = tuple(
+        int(c)
+        for c in score_histogram(
+            np.concatenate(
+                [stream.score[b * PER_BUCKET : (b + 1) * PER_BUCKET] for b in fit_buckets]
+            )
+        )
+    )
+    refitted = replace(REFITTED, reference=reference)
+    sampler = SamplerService(_config())
+    sampler.process(stream.rows(slice(0, PER_BUCKET)))
+    sampler.calibration = {"default": FITTED}
+    sampler.process(stream.rows(slice(PER_BUCKET, 4 * PER_BUCKET)))
+    sampler.calibration = {"default": refitted}
+    sampler.process(stream.rows(slice(4 * PER_BUCKET, None)))
+    taken = [s for b in (4, 5) for s in _stages(sampler, b) if s.calibration == refitted]
+    assert taken
+    assert all(s.shift == (SHIFT_MAX if raised else 0.0) for s in taken)
 
 
 def test_without_a_map_consecutive_traffic_is_compared() -> None:
