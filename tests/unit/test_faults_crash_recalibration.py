@@ -231,6 +231,9 @@ def test_the_map_is_durable_before_a_control_records_it(
             assert stored == {m: c.to_list() for m, c in in_use.items()}
             for m, c in in_use.items():
                 assert h.value("monitor_calibration_version", model=m) == c.version
+                # with the score counts of the traffic the map's labels were drawn from
+                seen = h.engine.estimator.score_histogram(m, 0)
+                assert len(c.reference) == len(seen) and 0 < sum(c.reference) <= sum(seen)
     assert h.engine.sampler.calibration["default"].version >= 2
     h.close()
 
