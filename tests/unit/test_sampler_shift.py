@@ -97,9 +97,9 @@ def test_the_refreshes_of_the_first_drifted_bucket_raise_the_share_until_a_new_m
 def test_a_new_map_ends_the_raise_only_when_fitted_on_traffic_like_the_current(
     fit_buckets: tuple[int, ...], raised: bool
 ) -> None:
-    """A map refitted on labels drawn mostly before the drift (buckets 1-3: two healthy, one
-    drifted) is as suspect as the old one: its controls keep the raise. One fitted on the
-    drifted bucket's labels alone ends it."""
+    """A map refitted on labels whose traffic still includes the healthy bucket before the
+    drift (buckets 1-3: one healthy, two drifted; the drift starts at bucket 2) is suspect: its
+    controls keep the raise. One fitted on a drifted bucket's labels alone ends it."""
     stream = _stream(1, 6, drift_at=2)
     reference = tuple(
         int(c)
