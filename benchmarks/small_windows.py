@@ -36,11 +36,13 @@ Precision (alpha = 1) is left out: in these windows the predicted positives are 
 interval is exact. Every cell is reported; the goal of issue 11 is coverage 0.93-0.97.
 ``--scenario overconfident`` reports logits x3 (labels from the calibrated score, reported
 score over-confident); ``--scenario drift`` adds positives at the window's positive rate
-uniformly over the records, so the scores miss them (a model that degraded).
+uniformly over the records, so the scores miss them (a model that degraded). ``--defensive``
+sets the design's uniform share (the product's default, 0.1).
 
     .venv/bin/python benchmarks/small_windows.py              # 1,000 windows per cell
     .venv/bin/python benchmarks/small_windows.py --reps 300   # quicker
     .venv/bin/python benchmarks/small_windows.py --reps 300 --scenario overconfident
+    .venv/bin/python benchmarks/small_windows.py --reps 300 --scenario drift --defensive 0.5
 """
 
 from __future__ import annotations
@@ -222,7 +224,14 @@ def window_pool(
 
 
 def run_cell(
-    labels: int, rate: float, alpha: float, reps: int, rng: np.random.Generator, *, scenario: str
+    labels: int,
+    rate: float,
+    alpha: float,
+    reps: int,
+    rng: np.random.Generator,
+    *,
+    scenario: str,
+    defensive: float = 0.1,
 ) -> str:
     """One line of the table."""
     window = int(SHARE * labels / rate)
@@ -234,7 +243,8 @@ def run_cell(
         pred = (score >= 0.5).astype(np.int8)
         truth = falpha_exact(pred, label, alpha)
         g = intrinsic_falpha(score, pred, alpha)
-        q = defensive_mix(q_star_falpha(score, pred, alpha, 0.0 if math.isnan(g) else g), 0.1)
+        q = q_star_falpha(score, pred, alpha, 0.0 if math.isnan(g) else g)
+        q = defensive_mix(q, defensive)
         pi, _ = inclusion_for_budget(q, labels)
         take = np.flatnonzero(rng.random(window) < pi)
         sample = LabeledSample.poisson(score[take], pred[take], label[take], pi[take])
@@ -256,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=20261123)
     parser.add_argument("--scenario", choices=SCENARIOS, default="calibrated")
+    parser.add_argument("--defensive", type=float, default=0.1, help="uniform share (0.1)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     head = "  ".join(f"{k:>10s}" for k in VARIANTS)
@@ -264,10 +275,19 @@ def main(argv: list[str] | None = None) -> int:
         for j, rate in enumerate(RATES):
             for k, alpha in enumerate(ALPHAS):
                 rng = np.random.default_rng([args.seed, i, j, k])
-                row = run_cell(labels, rate, alpha, args.reps, rng, scenario=args.scenario)
+                row = run_cell(
+                    labels,
+                    rate,
+                    alpha,
+                    args.reps,
+                    rng,
+                    scenario=args.scenario,
+                    defensive=args.defensive,
+                )
                 print(row, flush=True)
     print(
-        f"{args.scenario}: {args.reps} windows per cell, coverage and mean width per column, "
+        f"{args.scenario}, defensive share {args.defensive}: {args.reps} windows per cell, "
+        "coverage and mean width per column, "
         f"{time.perf_counter() - started:.0f} s"
     )
     return 0
