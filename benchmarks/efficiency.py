@@ -461,6 +461,13 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
         metavar="B",
         help="with --stream-daemon: only the windows of bucket B (3: the first after the drift)",
     )
+    parser.add_argument(
+        "--defensive",
+        type=float,
+        default=0.1,
+        metavar="S",
+        help="with --stream-daemon: the model's configured defensive share (default 0.1)",
+    )
     args = parser.parse_args(argv)
     reps = args.reps if args.reps is not None else (40 if args.quick else 1000)
     if args.designs:
@@ -482,6 +489,7 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
                 args.cells,
                 recalibrate=not args.no_recalibrate,
                 bucket=args.bucket,
+                defensive=args.defensive,
             )
         return stream.main(reps, args.quick, args.seed, echo, args.scenario)
     pool_size, n_pools = (10_000, 2) if args.quick else (20_000, 5)

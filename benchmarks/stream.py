@@ -9,7 +9,10 @@ the positive rate); the model reports s = expit(z) for the first ``DRIFT`` bucke
 s = expit(c z) after (over-confident by c = 3 or 10; with ``--scenario one-sided`` only the
 negative logits are scaled, s = expit(c z) for z < 0 and expit(z) otherwise: the low scores are
 far too low, the high ones right, so the true map of s is asymmetric and no Platt map fits it,
-while the beta map's a = 1/c, b = 1 nearly does). Every request is answered from the truth
+while the beta map's a = 1/c, b = 1 nearly does; with ``hidden`` h > 0 the scores stay calibrated
+and from bucket ``DRIFT`` on a share h of the records turns positive whatever its score: new
+positives that the scores do not show, which the score-shift rule cannot see and only the labels
+reveal). Every request is answered from the truth
 at the end of its bucket. With recalibration on, the map of the next controls is refitted from
 the labels of the last ``FIT_BUCKETS`` buckets (``monitor.core.recalibration.refit``, as the
 engine does), so a control frozen at a bucket's first record uses labels of earlier buckets only.
@@ -83,6 +86,13 @@ class StreamCase:
     labels_per_bucket: float
     one_sided: bool = False  # only the negative logits are scaled by ``overconfidence``
     segmented: bool = False  # records in segments "a" and "b" at random; only "b" drifts
+    hidden: float = 0.0  # from the drift on, this share of records turn positive, scores unchanged
+    defensive: float = 0.1  # the model's configured defensive share
+
+    @property
+    def drifts(self) -> bool:
+        """Whether the stream changes at bucket ``DRIFT`` (its scores or its labels)."""
+        return self.overconfidence != 1.0 or self.hidden > 0.0
 
 
 @dataclass
@@ -151,6 +161,7 @@ def _config(case: StreamCase, recalibrate: bool, estimator: str = "ratio") -> Co
         expected_records_per_hour=float(case.records_per_bucket),
         recalibrate=recalibrate,
         estimator=estimator,
+        defensive=case.defensive,
     )
     return Config(models={"default": model}, windows=WindowsConfig(3600, (("1h", 3600),)))
 
@@ -162,6 +173,8 @@ def _bucket_batch(
     mu = logit_mean_for_rate(case.positive_rate, LOGIT_SD)
     z = rng.normal(mu, LOGIT_SD, n)
     label = (rng.random(n) < 0.5 * (1.0 + np.tanh(0.5 * z))).astype(np.int8)
+    if case.hidden > 0.0 and bucket >= DRIFT:  # positives the model scores like any record
+        label |= (rng.random(n) < case.hidden).astype(np.int8)
     segment = np.full(n, "")
     c = np.full(n, case.overconfidence if bucket >= DRIFT else 1.0)
     if case.segmented:
@@ -383,9 +396,9 @@ def evaluate_daemon(
     bucket: int | None = None,
 ) -> DaemonTally:
     """The daemon path's windows after the drift's first bucket (every bucket but the cold
-    start when the stream is calibrated throughout), over ``reps`` streams; with ``bucket``
+    start when the stream does not drift), over ``reps`` streams; with ``bucket``
     that bucket's windows alone (``DRIFT``: the first after the drift)."""
-    first = 1 if case.overconfidence == 1.0 else DRIFT + 1
+    first = DRIFT + 1 if case.drifts else 1
     out = DaemonTally(Tally([]), Tally([]))
     for rep in range(reps):
         for b, w, truth, spend in run_daemon_rep(case, rep, seed, answer_rate, recalibrate):
@@ -488,16 +501,19 @@ def main(
     return 0
 
 
-#: (name, over-confidence, positive rate, alpha, answer rate) of the daemon-path table
+#: (name, over-confidence, positive rate, alpha, answer rate, hidden) of the daemon-path table;
+#: "hidden": from the drift on, as many new positives as before, which the scores do not show
 DAEMON_CELLS = (
-    ("calibrated 5%, F1", 1.0, 0.05, 0.5, 1.0),
-    ("calibrated 1%, F1", 1.0, 0.01, 0.5, 1.0),
-    ("x3 5%, F1", 3.0, 0.05, 0.5, 1.0),
-    ("x10 5%, F1", 10.0, 0.05, 0.5, 1.0),
-    ("x3 1%, F1", 3.0, 0.01, 0.5, 1.0),
-    ("x10 1%, F1", 10.0, 0.01, 0.5, 1.0),
-    ("x10 5%, recall", 10.0, 0.05, 0.0, 1.0),
-    ("x3 5%, F1, 70% answered", 3.0, 0.05, 0.5, 0.7),
+    ("calibrated 5%, F1", 1.0, 0.05, 0.5, 1.0, 0.0),
+    ("calibrated 1%, F1", 1.0, 0.01, 0.5, 1.0, 0.0),
+    ("x3 5%, F1", 3.0, 0.05, 0.5, 1.0, 0.0),
+    ("x10 5%, F1", 10.0, 0.05, 0.5, 1.0, 0.0),
+    ("x3 1%, F1", 3.0, 0.01, 0.5, 1.0, 0.0),
+    ("x10 1%, F1", 10.0, 0.01, 0.5, 1.0, 0.0),
+    ("x10 5%, recall", 10.0, 0.05, 0.0, 1.0, 0.0),
+    ("x3 5%, F1, 70% answered", 3.0, 0.05, 0.5, 0.7, 0.0),
+    ("hidden 5%, F1", 1.0, 0.05, 0.5, 1.0, 0.05),
+    ("hidden 1%, F1", 1.0, 0.01, 0.5, 1.0, 0.01),
 )
 
 
@@ -509,12 +525,14 @@ def main_daemon(
     recalibrate: bool = True,
     *,
     bucket: int | None = None,
+    defensive: float = 0.1,
 ) -> int:
     """The daemon path (``run_daemon_rep``) per cell: coverage, MAE, savings against the ratio.
 
     Only the cells whose name contains ``cells`` (all of them when it is empty); with
     ``recalibrate`` False the model does not recalibrate (``run_daemon_rep``); with ``bucket``
-    only that bucket's windows (``evaluate_daemon``).
+    only that bucket's windows (``evaluate_daemon``); ``defensive``: the model's configured
+    defensive share.
     """
     chosen = [c for c in DAEMON_CELLS if cells in c[0]]
     if not chosen:
@@ -522,22 +540,22 @@ def main_daemon(
         echo(f"no daemon-path cell's name contains {cells!r}; the cells are: {names}")
         return 2
     echo(
-        f"Daemon path, estimator: model_assisted{'' if recalibrate else ', recalibrate: false'}: "
+        f"Daemon path, estimator: model_assisted{'' if recalibrate else ', recalibrate: false'}"
+        f", defensive {defensive:g}: "
         f"{reps} streams per cell, {BUCKETS} buckets of "
-        f"5000 records, 150 labels per bucket, over-confident from bucket {DRIFT} (windows: "
+        f"5000 records, 150 labels per bucket, drifting from bucket {DRIFT} (windows: "
         + (
             f"bucket {bucket} alone)"
             if bucket is not None
-            else f"every bucket but the first when calibrated, from bucket {DRIFT + 1} on "
-            "otherwise)"
+            else f"every bucket but the first without drift, from bucket {DRIFT + 1} on otherwise)"
         )
     )
     echo(
         f"  {'cell':<26} {'windows':>7} {'coverage':>9} {'ratio':>7} {'MAE':>8} {'ratio':>8}"
         f" {'savings':>8} {'assisted':>9} {'spend mean':>10} {'max':>5}"
     )
-    for name, over, rate, alpha, answer in chosen:
-        case = StreamCase(name, over, rate, alpha, 5_000, 150.0)
+    for name, over, rate, alpha, answer, hidden in chosen:
+        case = StreamCase(name, over, rate, alpha, 5_000, 150.0, hidden=hidden, defensive=defensive)
         t = evaluate_daemon(case, reps, seed, answer, recalibrate, bucket=bucket)
         n = len(t.exported.errors)
         echo(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 try:
     from benchmarks import designs, stream
@@ -45,3 +47,15 @@ def test_stream_runs_through_the_daemons_sampler() -> None:
     assert len(rows[("recal", "later")]) == stream.BUCKETS - stream.DRIFT - 1
     tallies = stream.evaluate(case, reps=1, seed=1)
     assert any(line.strip().startswith("x10 smoke") for line in stream.report([(case, tallies)]))
+
+
+def test_hidden_positives_double_the_rate_after_the_drift_and_leave_the_scores_alone() -> None:
+    case = stream.StreamCase("hidden", 1.0, 0.05, 0.5, 20_000, 150.0, hidden=0.05)
+    plain = replace(case, hidden=0.0)
+    assert case.drifts and not plain.drifts
+    for bucket, rate in ((stream.DRIFT - 1, 0.05), (stream.DRIFT, 0.05 + 0.95 * 0.05)):
+        batch, label = stream._bucket_batch(np.random.default_rng(7), case, bucket, 0, 0)
+        same, plain_label = stream._bucket_batch(np.random.default_rng(7), plain, bucket, 0, 0)
+        np.testing.assert_array_equal(batch.score, same.score)  # the scores do not show it
+        assert label.mean() == pytest.approx(rate, abs=0.006)
+        assert (label >= plain_label).all()  # only new positives
