@@ -37,7 +37,12 @@ At 1% positives a bucket rarely has 20 labelled predicted positives, so the rati
 1% over-confident cells covered 0.864 (x3) and 0.881 (x10) while the map was fitted weighted by
 1/pi (``monitor.stats.design.recalibrate`` says why it no longer is).
 
-Here 30 streams per cell (the suite's budget, about 70 CPU seconds in all): coverage at least the
+The last cell keeps the scores calibrated and from bucket 3 on adds as many positives again at
+random, which the scores do not show (``StreamCase.hidden``): 0.917 over 300 streams at 5%
+positives (seeds 14-16, 100 each); at 1% it reads 0.811, below the goal, and is not tested here
+(README, "Positives the scores do not show").
+
+Here 30 streams per cell (the suite's budget, about 80 CPU seconds in all): coverage at least the
 issue's 0.90 less two binomial standard errors on that many windows (0.855-0.863), not more than
 0.03 below the ratio's on the same windows, and an MAE at most 2% above the ratio's.
 """
@@ -54,22 +59,25 @@ REPS = 30
 SEED = 14
 
 CELLS = [
-    # (over-confidence, positive rate, answer rate)
-    (1.0, 0.05, 1.0),
-    (1.0, 0.01, 1.0),
-    (3.0, 0.05, 1.0),
-    (10.0, 0.05, 1.0),
-    (3.0, 0.01, 1.0),
-    (10.0, 0.01, 1.0),
-    (3.0, 0.05, 0.7),
+    # (over-confidence, positive rate, answer rate, hidden: new positives the scores do not show)
+    (1.0, 0.05, 1.0, 0.0),
+    (1.0, 0.01, 1.0, 0.0),
+    (3.0, 0.05, 1.0, 0.0),
+    (10.0, 0.05, 1.0, 0.0),
+    (3.0, 0.01, 1.0, 0.0),
+    (10.0, 0.01, 1.0, 0.0),
+    (3.0, 0.05, 0.7, 0.0),
+    (1.0, 0.05, 1.0, 0.05),
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("over", "rate", "answer"), CELLS)
-def test_daemon_model_assisted_estimate_covers(over: float, rate: float, answer: float) -> None:
-    name = f"x{over:g} {rate:.0%} pos, {answer:.0%} answered"
-    case = stream.StreamCase(name, over, rate, 0.5, 5_000, 150.0)
+@pytest.mark.parametrize(("over", "rate", "answer", "hidden"), CELLS)
+def test_daemon_model_assisted_estimate_covers(
+    over: float, rate: float, answer: float, hidden: float
+) -> None:
+    name = f"x{over:g} {rate:.0%} pos, {answer:.0%} answered, {hidden:.0%} hidden"
+    case = stream.StreamCase(name, over, rate, 0.5, 5_000, 150.0, hidden=hidden)
     t = stream.evaluate_daemon(case, REPS, SEED, answer)
     n = len(t.exported.errors)
     print(
@@ -77,7 +85,7 @@ def test_daemon_model_assisted_estimate_covers(over: float, rate: float, answer:
         f" MAE {t.exported.mae:.4f} (ratio {t.ratio.mae:.4f}), savings {t.savings:.2f}x,"
         f" model-assisted in {t.assisted / n:.2f}"
     )
-    assert n >= 0.95 * REPS * (stream.BUCKETS - (1 if over == 1.0 else stream.DRIFT + 1))
+    assert n >= 0.95 * REPS * (stream.BUCKETS - (stream.DRIFT + 1 if case.drifts else 1))
     # the issue's goal of 0.90, less two binomial standard errors of a coverage on n windows
     assert t.exported.coverage >= 0.90 - 2.0 * math.sqrt(0.90 * 0.10 / n)
     assert t.exported.coverage >= t.ratio.coverage - 0.03
