@@ -28,9 +28,9 @@ window's realised value. Columns, on the same samples:
   positives at g plus ``(1 - alpha)^2 g^2 kappa FN_open(g)``, ``FN_open(g)`` the total of
   false negatives with pi < 1 that g implies (those audited with certainty are known) and
   ``kappa = (sum fpc v^2 + c m2) / (sum v + c m1)`` the variance per unit of that total, from
-  the sampled false negatives with pi < 1 plus c = 2
-  pseudo events at the means m2 = mean(fpc v^2) and m1 = mean(v) of the sampled predicted
-  negatives (placed by the design, not by the scores).
+  the sampled false negatives with pi < 1 plus c = 2 pseudo events at the means m2 =
+  mean(fpc v^2) and m1 = mean(v) of the sampled predicted negatives (placed by the design, not
+  by the scores).
 
 Precision (alpha = 1) is left out: in these windows the predicted positives are a census and its
 interval is exact. Every cell is reported; the goal of issue 11 is coverage 0.93-0.97.
@@ -287,8 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(row, flush=True)
     print(
         f"{args.scenario}, defensive share {args.defensive}: {args.reps} windows per cell, "
-        "coverage and mean width per column, "
-        f"{time.perf_counter() - started:.0f} s"
+        f"coverage and mean width per column, {time.perf_counter() - started:.0f} s"
     )
     return 0
 

@@ -1,4 +1,4 @@
-"""The streaming controller over a stream whose model turns over-confident after a drift.
+"""The streaming controller over a stream whose model drifts: over-confident, or blind to some.
 
 Run: ``.venv/bin/python -m benchmarks.efficiency --stream [--reps R] [--quick]``.
 
@@ -12,10 +12,10 @@ far too low, the high ones right, so the true map of s is asymmetric and no Plat
 while the beta map's a = 1/c, b = 1 nearly does; with ``hidden`` h > 0 the scores stay calibrated
 and from bucket ``DRIFT`` on a share h of the records turns positive whatever its score: new
 positives that the scores do not show, which the score-shift rule cannot see and only the labels
-reveal). Every request is answered from the truth
-at the end of its bucket. With recalibration on, the map of the next controls is refitted from
-the labels of the last ``FIT_BUCKETS`` buckets (``monitor.core.recalibration.refit``, as the
-engine does), so a control frozen at a bucket's first record uses labels of earlier buckets only.
+reveal). Every request is answered from the truth at the end of its bucket. With recalibration on,
+the map of the next controls is refitted from the labels of the last ``FIT_BUCKETS`` buckets
+(``monitor.core.recalibration.refit``, as the engine does), so a control frozen at a bucket's
+first record uses labels of earlier buckets only.
 
 Per bucket the F_alpha of the bucket's traffic is estimated from the bucket's labels by:
 
