@@ -1,4 +1,4 @@
-"""The streaming controller over a stream whose model drifts: over-confident, or blind to some.
+"""Streams whose model turns over-confident or misses new positives, through the controller.
 
 Run: ``.venv/bin/python -m benchmarks.efficiency --stream [--reps R] [--quick]``.
 
