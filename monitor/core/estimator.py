@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from monitor.config.schema import Config, ModelConfig
 from monitor.core.messages import AuditRequest, LabelResult, Reject, request_id_for, token_matches
+from monitor.core.recalibration import label_window_buckets
 from monitor.core.sampler import retention_buckets
 from monitor.core.snapshot import Snapshot, WindowEstimate, WorstCase
 from monitor.core.windows import (
@@ -105,7 +106,11 @@ class EstimatorService:
     ) -> None:
         self.config = config
         self.clock = clock
-        self.retention = retention_buckets(config)
+        # the reported windows and their PSI reference, and the labels (with their traffic's
+        # score histogram) that the calibration maps are fitted on, however short the windows
+        self.retention = max(
+            retention_buckets(config), label_window_buckets(config.windows.bucket_s)
+        )
         self._traffic: dict[SegKey, TrafficAggregate] = dict(traffic or {})
         self._requests: dict[str, RequestState] = {s.request.request_id: s for s in requests}
         self._parked: dict[str, list[ParkedLabel]] = {}

@@ -3,9 +3,10 @@ import math
 import numpy as np
 import pytest
 
-from monitor.config.schema import Config, ModelConfig
+from monitor.config.schema import Config, ModelConfig, WindowsConfig
 from monitor.core.estimator import EstimatorService
 from monitor.core.messages import LabelResult, RawRecord
+from monitor.core.recalibration import label_window_buckets
 from monitor.core.sampler import SamplerResult, SamplerService
 from monitor.errors import RejectReason
 from monitor.stats.measures import measure_all
@@ -170,3 +171,25 @@ def test_pending_labels_are_a_second_phase_not_a_smaller_census(rng: np.random.G
         0.95,
     )
     assert naive.recall.value != row.recall.value
+
+
+def test_the_maps_label_window_is_kept_however_short_the_reported_windows(
+    rng: np.random.Generator,
+) -> None:
+    # one reported window of 1 h keeps 2 h of windows' state; the maps are fitted on 24 h of
+    # labels (monitor.core.recalibration.label_window_buckets) and their traffic's histogram
+    cfg = Config(models=CFG.models, windows=WindowsConfig(3600, (("1h", 3600),)))
+    s = make_stream(rng, 9000, span_s=30 * 3600)
+    res = SamplerService(cfg).process(s.batch(slice(None)))
+    est = EstimatorService(cfg, Clock())
+    est.apply_traffic(res.traffic)
+    est.upsert_requests(res.requests)
+    truth = dict(zip(s.ids.tolist(), s.label.tolist(), strict=True))
+    est.handle_labels([_label(r.request_id, truth[r.id], i) for i, r in enumerate(res.requests)])
+    last = int(s.ts.max() // 3600)
+    since = last - label_window_buckets(3600) + 1
+    sample, _ = est.labelled("default", since)
+    assert len(sample) == sum(r.bucket >= since for r in res.requests) > 0
+    assert sum(r.bucket >= last - 1 for r in res.requests) < len(sample)  # more than 2 h
+    in_window = sum(int(t // 3600) >= since for t in s.ts)
+    assert sum(est.score_histogram("default", since)) == in_window
