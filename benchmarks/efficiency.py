@@ -468,6 +468,14 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
         metavar="S",
         help="with --stream-daemon: the model's configured defensive share (default 0.1)",
     )
+    parser.add_argument(
+        "--fit-buckets",
+        type=int,
+        default=2,
+        metavar="K",
+        help="with --stream-daemon: fit each map on the last K buckets of labels (default 2; "
+        "the daemon fits on 24 h, all of a 10-bucket stream)",
+    )
     args = parser.parse_args(argv)
     reps = args.reps if args.reps is not None else (40 if args.quick else 1000)
     if args.designs:
@@ -490,6 +498,7 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
                 recalibrate=not args.no_recalibrate,
                 bucket=args.bucket,
                 defensive=args.defensive,
+                fit_buckets=args.fit_buckets,
             )
         return stream.main(reps, args.quick, args.seed, echo, args.scenario)
     pool_size, n_pools = (10_000, 2) if args.quick else (20_000, 5)

@@ -13,7 +13,8 @@ while the beta map's a = 1/c, b = 1 nearly does; with ``hidden`` h > 0 the score
 and from bucket ``DRIFT`` on a share h of the records turns positive whatever its score: new
 positives that the scores do not show, which the score-shift rule cannot see and only the labels
 reveal). Every request is answered from the truth at the end of its bucket. With recalibration on,
-the map of the next controls is refitted from the labels of the last ``FIT_BUCKETS`` buckets
+the map of the next controls is refitted from the labels of the last ``StreamCase.fit_buckets``
+(default ``FIT_BUCKETS`` = 2; the daemon fits on 24 h, all of a stream here) buckets
 (``monitor.core.recalibration.refit``, as the engine does), so a control frozen at a bucket's
 first record uses labels of earlier buckets only.
 
@@ -88,6 +89,7 @@ class StreamCase:
     segmented: bool = False  # records in segments "a" and "b" at random; only "b" drifts
     hidden: float = 0.0  # from the drift on, this share of records turn positive, scores unchanged
     defensive: float = 0.1  # the model's configured defensive share
+    fit_buckets: int = FIT_BUCKETS  # buckets of labels a map is fitted on (the daemon: 24 h)
 
     @property
     def drifts(self) -> bool:
@@ -263,9 +265,9 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
                 family[name] = ctl.calibration.cal_map.family
                 labelled[name].append(sample)
                 hists[name].append(sum(res.traffic.values(), TrafficAggregate.zero()).hist)
-                recent = LabeledSample.concat(labelled[name][-FIT_BUCKETS:])
+                recent = LabeledSample.concat(labelled[name][-case.fit_buckets :])
                 previous = sampler.calibration.get("default", NO_CALIBRATION)
-                reference = np.sum(hists[name][-FIT_BUCKETS:], axis=0).tolist()
+                reference = np.sum(hists[name][-case.fit_buckets :], axis=0).tolist()
                 sampler.calibration = {
                     "default": recalibration.refit(
                         previous, recent, lam0, beta=name == "recal", reference=reference
@@ -314,7 +316,7 @@ def run_daemon_rep(
     passes them, in ``CHUNKS`` steps; after each step its requests are answered with probability
     ``answer_rate`` (at random: the rest stay pending), labels as ``LabelResult`` records, and
     the map new controls take is refitted from the estimator's labels of the last
-    ``FIT_BUCKETS`` buckets, so the refreshes inside a bucket (record 1000, 2000, 4000) take
+    ``case.fit_buckets`` buckets, so the refreshes inside a bucket (record 1000, 2000, 4000) take
     maps fitted on labels of the same bucket and the bucket's p_hat mixes several maps. The
     window "1h" of the snapshot after each bucket is that bucket: its exported (model-assisted
     where usable) and ratio estimates against the bucket's true F_alpha. With ``recalibrate``
@@ -352,7 +354,7 @@ def run_daemon_rep(
             )
             if not recalibrate:
                 continue
-            since = first + b - FIT_BUCKETS + 1
+            since = first + b - case.fit_buckets + 1
             recent, segment = estimator.labelled("default", since)
             previous = sampler.calibration.get("default", NO_CALIBRATION)
             sampler.calibration = {
@@ -494,7 +496,7 @@ def main(
         f"Streaming controller: {reps} streams per case, {BUCKETS} buckets of "
         f"{c0.records_per_bucket} records, {c0.labels_per_bucket:g} labels per bucket, {drift} "
         f"{DRIFT}{')' if scenario == 'calibrated' else ''}, map fitted on the last "
-        f"{FIT_BUCKETS} buckets"
+        f"{c0.fit_buckets} buckets"
     )
     for line in report(rows):
         echo(line)
@@ -526,13 +528,14 @@ def main_daemon(
     *,
     bucket: int | None = None,
     defensive: float = 0.1,
+    fit_buckets: int = FIT_BUCKETS,
 ) -> int:
     """The daemon path (``run_daemon_rep``) per cell: coverage, MAE, savings against the ratio.
 
     Only the cells whose name contains ``cells`` (all of them when it is empty); with
     ``recalibrate`` False the model does not recalibrate (``run_daemon_rep``); with ``bucket``
     only that bucket's windows (``evaluate_daemon``); ``defensive``: the model's configured
-    defensive share.
+    defensive share; ``fit_buckets``: the buckets of labels each map is fitted on.
     """
     chosen = [c for c in DAEMON_CELLS if cells in c[0]]
     if not chosen:
@@ -541,7 +544,7 @@ def main_daemon(
         return 2
     echo(
         f"Daemon path, estimator: model_assisted{'' if recalibrate else ', recalibrate: false'}"
-        f", defensive {defensive:g}: "
+        f", defensive {defensive:g}, maps fitted on {fit_buckets} buckets of labels: "
         f"{reps} streams per cell, {BUCKETS} buckets of "
         f"5000 records, 150 labels per bucket, drifting from bucket {DRIFT} (windows: "
         + (
@@ -555,7 +558,17 @@ def main_daemon(
         f" {'savings':>8} {'assisted':>9} {'spend mean':>10} {'max':>5}"
     )
     for name, over, rate, alpha, answer, hidden in chosen:
-        case = StreamCase(name, over, rate, alpha, 5_000, 150.0, hidden=hidden, defensive=defensive)
+        case = StreamCase(
+            name,
+            over,
+            rate,
+            alpha,
+            5_000,
+            150.0,
+            hidden=hidden,
+            defensive=defensive,
+            fit_buckets=fit_buckets,
+        )
         t = evaluate_daemon(case, reps, seed, answer, recalibrate, bucket=bucket)
         n = len(t.exported.errors)
         echo(
