@@ -173,12 +173,12 @@ class Engine:
         """
         cal = self.sampler.calibration
         bucket_s = self.config.windows.bucket_s
-        k = recalibration.label_window_buckets(bucket_s)
         new = dict(cal)
         for model in sorted(models):
             cfg = self.config.model(model)
             if not cfg.recalibrate:
                 continue
+            k = recalibration.label_window_buckets(bucket_s, cfg.labels_per_hour)
             wm = self.estimator.watermark(model)
             if not math.isfinite(wm):
                 continue

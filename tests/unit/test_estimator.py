@@ -176,8 +176,9 @@ def test_pending_labels_are_a_second_phase_not_a_smaller_census(rng: np.random.G
 def test_the_maps_label_window_is_kept_however_short_the_reported_windows(
     rng: np.random.Generator,
 ) -> None:
-    # one reported window of 1 h keeps 2 h of windows' state; the maps are fitted on 24 h of
-    # labels (monitor.core.recalibration.label_window_buckets) and their traffic's histogram
+    # one reported window of 1 h keeps 2 h of windows' state; the maps are fitted on up to 24 h
+    # of labels (monitor.core.recalibration.label_window_buckets: 300 labels at the budget) and
+    # their traffic's histogram
     cfg = Config(models=CFG.models, windows=WindowsConfig(3600, (("1h", 3600),)))
     s = make_stream(rng, 9000, span_s=30 * 3600)
     res = SamplerService(cfg).process(s.batch(slice(None)))
