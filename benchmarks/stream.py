@@ -14,7 +14,8 @@ and from bucket ``DRIFT`` on a share h of the records turns positive whatever it
 positives that the scores do not show, which the score-shift rule cannot see and only the labels
 reveal). Every request is answered from the truth at the end of its bucket. With recalibration on,
 the map of the next controls is refitted from the labels of the last ``StreamCase.fit_buckets``
-(default ``FIT_BUCKETS`` = 2; the daemon fits on 24 h, all of a stream here) buckets
+(default ``FIT_BUCKETS`` = 2: the ~300 labels the daemon fits on at 150 labels an hour,
+``monitor.core.recalibration.label_window_buckets``) buckets
 (``monitor.core.recalibration.refit``, as the engine does), so a control frozen at a bucket's
 first record uses labels of earlier buckets only.
 
@@ -89,7 +90,7 @@ class StreamCase:
     segmented: bool = False  # records in segments "a" and "b" at random; only "b" drifts
     hidden: float = 0.0  # from the drift on, this share of records turn positive, scores unchanged
     defensive: float = 0.1  # the model's configured defensive share
-    fit_buckets: int = FIT_BUCKETS  # buckets of labels a map is fitted on (the daemon: 24 h)
+    fit_buckets: int = FIT_BUCKETS  # buckets of labels a map is fitted on
 
     @property
     def drifts(self) -> bool:

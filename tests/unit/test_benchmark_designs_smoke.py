@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from monitor.core.recalibration import label_window_buckets
+
 try:
     from benchmarks import designs, stream
 except ImportError:  # plain `pytest` does not put the repository root on sys.path
@@ -59,3 +61,8 @@ def test_hidden_positives_double_the_rate_after_the_drift_and_leave_the_scores_a
         np.testing.assert_array_equal(batch.score, same.score)  # the scores do not show it
         assert label.mean() == pytest.approx(rate, abs=0.006)
         assert (label >= plain_label).all()  # only new positives
+
+
+def test_the_daemon_path_fits_maps_on_the_window_the_daemon_uses_at_its_budget() -> None:
+    # the README's daemon-path tables (150 labels a bucket) stand for the product while these agree
+    assert label_window_buckets(3600, 150.0) == stream.FIT_BUCKETS
