@@ -476,6 +476,20 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
         help="with --stream-daemon: fit each map on the last K buckets of labels (default 2, "
         "what the daemon fits on at 150 labels an hour; 10: all of the stream, as 24 h would be)",
     )
+    parser.add_argument(
+        "--buckets",
+        type=int,
+        default=10,
+        metavar="N",
+        help="with --stream-daemon: streams of N hourly buckets (default 10)",
+    )
+    parser.add_argument(
+        "--from-bucket",
+        type=int,
+        default=None,
+        metavar="B",
+        help="with --stream-daemon: only the windows of bucket B and later",
+    )
     args = parser.parse_args(argv)
     reps = args.reps if args.reps is not None else (40 if args.quick else 1000)
     if args.designs:
@@ -499,6 +513,8 @@ def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] = print)
                 bucket=args.bucket,
                 defensive=args.defensive,
                 fit_buckets=args.fit_buckets,
+                buckets=args.buckets,
+                from_bucket=args.from_bucket,
             )
         return stream.main(reps, args.quick, args.seed, echo, args.scenario)
     pool_size, n_pools = (10_000, 2) if args.quick else (20_000, 5)

@@ -15,9 +15,10 @@ positives that the scores do not show, which the score-shift rule cannot see and
 reveal). Every request is answered from the truth at the end of its bucket. With recalibration on,
 the map of the next controls is refitted from the labels of the last ``StreamCase.fit_buckets``
 (default ``FIT_BUCKETS`` = 2: the ~300 labels the daemon fits on at 150 labels an hour,
-``monitor.core.recalibration.label_window_buckets``) buckets
-(``monitor.core.recalibration.refit``, as the engine does), so a control frozen at a bucket's
-first record uses labels of earlier buckets only.
+``monitor.core.recalibration.label_window_buckets``) buckets and tested for positives it does
+not expect on those of the last ``LONGEST`` = 24 (``monitor.core.recalibration.refit``, as the
+engine does), so a control frozen at a bucket's first record uses labels of earlier buckets only.
+A stream has ``StreamCase.buckets`` buckets (``BUCKETS`` = 10; ``--buckets`` on the daemon path).
 
 Per bucket the F_alpha of the bucket's traffic is estimated from the bucket's labels by:
 
@@ -71,6 +72,7 @@ DESIGNS = ("uniform", "raw", "recal-platt", "recal", "recal+GREG")
 BUCKETS = 10
 DRIFT = 3  # first over-confident bucket
 FIT_BUCKETS = 2
+LONGEST = recalibration.label_window_buckets(3600)  # buckets of labels the maps are tested on
 CHUNKS = 5  # steps per bucket of the daemon-path run (labels and a refit after each)
 LEVEL = 0.95
 START = 1_800_000_000.0
@@ -91,6 +93,7 @@ class StreamCase:
     hidden: float = 0.0  # from the drift on, this share of records turn positive, scores unchanged
     defensive: float = 0.1  # the model's configured defensive share
     fit_buckets: int = FIT_BUCKETS  # buckets of labels a map is fitted on
+    buckets: int = BUCKETS  # the stream's length
 
     @property
     def drifts(self) -> bool:
@@ -233,7 +236,7 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
     rng = np.random.default_rng([seed, rep])
     u_rng = np.random.default_rng([seed, rep, 1])
     lam0 = _config(case, True).model("default").defensive
-    for b in range(BUCKETS):
+    for b in range(case.buckets):
         batch, label = _bucket_batch(rng, case, b, rep, b * case.records_per_bucket)
         truth = falpha_exact(batch.pred, label, case.alpha)
         phase = _phase(b)
@@ -271,7 +274,12 @@ def run_rep(case: StreamCase, rep: int, seed: int) -> Rows:
                 reference = np.sum(hists[name][-case.fit_buckets :], axis=0).tolist()
                 sampler.calibration = {
                     "default": recalibration.refit(
-                        previous, recent, lam0, beta=name == "recal", reference=reference
+                        previous,
+                        recent,
+                        lam0,
+                        beta=name == "recal",
+                        reference=reference,
+                        history=LabeledSample.concat(labelled[name][-LONGEST:]),
                     )
                 }
             if name == "recal":
@@ -335,7 +343,7 @@ def run_daemon_rep(
     lam0 = config.model("default").defensive
     first = int(START // 3600)
     out: DaemonRows = []
-    for b in range(BUCKETS):
+    for b in range(case.buckets):
         batch, label = _bucket_batch(rng, case, b, rep, b * case.records_per_bucket)
         truth_of = dict(zip(batch.ids.tolist(), label.tolist(), strict=True))
         src = RawRecord("labels", 0, 0, 0, None, None)
@@ -357,6 +365,7 @@ def run_daemon_rep(
                 continue
             since = first + b - case.fit_buckets + 1
             recent, segment = estimator.labelled("default", since)
+            history, h_segment = estimator.labelled("default", first + b - LONGEST + 1)
             previous = sampler.calibration.get("default", NO_CALIBRATION)
             sampler.calibration = {
                 "default": recalibration.refit(
@@ -365,6 +374,8 @@ def run_daemon_rep(
                     lam0,
                     segment=segment if segment_maps else None,
                     reference=estimator.score_histogram("default", since),
+                    history=history,
+                    history_segment=h_segment if segment_maps else None,
                 )
             }
         for w in estimator.snapshot().windows:
@@ -397,11 +408,13 @@ def evaluate_daemon(
     recalibrate: bool = True,
     *,
     bucket: int | None = None,
+    from_bucket: int | None = None,
 ) -> DaemonTally:
     """The daemon path's windows after the drift's first bucket (every bucket but the cold
     start when the stream does not drift), over ``reps`` streams; with ``bucket``
-    that bucket's windows alone (``DRIFT``: the first after the drift)."""
-    first = DRIFT + 1 if case.drifts else 1
+    that bucket's windows alone (``DRIFT``: the first after the drift); with ``from_bucket``
+    the windows of that bucket and the later ones."""
+    first = from_bucket if from_bucket is not None else DRIFT + 1 if case.drifts else 1
     out = DaemonTally(Tally([]), Tally([]))
     for rep in range(reps):
         for b, w, truth, spend in run_daemon_rep(case, rep, seed, answer_rate, recalibrate):
@@ -530,13 +543,16 @@ def main_daemon(
     bucket: int | None = None,
     defensive: float = 0.1,
     fit_buckets: int = FIT_BUCKETS,
+    buckets: int = BUCKETS,
+    from_bucket: int | None = None,
 ) -> int:
     """The daemon path (``run_daemon_rep``) per cell: coverage, MAE, savings against the ratio.
 
     Only the cells whose name contains ``cells`` (all of them when it is empty); with
     ``recalibrate`` False the model does not recalibrate (``run_daemon_rep``); with ``bucket``
     only that bucket's windows (``evaluate_daemon``); ``defensive``: the model's configured
-    defensive share; ``fit_buckets``: the buckets of labels each map is fitted on.
+    defensive share; ``fit_buckets``: the buckets of labels each map is fitted on; ``buckets``:
+    the streams' length; ``from_bucket``: the windows from that bucket on (``evaluate_daemon``).
     """
     chosen = [c for c in DAEMON_CELLS if cells in c[0]]
     if not chosen:
@@ -546,11 +562,13 @@ def main_daemon(
     echo(
         f"Daemon path, estimator: model_assisted{'' if recalibrate else ', recalibrate: false'}"
         f", defensive {defensive:g}, maps fitted on {fit_buckets} buckets of labels: "
-        f"{reps} streams per cell, {BUCKETS} buckets of "
+        f"{reps} streams per cell, {buckets} buckets of "
         f"5000 records, 150 labels per bucket, drifting from bucket {DRIFT} (windows: "
         + (
             f"bucket {bucket} alone)"
             if bucket is not None
+            else f"from bucket {from_bucket} on)"
+            if from_bucket is not None
             else f"every bucket but the first without drift, from bucket {DRIFT + 1} on otherwise)"
         )
     )
@@ -569,8 +587,11 @@ def main_daemon(
             hidden=hidden,
             defensive=defensive,
             fit_buckets=fit_buckets,
+            buckets=buckets,
         )
-        t = evaluate_daemon(case, reps, seed, answer, recalibrate, bucket=bucket)
+        t = evaluate_daemon(
+            case, reps, seed, answer, recalibrate, bucket=bucket, from_bucket=from_bucket
+        )
         n = len(t.exported.errors)
         echo(
             f"  {name:<26} {n:>7} {t.exported.coverage:>9.3f} {t.ratio.coverage:>7.3f}"

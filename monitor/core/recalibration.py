@@ -6,7 +6,9 @@ bucket: :func:`label_window_buckets`; v = 1/pi, the pi each was drawn with), fit
 its ridge toward the identity, or the beta map where ``monitor.stats.beta_calibration.choose_map``
 takes it (a likelihood-ratio test rejects the Platt form, a <= b), each label counted once
 (``monitor.stats.design.recalibrate``), judge it (design-weighted likelihood and calibration error,
-mistakes seen) and derive the defensive share (``monitor.stats.selection.defensive_share``). Where a
+mistakes seen) and derive the defensive share (``monitor.stats.selection.defensive_share``), at
+least ``HIDDEN_SHARE`` where the labels of the last ``FIT_WINDOW_S`` find positives among the low
+scores that the map does not expect (``monitor.stats.hidden_positives``). Where a
 likelihood-ratio test of the fit against the scores themselves does not reject them at
 ``SCORES_LEVEL``, the identity is kept, with the configured share grown by the likelihood and
 calibration error alone (``monitor.stats.design``, ``scores_kept``): on a calibrated model a fitted
@@ -48,6 +50,7 @@ from monitor.stats.beta_calibration import CalibrationMap
 from monitor.stats.budget import NO_CALIBRATION, Calibration
 from monitor.stats.calibration import DEFAULT_TAU
 from monitor.stats.design import recalibrate
+from monitor.stats.hidden_positives import HIDDEN_LEVEL, HIDDEN_SHARE, hidden_positives_p
 from monitor.stats.map_change import is_material
 from monitor.stats.sample import LabeledSample
 from monitor.stats.segment_maps import segment_maps
@@ -93,6 +96,8 @@ def refit(
     segment: npt.NDArray[np.str_] | None = None,
     keep_scores: bool = True,
     reference: Sequence[int] = (),
+    history: LabeledSample | None = None,
+    history_segment: npt.NDArray[np.str_] | None = None,
 ) -> Calibration:
     """The next calibration from ``sample``; ``previous`` unless the new one is material.
 
@@ -108,7 +113,11 @@ def refit(
     the scores at ``SCORES_LEVEL`` (module docstring); False fits a map at every refit.
     ``reference``: the score histogram of the traffic the labels were drawn from
     (``EstimatorService.score_histogram`` over the same buckets), recorded with a new map
-    (``Calibration.reference``).
+    (``Calibration.reference``). ``history``: the labels of the longest window (``FIT_WINDOW_S``,
+    ``sample``'s among them) and ``history_segment`` their segments; where they find positives
+    among the low scores that the new calibration does not expect
+    (``monitor.stats.hidden_positives``, below ``HIDDEN_LEVEL``), its defensive share is at least
+    ``HIDDEN_SHARE``. None: no such test (the offline rounds' plans).
     """
     if len(sample) == 0:
         return previous
@@ -125,6 +134,10 @@ def refit(
         tuple((g, _as_recorded(m)) for g, m in segments),
         tuple(reference),
     )
+    if history is not None and len(history) > 0:
+        p_hat = cand.p_hat(history.score, history_segment)
+        if hidden_positives_p(p_hat, history.pred, history.label) < HIDDEN_LEVEL:
+            cand = replace(cand, lam=max(cand.lam, HIDDEN_SHARE))
     return cand if is_material(previous, cand, lam0) else previous
 
 

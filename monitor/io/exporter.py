@@ -357,10 +357,18 @@ class Exporter:
             ["model", "segment"],
             registry=r,
         )
+        self._share = Gauge(
+            "monitor_calibration_defensive_share",
+            "Share of the model's audit budget new decisions draw uniformly under its calibration "
+            "(the configured share while no map is in force; a score shift may raise a control's)",
+            ["model"],
+            registry=r,
+        )
         self._segment_maps: dict[str, set[str]] = {}
         for model in models:
             if config.models[model].recalibrate:
                 self._cal_version.labels(model=model)
+                self._share.labels(model=model).set(config.models[model].defensive)
         self._am_errors = Counter(
             "monitor_alertmanager_errors",
             "Alert pushes to Alertmanager that failed after their retries",
@@ -445,8 +453,13 @@ class Exporter:
         self._maps_ignored.labels(model=model, reason=reason).inc()
 
     def set_calibration(self, model: str, calibration: Calibration) -> None:
-        """Show the calibration in force: its version, and which segments have their own map."""
+        """Show the calibration in force: version, defensive share, segments with their own map.
+
+        The share is the configured one until the first map (set at start-up).
+        """
         self._cal_version.labels(model=model).set(calibration.version)
+        if calibration.version > 0:
+            self._share.labels(model=model).set(calibration.lam)
         now = {g for g, _ in calibration.segments}
         for gone in self._segment_maps.get(model, set()) - now:
             self._segment_map.remove(model, gone)

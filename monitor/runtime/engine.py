@@ -169,7 +169,9 @@ class Engine:
         transaction *before* the sampler takes them, so every control that records a map finds
         it stored, and a replay after a crash at any point reads the map the lost step used (a
         map not yet stored was never used). Role ``estimator``: the new maps are then due on
-        the aggregates topic, where the samplers take them (``_publish_maps``).
+        the aggregates topic, where the samplers take them (``_publish_maps``). Each map is
+        fitted on the labels of its window (``label_window_buckets``) and tested for positives
+        it does not expect on those of the longest (``recalibration.refit``, ``history``).
         """
         cal = self.sampler.calibration
         bucket_s = self.config.windows.bucket_s
@@ -184,6 +186,8 @@ class Engine:
                 continue
             since = math.floor(wm / bucket_s) - k + 1
             sample, segment = self.estimator.labelled(model, since)
+            longest = since + k - recalibration.label_window_buckets(bucket_s)
+            history, history_segment = self.estimator.labelled(model, longest)
             previous = cal.get(model, recalibration.NO_CALIBRATION)
             fitted = recalibration.refit(
                 previous,
@@ -192,6 +196,8 @@ class Engine:
                 segment=segment if cfg.segment_maps else None,
                 keep_scores=cfg.keep_calibrated_scores,
                 reference=self.estimator.score_histogram(model, since),
+                history=history,
+                history_segment=history_segment if cfg.segment_maps else None,
             )
             if fitted.version > 0:  # labels that keep the scores before any map: still none
                 new[model] = fitted

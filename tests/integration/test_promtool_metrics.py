@@ -105,7 +105,7 @@ def test_promtool_accepts_the_exposition(promtool: Path) -> None:
         "monitor_build_info", "monitor_alert_active", "monitor_alert_bound",
         "monitor_alert_threshold", "monitor_alertmanager_errors_total",
         "monitor_segments_folded_total", "monitor_calibration_version",
-        "monitor_calibration_segment_map",
+        "monitor_calibration_segment_map", "monitor_calibration_defensive_share",
     }  # fmt: skip
     assert expected <= families, sorted(expected - families)
 

@@ -39,10 +39,15 @@ At 1% positives a bucket rarely has 20 labelled predicted positives, so the rati
 
 The last cell keeps the scores calibrated and from bucket 3 on adds as many positives again at
 random, which the scores do not show (``StreamCase.hidden``): 0.917 over 300 streams at 5%
-positives (seeds 14-16, 100 each); at 1% it reads 0.811, below the goal, and is not tested here
-(README, "Positives the scores do not show").
+positives (seeds 14-16, 100 each); at 1% it reads 0.811 in buckets 4-9, below the goal (README,
+"Positives the scores do not show"). There the day's labels find the new positives among the low
+scores after some hours and the design then audits them more (``monitor.stats.hidden_positives``):
+``test_new_positives_the_scores_do_not_show_are_found_within_hours`` checks buckets 10-19 of
+20-bucket streams at 1% positives, where 100 streams cover 0.912 (0.830 without the test;
+``--cells "hidden 1%" --buckets 20 --from-bucket 10``).
 
-Here 30 streams per cell (the suite's budget, about 80 CPU seconds in all): coverage at least the
+Here 30 streams per cell (the suite's budget, about 80 CPU seconds in all, and 45 for the 20-bucket
+streams of the hidden 1% test): coverage at least the
 issue's 0.90 less two binomial standard errors on that many windows (0.855-0.863), not more than
 0.03 below the ratio's on the same windows, and an MAE at most 2% above the ratio's.
 """
@@ -90,3 +95,13 @@ def test_daemon_model_assisted_estimate_covers(
     assert t.exported.coverage >= 0.90 - 2.0 * math.sqrt(0.90 * 0.10 / n)
     assert t.exported.coverage >= t.ratio.coverage - 0.03
     assert t.exported.mae <= 1.02 * t.ratio.mae
+
+
+@pytest.mark.slow
+def test_new_positives_the_scores_do_not_show_are_found_within_hours() -> None:
+    case = stream.StreamCase("hidden 1%", 1.0, 0.01, 0.5, 5_000, 150.0, hidden=0.01, buckets=20)
+    t = stream.evaluate_daemon(case, REPS, SEED, from_bucket=10)
+    n = len(t.exported.errors)
+    print(f"hidden 1%, buckets 10-19: {n} windows, coverage {t.exported.coverage:.3f}")
+    assert n >= 0.95 * REPS * 10
+    assert t.exported.coverage >= 0.90 - 2.0 * math.sqrt(0.90 * 0.10 / n)

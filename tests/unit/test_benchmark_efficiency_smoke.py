@@ -118,6 +118,12 @@ def test_stream_daemon_reports_one_bucket_when_asked() -> None:
     rows = [line for line in lines[2:] if line.strip()]
     assert len(rows) == 1 and rows[0].strip().startswith("x3 1%, F1")
     assert int(rows[0].split()[3]) == 2  # one window of that bucket per stream
+    longer: list[str] = []
+    argv = ["--stream-daemon", "--reps", "1", "--seed", "3", "--cells", "calibrated 5%"]
+    argv += ["--buckets", "12", "--from-bucket", "10"]
+    assert efficiency.main(argv, echo=longer.append) == 0
+    assert "12 buckets" in longer[0] and "from bucket 10 on" in longer[0]
+    assert int(longer[2].split()[3]) == 2  # buckets 10 and 11
 
 
 def test_stream_segments_prints_every_cell_window_and_design() -> None:

@@ -343,9 +343,12 @@ def test_calibration_version_and_segment_maps(exporter: Exporter) -> None:
 
     get = exporter.registry.get_sample_value
     assert get("monitor_calibration_version", {"model": "fraud"}) == 0.0  # none yet
+    share = "monitor_calibration_defensive_share"
+    assert get(share, {"model": "fraud"}) == exporter.config.models["fraud"].defensive
     both = (("eu", PlattMap(0.1, 0.2)), ("us", PlattMap(0.0, 0.5)))
-    exporter.set_calibration("fraud", Calibration(3, PlattMap(0.0, 0.4), 0.2, both))
+    exporter.set_calibration("fraud", Calibration(3, PlattMap(0.0, 0.4), 0.8, both))
     assert get("monitor_calibration_version", {"model": "fraud"}) == 3.0
+    assert get(share, {"model": "fraud"}) == 0.8
     for g in ("eu", "us"):
         assert get("monitor_calibration_segment_map", {"model": "fraud", "segment": g}) == 1.0
     exporter.set_calibration("fraud", Calibration(4, PlattMap(0.0, 0.4), 0.2, both[1:]))
