@@ -224,7 +224,16 @@ def quality_panels() -> list[Json]:
         "Above 0.2 the traffic changed markedly.",
         targets((f"monitor_score_psi{{{MS}}}", "{{window}}")),
     )
-    return [f_band, pr_band, intrinsic, likelihood, ess, drift]
+    share = timeseries(
+        "Defensive share",
+        "Share of the audit budget new decisions draw uniformly under the model's calibration "
+        "map. 0.8: the last 24 h of labels found positives among the low scores that the map "
+        "does not expect (new mistakes the scores do not show).",
+        targets(('monitor_calibration_defensive_share{model="$model"}', "{{instance}}")),
+        unit="percentunit",
+        unit_range=(0.0, 1.0),
+    )
+    return [f_band, pr_band, intrinsic, likelihood, ess, drift, share]
 
 
 def label_panels() -> list[Json]:
