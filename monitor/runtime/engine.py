@@ -186,8 +186,8 @@ class Engine:
                 continue
             since = math.floor(wm / bucket_s) - k + 1
             sample, segment = self.estimator.labelled(model, since)
-            longest = since + k - recalibration.label_window_buckets(bucket_s)
-            history, history_segment = self.estimator.labelled(model, longest)
+            since_longest = since + k - recalibration.label_window_buckets(bucket_s)
+            history, history_segment = self.estimator.labelled(model, since_longest)
             previous = cal.get(model, recalibration.NO_CALIBRATION)
             fitted = recalibration.refit(
                 previous,
