@@ -134,7 +134,7 @@ def refit(
         tuple((g, _as_recorded(m)) for g, m in segments),
         tuple(reference),
     )
-    if history is not None and len(history) > 0:
+    if history is not None:
         p_hat = cand.p_hat(history.score, history_segment)
         if hidden_positives_p(p_hat, history.pred, history.label) < HIDDEN_LEVEL:
             cand = replace(cand, lam=max(cand.lam, HIDDEN_SHARE))
