@@ -16,11 +16,12 @@ over repetitions with common random numbers:
   G from the pool's recalibrated expected counts and the defensive share from the labels'
   likelihood, calibration error and number of the model's mistakes seen. The ratio estimate of
   ``monitor estimate``: earlier rounds counted exactly, the latest by Horvitz-Thompson over the
-  rest (``design.known_and_latest``).
+  rest (``design.known_and_latest``), with the score-type bounds where the labels reject the
+  pool's raw scores, as ``monitor estimate --pool`` reports it (``monitor.stats.score_interval``).
 * ``recal+GREG``: the same labels, the model-assisted estimate of ``monitor estimate --pool``
   (``monitor.stats.greg``) with the p_hat of the map that chose the latest round summed over the
   pool per prediction stratum, where the daemon's rule allows it (``greg.choose``: at least 20
-  labels per prediction stratum), else the ratio estimate.
+  labels per prediction stratum), else the ratio estimate; the score-type bounds likewise.
 
 Savings: 800 / labels needed to reach uniform's MAE at n = 800 (as ``benchmarks.efficiency``).
 
@@ -62,9 +63,15 @@ from monitor.stats.design import (
     recalibrated_weights,
 )
 from monitor.stats.estimate import Estimate
-from monitor.stats.falpha import estimate_falpha, falpha_exact
+from monitor.stats.falpha import (
+    estimate_falpha,
+    falpha_exact,
+    intrinsic_falpha,
+    intrinsic_falpha_se,
+)
 from monitor.stats.greg import StratumTraffic, choose
 from monitor.stats.sample import LabeledSample
+from monitor.stats.score_interval import widening
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
 
 DESIGNS = ("uniform", "raw q*", "recal q*", "recal+GREG")
@@ -170,13 +177,21 @@ def _estimates(
     pi = inclusion_for_budget(q_raw, budget)[0]
     out["raw q*"] = estimate_falpha(_draw(pool, pi, us[0])[1], alpha, LEVEL)
     both, recal = _rounds(pool, alpha, budget, us)
-    out["recal q*"] = estimate_falpha(both, alpha, LEVEL)
     p_pool = recal.cal_map.apply(pool.score)
     f1 = pool.pred == 1
     traffic = [StratumTraffic(float(np.sum(sel)), float(p_pool[sel].sum())) for sel in (~f1, f1)]
-    ratio = (out["recal q*"], estimate_falpha(both, 1.0, LEVEL), estimate_falpha(both, 0.0, LEVEL))
+    ratio = (
+        estimate_falpha(both, alpha, LEVEL),
+        estimate_falpha(both, 1.0, LEVEL),
+        estimate_falpha(both, 0.0, LEVEL),
+    )
     p_hat = recal.cal_map.apply(both.score)
-    out["recal+GREG"] = choose(both, p_hat, traffic[0], traffic[1], ratio, alpha, LEVEL).f
+    greg = choose(both, p_hat, traffic[0], traffic[1], ratio, alpha, LEVEL).f
+    intrinsic = intrinsic_falpha(pool.score, pool.pred, alpha)
+    intrinsic_se = intrinsic_falpha_se(pool.score, pool.pred, alpha)
+    for name, est in (("recal q*", ratio[0]), ("recal+GREG", greg)):
+        wide = widening(both, alpha, ratio[0], ratio[2], est, intrinsic, intrinsic_se)
+        out[name] = est if wide is None else wide.apply(est, ratio[2])[0]
     return out
 
 

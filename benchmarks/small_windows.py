@@ -22,15 +22,8 @@ window's realised value. Columns, on the same samples:
   ``Wilson-t``: Wilson's score interval on n* with the t_{n-1} quantile (the shipped fallback
   at 0 or 1, used everywhere);
 - ``score-type``: the ratio's test inverted with the false negatives' variance taken at the
-  count each tested value implies (Wilson's idea for a rare-event total; Fieller's interval for
-  the rest): the values g with ``U(g)^2 <= t^2 V(g)``, ``U(g) = TP (1 - g) - g (alpha FP +
-  (1 - alpha) FN)`` (Horvitz-Thompson totals), ``V(g)`` the delta variance of the predicted
-  positives at g plus ``(1 - alpha)^2 g^2 kappa FN_open(g)``, ``FN_open(g)`` the total of
-  false negatives with pi < 1 that g implies (those audited with certainty are known) and
-  ``kappa = (sum fpc v^2 + c m2) / (sum v + c m1)`` the variance per unit of that total, from
-  the sampled false negatives with pi < 1 plus c = 2 pseudo events at the means m2 =
-  mean(fpc v^2) and m1 = mean(v) of the sampled predicted negatives (placed by the design, not
-  by the scores).
+  count each tested value implies (``monitor.stats.score_interval``, which the daemon's windows
+  take where their labels reject the scores).
 
 Precision (alpha = 1) is left out: in these windows the predicted positives are a census and its
 interval is exact. Every cell is reported; the goal of issue 11 is coverage 0.93-0.97.
@@ -53,14 +46,14 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-import numpy.typing as npt
 from scipy import optimize, special
 
 from monitor.sim.simulate import calibrated_pool
 from monitor.stats.estimate import Estimate
-from monitor.stats.falpha import estimate_falpha, falpha_exact, falpha_weight, intrinsic_falpha
+from monitor.stats.falpha import estimate_falpha, falpha_exact, intrinsic_falpha
 from monitor.stats.interval import t_quantile, wilson_interval
 from monitor.stats.sample import LabeledSample
+from monitor.stats.score_interval import score_type_bounds
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
 
 LABELS = (20, 30, 50, 100)
@@ -74,7 +67,6 @@ SCENARIOS = ("calibrated", "overconfident", "drift")
 Bounds = tuple[float, float]
 Interval = Callable[[LabeledSample, float], Bounds | None]
 CountInterval = Callable[[float, float], Bounds]
-FloatArray = npt.NDArray[np.float64]
 
 
 def _bounds(est: Estimate) -> Bounds | None:
@@ -154,49 +146,7 @@ def score_pseudo_events(sample: LabeledSample, alpha: float) -> Bounds | None:
 def score_type(sample: LabeledSample, alpha: float) -> Bounds | None:
     """Test inversion with the false negatives' variance at the tested value (module docstring)."""
     est = estimate_falpha(sample, alpha, LEVEL)
-    if not est.defined:
-        return None
-    f, y, v, fpc = sample.pred == 1, sample.label == 1, sample.v, sample.fpc
-    tp, fp = float(v[f & y].sum()), float(v[f & ~y].sum())
-    if not tp > 0.0:
-        return est.lower, est.upper
-    fn, fn_open = ~f & y, ~f & y & (fpc > 0.0)
-    fn_cert, fn_total = float(v[fn & (fpc == 0.0)].sum()), float(v[fn].sum())
-    frame = ~f & (fpc > 0.0)
-    kappa = 0.0
-    if frame.any():
-        m2, m1 = float(np.mean(fpc[frame] * v[frame] ** 2)), float(np.mean(v[frame]))
-        fn_var = float(np.dot(fpc[fn_open], v[fn_open] ** 2))
-        kappa = (fn_var + 2.0 * m2) / (float(v[fn_open].sum()) + 2.0 * m1)
-    a = (fpc * (v * falpha_weight(sample.pred, sample.label, alpha)) ** 2)[f]
-    gain = y[f].astype(np.float64)
-    a1, a2 = float(np.dot(a, gain)), float(a.sum())  # sum a l^2 = sum a l: l is 0 or 1
-    t2 = t_quantile(LEVEL, est.n_labels) ** 2
-
-    def excess(g: FloatArray) -> FloatArray:  # U(g)^2 - t^2 V(g): <= 0 inside the interval
-        u = tp * (1.0 - g) - g * (alpha * fp + (1.0 - alpha) * fn_total)
-        implied = (tp * (1.0 / g - 1.0) - alpha * fp) / (1.0 - alpha) - fn_cert
-        var = a1 - 2.0 * a1 * g + a2 * g * g + (1.0 - alpha) ** 2 * g * g * kappa * implied.clip(0)
-        out: FloatArray = u * u - t2 * var
-        return out
-
-    centre = tp / (tp + alpha * fp + (1.0 - alpha) * fn_total)
-    grid = np.linspace(1e-9, 1.0, 2001)
-    outside = excess(grid) > 0.0
-    below, above = grid[(grid < centre) & outside], grid[(grid > centre) & outside]
-
-    def one(g: float) -> float:
-        return float(excess(np.array([g]))[0])
-
-    def root(outside: float, inside: float) -> float:  # the inside end when no sign change
-        if not one(outside) * one(inside) < 0.0:
-            return inside
-        return float(optimize.brentq(one, min(outside, inside), max(outside, inside)))
-
-    step = grid[1] - grid[0]
-    lower = root(below[-1], min(below[-1] + step, centre)) if below.size else 0.0
-    upper = root(above[0], max(above[0] - step, centre)) if above.size else 1.0
-    return min(lower, est.value), max(upper, est.value)
+    return score_type_bounds(sample, alpha, est) if est.defined else None
 
 
 VARIANTS: dict[str, Interval] = {

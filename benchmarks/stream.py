@@ -392,6 +392,8 @@ class DaemonTally:
     exported: Tally
     ratio: Tally
     assisted: int = 0
+    widths: list[float] = field(default_factory=list)  # the exported interval's, where defined
+    disagree: int = 0  # windows whose labels reject the scores (``monitor_scores_disagree``)
 
     @property
     def savings(self) -> float:
@@ -424,6 +426,9 @@ def evaluate_daemon(
             out.exported.add(w.f, truth, spend)
             out.ratio.add(w.ratio[0], truth)
             out.assisted += w.assisted[0]
+            out.disagree += w.scores_disagree
+            if w.f.defined:
+                out.widths.append(w.f.upper - w.f.lower)
     return out
 
 
@@ -574,7 +579,8 @@ def main_daemon(
     )
     echo(
         f"  {'cell':<26} {'windows':>7} {'coverage':>9} {'ratio':>7} {'MAE':>8} {'ratio':>8}"
-        f" {'savings':>8} {'assisted':>9} {'spend mean':>10} {'max':>5}"
+        f" {'savings':>8} {'assisted':>9} {'spend mean':>10} {'max':>5} {'width':>6}"
+        f" {'widened':>8}"
     )
     for name, over, rate, alpha, answer, hidden in chosen:
         case = StreamCase(
@@ -597,6 +603,7 @@ def main_daemon(
             f"  {name:<26} {n:>7} {t.exported.coverage:>9.3f} {t.ratio.coverage:>7.3f}"
             f" {t.exported.mae:>8.4f} {t.ratio.mae:>8.4f} {t.savings:>7.2f}x"
             f" {t.assisted / max(n, 1):>9.2f} {t.exported.mean_spend:>10.2f}"
-            f" {t.exported.max_spend:>5.2f}"
+            f" {t.exported.max_spend:>5.2f} {np.mean(t.widths):>6.3f}"
+            f" {t.disagree / max(n, 1):>8.2f}"
         )
     return 0

@@ -198,10 +198,13 @@ def quality_panels() -> list[Json]:
         "Intrinsic vs audited F",
         "Label-free F_alpha computed from the scores of all traffic (as if the scores were "
         "calibrated) against the audited estimate. A gap beyond the interval means the scores "
-        "are no longer calibrated.",
+        "are no longer calibrated; 'scores disagree' is 1 where the gap is beyond the interval "
+        "at 1%, and the intervals of F and recall then allow for false negatives the design "
+        "missed.",
         targets(
             (f"monitor_intrinsic_f_measure{{{MS}}}", "intrinsic {{window}}"),
             (f"monitor_f_measure{{{MS}}}", "audited {{window}}"),
+            (f"monitor_scores_disagree{{{MS}}}", "scores disagree {{window}}"),
         ),
         unit="percentunit",
         unit_range=(0.0, 1.0),

@@ -55,6 +55,7 @@ from monitor.stats.greg import StratumTraffic, choose
 from monitor.stats.measures import measure_all
 from monitor.stats.response import pending_share, response_sample, worst_case_bounds
 from monitor.stats.sample import LabeledSample
+from monitor.stats.score_interval import widening
 
 SegKey = tuple[str, str, int]  # (model, segment, bucket)
 _REQUEST_ID = attrgetter("request.request_id")
@@ -409,6 +410,17 @@ class EstimatorService:
                 unlabelled = in_win & (r_label < 0)
                 missing = int(np.count_nonzero(unlabelled & (r_dead < wm)))
                 n_lab = int(np.count_nonzero(labelled))
+                intrinsic = intrinsic_falpha_from_sums(
+                    agg.pred_score_total, float(agg.n_pred), agg.score_total, cfg.alpha
+                )
+                intrinsic_se = intrinsic_falpha_se_from_sums(
+                    agg.pred_score_total,
+                    float(agg.n_pred),
+                    agg.score_total,
+                    float(agg.n),
+                    cfg.alpha,
+                )
+                disagree = False
                 if n_lab:
                     # answers as a second phase of sampling (monitor.stats.response)
                     sample = response_sample(
@@ -429,22 +441,20 @@ class EstimatorService:
                         )
                         f, prec, rec = choice.f, choice.precision, choice.recall
                         used, why = choice.assisted, choice.reason
+                    # the design may have missed false negatives the scores hid
+                    wide = widening(sample, cfg.alpha, m.f, m.recall, f, intrinsic, intrinsic_se)
+                    if wide is not None:
+                        disagree = True
+                        f, rec = wide.apply(f, rec)
+                        if ratio is not None:
+                            r_f, r_rec = wide.apply(ratio[0], ratio[2])
+                            ratio = (r_f, ratio[1], r_rec)
                 else:
                     f = prec = rec = Estimate.missing(level)
                     conf = Confusion(math.nan, math.nan, math.nan, math.nan)
                     lik, ess, lik_se = math.nan, 0.0, math.nan
                     ratio = (f, prec, rec) if assisted else None
                     used, why = (False, False, False), "no labels" if assisted else ""
-                intrinsic = intrinsic_falpha_from_sums(
-                    agg.pred_score_total, float(agg.n_pred), agg.score_total, cfg.alpha
-                )
-                intrinsic_se = intrinsic_falpha_se_from_sums(
-                    agg.pred_score_total,
-                    float(agg.n_pred),
-                    agg.score_total,
-                    float(agg.n),
-                    cfg.alpha,
-                )
                 drift = psi(ref_agg.hist, agg.hist) if ref_agg.n and agg.n else math.nan
                 labels_in = (r_pred[in_win], r_label[in_win], r_pi[in_win])
                 n_req = int(np.count_nonzero(in_win))
@@ -487,6 +497,7 @@ class EstimatorService:
                         ratio=ratio,
                         assisted=used,
                         fallback=why,
+                        scores_disagree=disagree,
                     )
                 )
         return rows

@@ -71,6 +71,9 @@ class WindowEstimate:
     ratio: tuple[Estimate, Estimate, Estimate] | None = None
     assisted: tuple[bool, bool, bool] = (False, False, False)
     fallback: str = ""
+    # the raw scores disagree with the audit (monitor.stats.score_interval): the intervals of
+    # F_alpha and recall (the ratio's too) also hold the score-type bounds
+    scores_disagree: bool = False
 
 
 @dataclass(frozen=True)

@@ -257,6 +257,12 @@ def _render_window(fam: _Families, w: WindowEstimate) -> None:
             w.labels / w.requests if w.requests > 0 else math.nan,
         ),
         ("monitor_score_psi", "Population stability index of the scores", w.psi),
+        (
+            "monitor_scores_disagree",
+            "1 when the scores' label-free F is outside the audited interval at 1% and the "
+            "intervals of F and recall also allow for false negatives the design missed",
+            float(w.scores_disagree),
+        ),
     )
     for name, doc, value in gauges:
         fam.add(name, doc, WINDOW_LABELS, base, value)

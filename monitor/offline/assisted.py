@@ -42,7 +42,8 @@ class Assisted:
     """The model-assisted F_alpha, precision and recall, and the map p_hat = m(s) they used.
 
     ``used`` says which of the three are model-assisted (the rest are the ratio estimates) and
-    ``reason`` why the ratio was kept ("" when every measure is model-assisted).
+    ``reason`` why the ratio was kept ("" when every measure is model-assisted);
+    ``scores_disagree`` that F_alpha and recall hold the score-type bounds (``scores_checked``).
     """
 
     f: Estimate
@@ -51,6 +52,7 @@ class Assisted:
     cal_map: CalibrationMap
     used: tuple[bool, bool, bool]
     reason: str
+    scores_disagree: bool = False
 
 
 def check_pool(pool: Pool, plans: Sequence[tuple[str, Plan]], pool_path: str) -> None:

@@ -20,7 +20,13 @@ import numpy as np
 from monitor.errors import InputFileError
 from monitor.offline.assisted import assisted_estimate, check_pool
 from monitor.offline.demo import demo_report, run_offline_demo
-from monitor.offline.estimate import estimate_json, estimate_plan, estimate_table, plan_sample
+from monitor.offline.estimate import (
+    estimate_json,
+    estimate_plan,
+    estimate_table,
+    plan_sample,
+    scores_checked,
+)
 from monitor.offline.plan import DEFAULT_DEFENSIVE, make_plan, measure_name
 from monitor.offline.poolfile import (
     DESIGNS,
@@ -104,6 +110,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         m = result.measures
         ratio = (m.f, m.precision, m.recall)
         assisted = assisted_estimate(sample, pool, result.alpha, args.level, ratio, cal_map)
+        result, assisted = scores_checked(result, sample, pool, assisted)
         result = replace(result, assisted=assisted)
     if args.format == "json":
         print(json.dumps(estimate_json(result, plan), allow_nan=False))

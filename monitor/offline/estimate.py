@@ -12,7 +12,7 @@ sum_{f=0}(v). With the pool given, the model-assisted (GREG) estimate of
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,10 +20,12 @@ import numpy as np
 from monitor.errors import InputFileError
 from monitor.offline.assisted import Assisted
 from monitor.offline.plan import measure_name
-from monitor.offline.poolfile import Plan, sidecar_path
+from monitor.offline.poolfile import Plan, Pool, sidecar_path
 from monitor.stats.estimate import Confusion, Estimate
+from monitor.stats.falpha import intrinsic_falpha, intrinsic_falpha_se
 from monitor.stats.measures import Measures, measure_all
 from monitor.stats.sample import LabeledSample
+from monitor.stats.score_interval import DISAGREE_ERROR, widening
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class PlanEstimate:
     pending: int
     warnings: list[str]
     assisted: Assisted | None = None
+    scores_disagree: bool = False  # the ratio's F_alpha and recall hold the score-type bounds
 
 
 def plan_sample(plan: Plan) -> LabeledSample:
@@ -182,6 +185,7 @@ def estimate_json(result: PlanEstimate, plan: Plan) -> dict[str, Any]:
     out["ratio"] = {
         "estimator": "Horvitz-Thompson ratio (Hajek), from the labels alone",
         **_estimate_fields(m.f, m.precision, m.recall),
+        "scores_disagree": result.scores_disagree,
     }
     a = result.assisted
     out["model_assisted"] = (
@@ -198,6 +202,7 @@ def estimate_json(result: PlanEstimate, plan: Plan) -> dict[str, Any]:
             **_estimate_fields(a.f, a.precision, a.recall),
             "used": dict(zip(("estimate", "precision", "recall"), a.used, strict=True)),
             "ratio_kept_because": a.reason or None,
+            "scores_disagree": a.scores_disagree,
         }
     )
     out["warnings"] = result.warnings
@@ -258,3 +263,36 @@ def estimate_table(result: PlanEstimate, plan: Plan, path: str) -> str:
         )
     lines.extend(f"warning: {w}" for w in result.warnings)
     return "\n".join(lines)
+
+
+def scores_checked(
+    result: PlanEstimate, sample: LabeledSample, pool: Pool, assisted: Assisted
+) -> tuple[PlanEstimate, Assisted]:
+    """Both estimates with the score-type bounds where their labels reject the pool's scores.
+
+    As the daemon's windows (``monitor.stats.score_interval``): the ratio estimate and the
+    model-assisted one are each tested against the label-free F of the pool's raw scores, and
+    the one whose interval excludes it gets the score-type bounds of F_alpha and recall.
+    """
+    intrinsic = intrinsic_falpha(pool.score, pool.pred, result.alpha)
+    intrinsic_se = intrinsic_falpha_se(pool.score, pool.pred, result.alpha)
+    m = result.measures
+    for_ratio = widening(sample, result.alpha, m.f, m.recall, m.f, intrinsic, intrinsic_se)
+    for_assisted = widening(
+        sample, result.alpha, m.f, m.recall, assisted.f, intrinsic, intrinsic_se
+    )
+    if for_ratio is not None:
+        f, recall = for_ratio.apply(m.f, m.recall)
+        result = replace(result, measures=replace(m, f=f, recall=recall), scores_disagree=True)
+    if for_assisted is not None:
+        f, recall = for_assisted.apply(assisted.f, assisted.recall)
+        assisted = replace(assisted, f=f, recall=recall, scores_disagree=True)
+    if for_ratio is not None or for_assisted is not None:
+        note = (
+            f"the labels reject the pool's scores (their label-free {measure_name(result.alpha)} "
+            f"{intrinsic:.4f} is outside the interval at {DISAGREE_ERROR:.0%}): the intervals "
+            "of recall and of F_alpha with alpha < 1 also allow for false negatives the design "
+            "missed"
+        )
+        result = replace(result, warnings=[*result.warnings, note])
+    return result, assisted

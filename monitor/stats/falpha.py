@@ -162,6 +162,17 @@ def intrinsic_falpha(score: npt.ArrayLike, pred: npt.ArrayLike, alpha: float) ->
     return intrinsic_falpha_from_sums(float(np.dot(f, s)), float(f.sum()), float(s.sum()), alpha)
 
 
+def intrinsic_falpha_se(score: npt.ArrayLike, pred: npt.ArrayLike, alpha: float) -> float:
+    """How far the real F_alpha of these items may stray from ``intrinsic_falpha`` by chance.
+
+    ``intrinsic_falpha_se_from_sums`` over ``score`` and ``pred`` (if the scores are calibrated).
+    """
+    s = np.asarray(score, dtype=np.float64)
+    f = np.asarray(pred, dtype=np.float64)
+    sums = (float(np.dot(f, s)), float(f.sum()), float(s.sum()))
+    return intrinsic_falpha_se_from_sums(*sums, float(s.size), alpha)
+
+
 def intrinsic_zero_one_risk(score: npt.ArrayLike, pred: npt.ArrayLike) -> float:
     """Intrinsic zero-one risk R_theta = mean(1 - p(f|x; theta)) (seed 002, Derivation 1).
 

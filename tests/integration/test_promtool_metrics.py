@@ -97,7 +97,7 @@ def test_promtool_accepts_the_exposition(promtool: Path) -> None:
         "monitor_intrinsic_f_measure", "monitor_model_likelihood", "monitor_effective_sample_size",
         "monitor_confusion_estimate", "monitor_window_records", "monitor_window_audit_requests",
         "monitor_window_labels", "monitor_labels_pending", "monitor_labels_missing",
-        "monitor_label_completion_ratio", "monitor_score_psi",
+        "monitor_label_completion_ratio", "monitor_score_psi", "monitor_scores_disagree",
         "monitor_watermark_timestamp_seconds", "monitor_records_total",
         "monitor_audit_requests_total",
         "monitor_labels_received_total", "monitor_invalid_records_total", "monitor_batch_seconds",

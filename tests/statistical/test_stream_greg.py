@@ -26,7 +26,10 @@ bins of ``monitor.stats.drift`` and the maps' reference histograms of ``monitor.
     x3 5%, F1, 70% answered      0.953 / 0.953   1.18x   0.72   (0.942)
 
 The calibrated cells over 800 streams (seeds 14-21, 100 each, ``--cells calibrated``): 0.946
-and 0.934, standard error 0.003 (README, "The calibrated cells over 800 streams").
+and 0.934, standard error 0.003 (README, "The calibrated cells over 800 streams"); 0.951 and 0.939
+since windows whose labels reject the scores take the score-type bounds
+(``monitor.stats.score_interval``), which lift the over-confident cells to 0.95-0.98 over 100
+streams (README, "The interval where the scores disagree").
 
 Each window now spends 0.97-1.01x its budget on average (at most 1.43x). Before a new map was
 pending until records had q* summed under it (``monitor.stats.budget``, "Map changes") the
@@ -106,3 +109,18 @@ def test_new_positives_the_scores_do_not_show_are_found_within_hours() -> None:
     print(f"hidden 1%, buckets 10-19: {n} windows, coverage {t.exported.coverage:.3f}")
     assert n >= 0.95 * REPS * 10
     assert t.exported.coverage >= 0.90 - 2.0 * math.sqrt(0.90 * 0.10 / n)
+
+
+@pytest.mark.slow
+def test_the_second_bucket_after_a_drift_at_one_percent_covers() -> None:
+    """Logits x3 at 1% positives, the second bucket after the drift (its map fitted on the last
+    healthy and the first drifted bucket). 200 streams (seed 14) cover 0.905 with the score-type
+    interval where the labels reject the scores (``monitor.stats.score_interval``), 0.860
+    without it; the threshold is the goal of 0.90 less one binomial standard error (0.879)."""
+    reps = 200
+    case = stream.StreamCase("x3 1%", 3.0, 0.01, 0.5, 5_000, 150.0, buckets=stream.DRIFT + 2)
+    t = stream.evaluate_daemon(case, reps, SEED, bucket=stream.DRIFT + 1)
+    n = len(t.exported.errors)
+    print(f"x3 1%, second bucket after the drift: {n} windows, coverage {t.exported.coverage:.3f}")
+    assert n >= 0.95 * reps
+    assert t.exported.coverage >= 0.90 - math.sqrt(0.90 * 0.10 / n)

@@ -101,6 +101,9 @@ def test_stream_daemon_runs_only_the_chosen_cells() -> None:
     assert len(rows) == 1 and rows[0].strip().startswith("calibrated 5%, F1")
     windows = int(rows[0].split()[3])
     assert 1 <= windows <= 9  # one stream: its buckets but the cold start
+    assert lines[1].split()[-2:] == ["width", "widened"]
+    width, widened = (float(x) for x in rows[0].split()[-2:])
+    assert 0.0 < width <= 1.0 and 0.0 <= widened <= 1.0
     raw: list[str] = []
     argv += ["--no-recalibrate"]
     assert efficiency.main(argv, echo=raw.append) == 0

@@ -7,8 +7,6 @@ import pytest
 from scipy import stats
 
 from benchmarks import small_windows as sw
-from monitor.stats.interval import t_quantile
-from monitor.stats.sample import LabeledSample
 
 
 def test_clopper_pearson_matches_scipy_exact_interval() -> None:
@@ -42,21 +40,3 @@ def test_one_cell_runs_and_reports_every_variant() -> None:
     for coverage, width in zip(cells[::2], cells[1::2], strict=True):
         assert 0.0 <= float(coverage) <= 1.0
         assert 0.0 <= float(width) <= 1.0
-
-
-def test_score_type_recall_solves_its_quadratic_and_a_census_is_a_point() -> None:
-    # 30 true positives audited with certainty; 25 predicted negatives at pi = 0.05, 5 of them
-    # false negatives: TP = 30, FN = 100, kappa = (1 - pi) / pi = 19 (sampled and pseudo events
-    # alike), so U(g) = 30 - 130 g and V(g) = 19 g^2 FN(g) = 570 g (1 - g) with FN(g) = 30/g - 30.
-    pred = np.r_[np.ones(30), np.zeros(25)].astype(np.int8)
-    label = np.r_[np.ones(35), np.zeros(20)].astype(np.int8)
-    pi = np.r_[np.ones(30), np.full(25, 0.05)]
-    sample = LabeledSample.poisson(np.full(55, 0.5), pred, label, pi)
-    bounds = sw.score_type(sample, 0.0)
-    assert bounds is not None
-    t2 = t_quantile(sw.LEVEL, 35) ** 2
-    roots = np.sort(np.roots([16900.0 + 570.0 * t2, -(7800.0 + 570.0 * t2), 900.0]).real)
-    assert bounds == pytest.approx(tuple(roots), rel=1e-6)
-    assert roots[0] < 30 / 130 < roots[1]
-    census = LabeledSample.poisson(np.full(55, 0.5), pred, label, np.ones(55))
-    assert sw.score_type(census, 0.5) == pytest.approx((60 / 65, 60 / 65))  # 2 TP / (2 TP + FN)

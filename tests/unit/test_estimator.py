@@ -5,13 +5,14 @@ import pytest
 
 from monitor.config.schema import Config, ModelConfig, WindowsConfig
 from monitor.core.estimator import EstimatorService
-from monitor.core.messages import LabelResult, RawRecord
+from monitor.core.messages import AuditRequest, LabelResult, RawRecord
 from monitor.core.recalibration import label_window_buckets
 from monitor.core.sampler import SamplerResult, SamplerService
 from monitor.errors import RejectReason
 from monitor.stats.measures import measure_all
 from monitor.stats.response import response_sample, worst_case_bounds
 from monitor.stats.sample import LabeledSample
+from monitor.stats.score_interval import score_type_bounds
 from tests.unit.engine_streams import Stream, make_stream
 
 CFG = Config(
@@ -50,6 +51,16 @@ def _setup(
     return s, res, est, clock
 
 
+def _answered(reqs: list[AuditRequest], label_of: dict[str, int]) -> LabeledSample:
+    """The sample of requests (in the estimator's request-id order) all answered as given."""
+    return LabeledSample.poisson(
+        np.array([r.score for r in reqs]),
+        np.array([r.pred for r in reqs]),
+        np.array([label_of[r.request_id] for r in reqs]),
+        np.array([r.pi for r in reqs]),
+    )
+
+
 def test_window_estimate_equals_direct_computation(rng: np.random.Generator) -> None:
     s, res, est, _ = _setup(rng)
     assert est.upsert_requests(res.requests) == []
@@ -59,14 +70,10 @@ def test_window_estimate_equals_direct_computation(rng: np.random.Generator) -> 
     snap = est.snapshot()
     row = next(w for w in snap.windows if w.window == "24h" and w.segment == "")
     reqs = sorted(res.requests, key=lambda r: r.request_id)  # the estimator's summation order
-    sample = LabeledSample.poisson(
-        np.array([r.score for r in reqs]),
-        np.array([r.pred for r in reqs]),
-        np.array([truth[r.id] for r in reqs]),
-        np.array([r.pi for r in reqs]),
-    )
+    sample = _answered(reqs, {r.request_id: truth[r.id] for r in reqs})
     direct = measure_all(sample, 0.5, 0.95)
     assert row.f == direct.f and row.labels == len(reqs) == row.requests
+    assert not row.scores_disagree  # calibrated scores: the interval is the ratio's own
     assert row.records == len(s) and row.pending == 0 and row.missing == 0
     assert math.isnan(row.psi)  # no preceding window yet
     one_h = next(w for w in snap.windows if w.window == "1h")
@@ -194,3 +201,26 @@ def test_the_maps_label_window_is_kept_however_short_the_reported_windows(
     assert sum(r.bucket >= last - 1 for r in res.requests) < len(sample)  # more than 2 h
     in_window = sum(int(t // 3600) >= since for t in s.ts)
     assert sum(est.score_histogram("default", since)) == in_window
+
+
+def test_a_window_whose_labels_reject_the_scores_widens_f_and_recall(
+    rng: np.random.Generator,
+) -> None:
+    s, res, est, _ = _setup(rng)
+    est.upsert_requests(res.requests)
+    truth = dict(zip(s.ids.tolist(), s.label.tolist(), strict=True))
+    # a model worse than its scores say: 30% of the audited predicted negatives are positive
+    label_of = {
+        r.request_id: 1 if r.pred == 0 and rng.random() < 0.3 else truth[r.id] for r in res.requests
+    }
+    est.handle_labels([_label(rid, y, i) for i, (rid, y) in enumerate(label_of.items())])
+    row = next(w for w in est.snapshot().windows if w.window == "24h" and w.segment == "")
+    sample = _answered(sorted(res.requests, key=lambda r: r.request_id), label_of)
+    direct = measure_all(sample, 0.5, 0.95)
+    assert row.intrinsic_f > direct.f.upper and row.scores_disagree
+    for got, own, alpha in ((row.f, direct.f, 0.5), (row.recall, direct.recall, 0.0)):
+        lower, upper = score_type_bounds(sample, alpha, own)
+        assert (got.value, got.se) == (own.value, own.se)
+        assert (got.lower, got.upper) == (min(own.lower, lower), max(own.upper, upper))
+        assert got.lower < own.lower  # the false negatives the design may have missed
+    assert row.precision == direct.precision  # no false negative enters precision

@@ -55,6 +55,7 @@ def _window(**overrides: object) -> WindowEstimate:
         "psi": 0.012,
         "intrinsic_f_recalibrated": 0.52,
         "calibration_error": 0.031,
+        "scores_disagree": True,
     }
     fields.update(overrides)
     return WindowEstimate(**fields)  # type: ignore[arg-type]
@@ -95,6 +96,7 @@ def test_every_snapshot_family_is_rendered_from_the_snapshot(exporter: Exporter)
     assert get("monitor_labels_missing", W) == 10
     assert get("monitor_label_completion_ratio", W) == pytest.approx(180 / 240)
     assert get("monitor_score_psi", W) == 0.012
+    assert get("monitor_scores_disagree", W) == 1.0
     assert get("monitor_watermark_timestamp_seconds", {"model": "fraud"}) == 1_700_000_000.0
 
 

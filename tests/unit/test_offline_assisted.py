@@ -40,6 +40,20 @@ def _pool_file(
     return path, {f"u{i}": int(y) for i, y in enumerate(label)}, truth
 
 
+def _estimates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], overconfidence: float
+) -> tuple[dict[str, object], dict[str, object], dict[str, float]]:
+    """A labelled plan of 400 for F1 on a pool of 20,000 at 5% positives: its JSON estimate
+    without and with ``--pool``, and the true measures."""
+    pool, truth, true = _pool_file(tmp_path, 20_000, 0.05, seed=5, overconfidence=overconfidence)
+    plan = tmp_path / "plan.csv"
+    argv = ["plan", "--pool", str(pool), "--budget", "400", "--alpha", "0.5", "--seed", "2"]
+    assert main([*argv, "--out", str(plan)]) == 0
+    _fill(plan, plan, truth)
+    without = _estimate_json(capsys, "--labels", str(plan))
+    return without, _estimate_json(capsys, "--labels", str(plan), "--pool", str(pool)), true
+
+
 def _assert_plain_csv(path: Path, header: list[str]) -> int:
     """What ``pandas.read_csv`` with no options needs: header first, every row as wide."""
     text = path.read_text(encoding="utf-8")
@@ -95,14 +109,9 @@ def test_labelled_plan_without_its_sidecar_warns(
 def test_estimate_with_pool_gives_ratio_and_model_assisted(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], overconfidence: float
 ) -> None:
-    pool, truth, true = _pool_file(tmp_path, 20_000, 0.05, seed=5, overconfidence=overconfidence)
-    plan = tmp_path / "plan.csv"
-    argv = ["plan", "--pool", str(pool), "--budget", "400", "--alpha", "0.5", "--seed", "2"]
-    assert main([*argv, "--out", str(plan)]) == 0
-    _fill(plan, plan, truth)
-    without = _estimate_json(capsys, "--labels", str(plan))
+    without, result, true = _estimates(tmp_path, capsys, overconfidence)
+    plan, pool = tmp_path / "plan.csv", tmp_path / "pool.csv"
     assert without["model_assisted"] is None
-    result = _estimate_json(capsys, "--labels", str(plan), "--pool", str(pool))
     ratio, greg = result["ratio"], result["model_assisted"]
     assert isinstance(ratio, dict) and isinstance(greg, dict)
     assert ratio["estimator"].startswith("Horvitz-Thompson") and greg["estimator"].startswith(
@@ -205,3 +214,29 @@ def test_labelled_items_are_never_chosen_again_even_when_the_budget_covers_the_r
     assert not set(r2.ids.tolist()) & set(r1.ids.tolist())
     assert set(r2.ids.tolist()) == set(ids.tolist()) - set(r1.ids.tolist())  # the rest, all
     np.testing.assert_array_equal(r2.prob, 1.0)
+
+
+@pytest.mark.parametrize("overconfidence", [1.0, 10.0])
+def test_labels_that_reject_the_pools_scores_widen_f_and_recall(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], overconfidence: float
+) -> None:
+    without, result, true = _estimates(tmp_path, capsys, overconfidence)
+    ratio, warnings = result["ratio"], result["warnings"]
+    assert isinstance(ratio, dict) and isinstance(warnings, list)
+    rejected = overconfidence > 1.0  # logits x10: the scores promise far more than the labels
+    assert ratio["scores_disagree"] is rejected
+    assert any("reject the pool's scores" in w for w in warnings) is rejected
+    for key, low, high in (
+        ("estimate", "ci_low", "ci_high"),
+        ("precision", "precision_ci_low", "precision_ci_high"),
+        ("recall", "recall_ci_low", "recall_ci_high"),
+    ):
+        assert ratio[key] == without[key]  # the value never moves
+        widened = rejected and key != "precision"  # no false negative enters precision
+        if widened:
+            assert ratio[low] <= without[low] and ratio[high] >= without[high], key
+        else:
+            assert (ratio[low], ratio[high]) == (without[low], without[high]), key
+        assert ratio[low] <= true[key] <= ratio[high], (key, ratio, true)
+    recall = ("recall_ci_low", "recall_ci_high")
+    assert ([ratio[k] for k in recall] != [without[k] for k in recall]) is rejected
