@@ -49,9 +49,9 @@ FloatArray = npt.NDArray[np.float64]
 
 #: Error of the test that the raw scores' label-free F agrees with the audit: beyond it the
 #: window's interval takes the score-type bounds too. Measured on the daemon's 1 h windows
-#: (``benchmarks.efficiency --stream-daemon``, buckets 4-9 of 100 streams, seed 14): 0.05 raised
-#: calibrated 5% windows to 0.975 (out of 0.93-0.97), 0.01 to 0.948; 1e-3 left the second bucket
-#: after a drift at 1% positives at 0.883 (logits x3; 0.917 at 0.01).
+#: (``benchmarks.efficiency --stream-daemon``): at 0.05 calibrated 5% windows covered 0.975
+#: (buckets 4-9 of 100 streams, seed 14; out of 0.93-0.97; 0.953 at 0.01); at 1e-3 the second
+#: bucket after a drift at 1% positives 0.883 (logits x3, 600 streams; 0.917 at 0.01).
 DISAGREE_ERROR = 0.01
 #: Pseudo false negatives in ``kappa`` (the design's mean weight, as the ratio's interval's floor)
 PSEUDO_EVENTS = 2.0
