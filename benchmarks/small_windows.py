@@ -22,8 +22,10 @@ window's realised value. Columns, on the same samples:
   ``Wilson-t``: Wilson's score interval on n* with the t_{n-1} quantile (the shipped fallback
   at 0 or 1, used everywhere);
 - ``score-type``: the ratio's test inverted with the false negatives' variance taken at the
-  count each tested value implies (``monitor.stats.score_interval``, which the daemon's windows
-  take where their labels reject the scores).
+  count each tested value implies (``monitor.stats.score_interval``);
+- ``daemon``: the shipped interval with the score-type bounds where the window's labels reject
+  its scores (the label-free F of the window's scores outside the interval at 1%), as the
+  daemon's windows take them.
 
 Precision (alpha = 1) is left out: in these windows the predicted positives are a census and its
 interval is exact. Every cell is reported; the goal of issue 11 is coverage 0.93-0.97.
@@ -50,10 +52,15 @@ from scipy import optimize, special
 
 from monitor.sim.simulate import calibrated_pool
 from monitor.stats.estimate import Estimate
-from monitor.stats.falpha import estimate_falpha, falpha_exact, intrinsic_falpha
+from monitor.stats.falpha import (
+    estimate_falpha,
+    falpha_exact,
+    intrinsic_falpha,
+    intrinsic_falpha_se,
+)
 from monitor.stats.interval import t_quantile, wilson_interval
 from monitor.stats.sample import LabeledSample
-from monitor.stats.score_interval import score_type_bounds
+from monitor.stats.score_interval import score_type_bounds, widening
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
 
 LABELS = (20, 30, 50, 100)
@@ -161,6 +168,20 @@ VARIANTS: dict[str, Interval] = {
 }
 
 
+def daemon(
+    sample: LabeledSample, alpha: float, score: np.ndarray, pred: np.ndarray
+) -> Bounds | None:
+    """The shipped interval with the score-type bounds where the window's labels reject its
+    scores (``monitor.stats.score_interval.widening``, as the daemon's windows)."""
+    est = estimate_falpha(sample, alpha, LEVEL)
+    if not est.defined:
+        return None
+    recall = estimate_falpha(sample, 0.0, LEVEL)
+    g, g_se = intrinsic_falpha(score, pred, alpha), intrinsic_falpha_se(score, pred, alpha)
+    wide = widening(sample, alpha, est, recall, est, g, g_se)
+    return _bounds(est if wide is None else wide.apply(est, recall)[0])
+
+
 def window_pool(
     window: int, rate: float, scenario: str, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -185,8 +206,9 @@ def run_cell(
 ) -> str:
     """One line of the table."""
     window = int(SHARE * labels / rate)
-    covered = {k: 0 for k in VARIANTS}
-    width = {k: 0.0 for k in VARIANTS}
+    names = [*VARIANTS, "daemon"]
+    covered = dict.fromkeys(names, 0)
+    width = dict.fromkeys(names, 0.0)
     n_used = 0
     for _ in range(reps):
         score, label = window_pool(window, rate, scenario, rng)
@@ -199,6 +221,7 @@ def run_cell(
         take = np.flatnonzero(rng.random(window) < pi)
         sample = LabeledSample.poisson(score[take], pred[take], label[take], pi[take])
         got = {k: f(sample, alpha) for k, f in VARIANTS.items()}
+        got["daemon"] = daemon(sample, alpha, score, pred)
         if math.isnan(truth) or any(b is None for b in got.values()):
             continue
         n_used += 1
@@ -206,7 +229,7 @@ def run_cell(
             assert b is not None
             covered[k] += b[0] <= truth <= b[1]
             width[k] += b[1] - b[0]
-    cells = "  ".join(f"{covered[k] / n_used:.3f} {width[k] / n_used:.2f}" for k in VARIANTS)
+    cells = "  ".join(f"{covered[k] / n_used:.3f} {width[k] / n_used:.2f}" for k in names)
     return f"{labels:6d} {rate:5.0%} {alpha:5.1f} {window:6d} {n_used:5d} | {cells}"
 
 
@@ -219,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--defensive", type=float, default=0.1, help="uniform share (0.1)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    head = "  ".join(f"{k:>10s}" for k in VARIANTS)
+    head = "  ".join(f"{k:>10s}" for k in [*VARIANTS, "daemon"])
     print(f"labels  rate alpha window  used | {head}")
     for i, labels in enumerate(LABELS):
         for j, rate in enumerate(RATES):

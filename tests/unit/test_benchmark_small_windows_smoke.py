@@ -36,7 +36,7 @@ def test_mid_p_bounds_leave_half_the_observed_probability_in_each_tail() -> None
 def test_one_cell_runs_and_reports_every_variant() -> None:
     row = sw.run_cell(20, 0.2, 0.5, 5, np.random.default_rng(3), scenario="drift")
     cells = row.split("|")[1].split()
-    assert len(cells) == 2 * len(sw.VARIANTS)
+    assert len(cells) == 2 * (len(sw.VARIANTS) + 1)  # and the daemon's rule
     for coverage, width in zip(cells[::2], cells[1::2], strict=True):
         assert 0.0 <= float(coverage) <= 1.0
         assert 0.0 <= float(width) <= 1.0
