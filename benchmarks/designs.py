@@ -71,7 +71,7 @@ from monitor.stats.falpha import (
 )
 from monitor.stats.greg import StratumTraffic, choose
 from monitor.stats.sample import LabeledSample
-from monitor.stats.score_interval import widening
+from monitor.stats.score_interval import Widening, scores_disagree
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
 
 DESIGNS = ("uniform", "raw q*", "recal q*", "recal+GREG")
@@ -189,9 +189,12 @@ def _estimates(
     greg = choose(both, p_hat, traffic[0], traffic[1], ratio, alpha, LEVEL).f
     intrinsic = intrinsic_falpha(pool.score, pool.pred, alpha)
     intrinsic_se = intrinsic_falpha_se(pool.score, pool.pred, alpha)
-    for name, est in (("recal q*", ratio[0]), ("recal+GREG", greg)):
-        wide = widening(both, alpha, ratio[0], ratio[2], est, intrinsic, intrinsic_se)
-        out[name] = est if wide is None else wide.apply(est, ratio[2])[0]
+    checked = {"recal q*": ratio[0], "recal+GREG": greg}
+    out.update(checked)
+    off = [n for n, est in checked.items() if scores_disagree(est, intrinsic, intrinsic_se)]
+    if off:
+        wide = Widening.of(both, alpha, ratio[0], ratio[2])
+        out.update({n: wide.apply(checked[n], ratio[2])[0] for n in off})
     return out
 
 

@@ -60,7 +60,7 @@ from monitor.stats.falpha import (
 )
 from monitor.stats.interval import t_quantile, wilson_interval
 from monitor.stats.sample import LabeledSample
-from monitor.stats.score_interval import score_type_bounds, widening
+from monitor.stats.score_interval import Widening, score_type_bounds, scores_disagree
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
 
 LABELS = (20, 30, 50, 100)
@@ -172,14 +172,15 @@ def daemon(
     sample: LabeledSample, alpha: float, score: np.ndarray, pred: np.ndarray
 ) -> Bounds | None:
     """The shipped interval with the score-type bounds where the window's labels reject its
-    scores (``monitor.stats.score_interval.widening``, as the daemon's windows)."""
+    scores (``monitor.stats.score_interval``, as the daemon's windows)."""
     est = estimate_falpha(sample, alpha, LEVEL)
     if not est.defined:
         return None
     recall = estimate_falpha(sample, 0.0, LEVEL)
     g, g_se = intrinsic_falpha(score, pred, alpha), intrinsic_falpha_se(score, pred, alpha)
-    wide = widening(sample, alpha, est, recall, est, g, g_se)
-    return _bounds(est if wide is None else wide.apply(est, recall)[0])
+    if not scores_disagree(est, g, g_se):
+        return _bounds(est)
+    return _bounds(Widening.of(sample, alpha, est, recall).apply(est, recall)[0])
 
 
 def window_pool(

@@ -55,7 +55,7 @@ from monitor.stats.greg import StratumTraffic, choose
 from monitor.stats.measures import measure_all
 from monitor.stats.response import pending_share, response_sample, worst_case_bounds
 from monitor.stats.sample import LabeledSample
-from monitor.stats.score_interval import widening
+from monitor.stats.score_interval import Widening, scores_disagree
 
 SegKey = tuple[str, str, int]  # (model, segment, bucket)
 _REQUEST_ID = attrgetter("request.request_id")
@@ -442,9 +442,9 @@ class EstimatorService:
                         f, prec, rec = choice.f, choice.precision, choice.recall
                         used, why = choice.assisted, choice.reason
                     # the design may have missed false negatives the scores hid
-                    wide = widening(sample, cfg.alpha, m.f, m.recall, f, intrinsic, intrinsic_se)
-                    if wide is not None:
-                        disagree = True
+                    disagree = scores_disagree(f, intrinsic, intrinsic_se)
+                    if disagree:
+                        wide = Widening.of(sample, cfg.alpha, m.f, m.recall)
                         f, rec = wide.apply(f, rec)
                         if ratio is not None:
                             r_f, r_rec = wide.apply(ratio[0], ratio[2])

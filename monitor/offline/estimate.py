@@ -25,7 +25,7 @@ from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import intrinsic_falpha, intrinsic_falpha_se
 from monitor.stats.measures import Measures, measure_all
 from monitor.stats.sample import LabeledSample
-from monitor.stats.score_interval import DISAGREE_ERROR, widening
+from monitor.stats.score_interval import DISAGREE_ERROR, Widening, scores_disagree
 
 
 @dataclass(frozen=True)
@@ -277,22 +277,21 @@ def scores_checked(
     intrinsic = intrinsic_falpha(pool.score, pool.pred, result.alpha)
     intrinsic_se = intrinsic_falpha_se(pool.score, pool.pred, result.alpha)
     m = result.measures
-    for_ratio = widening(sample, result.alpha, m.f, m.recall, m.f, intrinsic, intrinsic_se)
-    for_assisted = widening(
-        sample, result.alpha, m.f, m.recall, assisted.f, intrinsic, intrinsic_se
-    )
-    if for_ratio is not None:
-        f, recall = for_ratio.apply(m.f, m.recall)
+    ratio_off = scores_disagree(m.f, intrinsic, intrinsic_se)
+    assisted_off = scores_disagree(assisted.f, intrinsic, intrinsic_se)
+    if not (ratio_off or assisted_off):
+        return result, assisted
+    wide = Widening.of(sample, result.alpha, m.f, m.recall)
+    if ratio_off:
+        f, recall = wide.apply(m.f, m.recall)
         result = replace(result, measures=replace(m, f=f, recall=recall), scores_disagree=True)
-    if for_assisted is not None:
-        f, recall = for_assisted.apply(assisted.f, assisted.recall)
+    if assisted_off:
+        f, recall = wide.apply(assisted.f, assisted.recall)
         assisted = replace(assisted, f=f, recall=recall, scores_disagree=True)
-    if for_ratio is not None or for_assisted is not None:
-        note = (
-            f"the labels reject the pool's scores (their label-free {measure_name(result.alpha)} "
-            f"{intrinsic:.4f} is outside the interval at {DISAGREE_ERROR:.0%}): the intervals "
-            "of recall and of F_alpha with alpha < 1 also allow for false negatives the design "
-            "missed"
-        )
-        result = replace(result, warnings=[*result.warnings, note])
-    return result, assisted
+    note = (
+        f"the labels reject the pool's scores (their label-free {measure_name(result.alpha)} "
+        f"{intrinsic:.4f} is outside the interval at {DISAGREE_ERROR:.0%}): the intervals "
+        "of recall and of F_alpha with alpha < 1 also allow for false negatives the design "
+        "missed"
+    )
+    return replace(result, warnings=[*result.warnings, note]), assisted

@@ -128,27 +128,15 @@ class Widening:
     f: tuple[float, float]
     recall: tuple[float, float]
 
+    @classmethod
+    def of(
+        cls, sample: LabeledSample, alpha: float, ratio_f: Estimate, ratio_recall: Estimate
+    ) -> Widening:
+        """The bounds of ``sample`` from its ratio estimates of F_alpha and recall."""
+        return cls(
+            score_type_bounds(sample, alpha, ratio_f), score_type_bounds(sample, 0.0, ratio_recall)
+        )
+
     def apply(self, f: Estimate, recall: Estimate) -> tuple[Estimate, Estimate]:
         """``f`` and ``recall`` (ratio or model-assisted, same sample) with the bounds added."""
         return widened(f, self.f), widened(recall, self.recall)
-
-
-def widening(  # noqa: PLR0917  (the sample, its ratio estimates and the scores' F)
-    sample: LabeledSample,
-    alpha: float,
-    ratio_f: Estimate,
-    ratio_recall: Estimate,
-    checked: Estimate,
-    intrinsic: float,
-    intrinsic_se: float,
-) -> Widening | None:
-    """The widening of an estimate whose labels reject the scores; None where they agree.
-
-    ``checked`` is the F_alpha estimate (ratio or model-assisted) tested against the label-free
-    ``intrinsic`` (``scores_disagree``); the bounds are from the ratio estimates of ``sample``.
-    """
-    if not scores_disagree(checked, intrinsic, intrinsic_se):
-        return None
-    return Widening(
-        score_type_bounds(sample, alpha, ratio_f), score_type_bounds(sample, 0.0, ratio_recall)
-    )
