@@ -15,8 +15,9 @@ over repetitions with common random numbers:
   toward the identity) and spends its share on q* at p_hat over the items not yet labelled, with
   G from the pool's recalibrated expected counts and the defensive share from the labels'
   likelihood, calibration error and number of the model's mistakes seen. The ratio estimate of
-  ``monitor estimate``: earlier rounds counted exactly, the latest by Horvitz-Thompson over the
-  rest (``design.known_and_latest``), with the score-type bounds where the labels reject the
+  ``monitor estimate``: the mixture of the later rounds' Horvitz-Thompson sums, each over the
+  items not labelled before it, weighted by the rounds' budgets, the first round counted exactly
+  (``design.rounds_mixture``), with the score-type bounds where the labels reject the
   pool's raw scores, as ``monitor estimate --pool`` reports it (``monitor.stats.score_interval``).
 * ``recal+GREG``: the same labels, the model-assisted estimate of ``monitor estimate --pool``
   (``monitor.stats.greg``) with the p_hat of the map that chose the latest round summed over the
@@ -57,10 +58,10 @@ from benchmarks.efficiency import (
 )
 from monitor.stats.design import (
     Recalibration,
-    known_and_latest,
     recalibrate,
     recalibrated_g,
     recalibrated_weights,
+    rounds_mixture,
 )
 from monitor.stats.estimate import Estimate
 from monitor.stats.falpha import (
@@ -160,8 +161,7 @@ def _rounds(
         take, drawn = _draw(pool, inclusion_for_budget(q, size)[0], us[r])
         known[take] = True
         earlier.append(drawn)
-    latest = earlier.pop()
-    return known_and_latest(LabeledSample.concat(earlier), latest), recal
+    return rounds_mixture(earlier, [0.0, *sizes[1:]]), recal
 
 
 def _estimates(

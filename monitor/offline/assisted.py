@@ -9,9 +9,11 @@ items' p_hat strayed from the pool's (Sarndal, Swensson and Wretman 1992, Sec. 6
 
 p_hat = m(s) with m the calibration map fitted on the labels of the *earlier* rounds
 (the map that chose the latest round, ``monitor.offline.rounds``); a single round has no earlier
-labels and uses the identity (p_hat = s). The map is therefore never fitted on the labels it
-corrects; the regression coefficients (a_h, b_h) are (approximately design-unbiased, bias
-O(1/n)). The known rows of earlier rounds enter with v = 1 and fpc = 0, as in the ratio estimate.
+labels and uses the identity (p_hat = s). The sample is the ratio estimate's
+(``design.rounds_mixture``): the latest round's labels, which carry most of the weight, are never
+in the map's fit; a middle round's are in both (with rounds of 20, 30 and 150 labels the
+intervals still cover, ``tests/statistical/test_offline_assisted_coverage.py``). The regression
+coefficients (a_h, b_h) are fitted on the sample (approximately design-unbiased, bias O(1/n)).
 
 The daemon's rule decides where it is used (``monitor.stats.greg.choose``): the ratio estimate
 is kept for every measure when a prediction stratum has fewer than ``greg.MIN_LABELS`` labels,

@@ -94,12 +94,13 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     pool = None if args.pool is None else _read_estimate_pool(args.pool, plans)
     if len(plans) == 1 and plans[0][1].meta.get("known_labels", "0") == "0":
         path, plan = plans[0]
-        sample = plan_sample(plan)
+        sample, notes = plan_sample(plan), list[str]()
         cal_map: CalibrationMap = IDENTITY  # no earlier labels to fit a map on
     else:  # rounds; a later round alone is refused (its earlier labels are part of the total)
-        sample, plan, path = rounds_sample(plans)
+        sample, plan, path, notes = rounds_sample(plans)
         cal_map = recalibrate(split_rounds(plans)[2].sample).cal_map  # the map that chose it
     result = estimate_plan(plan, path, args.alpha, args.level, sample)
+    result.warnings.extend(notes)
     missing = [p for p, pl in plans if not pl.meta]
     if missing:
         result.warnings.append(

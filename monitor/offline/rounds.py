@@ -9,13 +9,16 @@ Round r + 1 (``monitor plan --labelled A.csv [B.csv ...]``, Poisson design):
   defensive share of ``monitor.stats.selection.defensive_share`` (``monitor.stats.design``);
 * pi = min(1, kappa q) over the rest of the pool, kappa solved for the budget.
 
-Estimate (``monitor estimate --labels A.csv B.csv``): the known rows counted exactly and the
-latest round by Horvitz-Thompson over the rest of the pool
-(``monitor.stats.design.known_and_latest``).
+Estimate (``monitor estimate --labels A.csv B.csv ...``): the mixture of the rounds'
+Horvitz-Thompson sums, each over the items not labelled before it and the earlier labels counted
+exactly, every round after the first weighted by its expected number of labels and the first
+(drawn at the raw scores, before any label) counted exactly
+(``monitor.stats.design.rounds_mixture``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,7 +28,7 @@ import numpy.typing as npt
 from monitor.errors import InputFileError
 from monitor.offline.poolfile import Plan, Pool
 from monitor.stats.beta_calibration import CalibrationMap
-from monitor.stats.design import known_and_latest, recalibrate, recalibrated_weights
+from monitor.stats.design import recalibrate, recalibrated_weights, rounds_mixture
 from monitor.stats.sample import LabeledSample
 
 
@@ -100,31 +103,78 @@ def split_rounds(plans: Sequence[tuple[str, Plan]]) -> tuple[str, Plan, Known]:
     return path, plan, known_labels([(pa, p) for r, pa, p in rounds if r != top])
 
 
-def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> tuple[LabeledSample, Plan, str]:
-    """The sample of all rounds: earlier labelled rows known (v = 1, fpc = 0), the latest HT.
-
-    The latest plan (highest ``round``) must have been planned with exactly the labelled rows
-    of the others (its ``known_labels`` header), else the estimate would not be unbiased.
-    """
-    path, plan, known = split_rounds(plans)
-    want = plan.meta.get("known_labels", "0")
-    have = len(known.ids)
-    if str(have) != want:
+def _planned_labels(plan: Plan, path: str) -> float:
+    """The round's expected number of labels (``expected_labels``, else ``budget``, header)."""
+    text = plan.meta.get("expected_labels", plan.meta.get("budget", ""))
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0.0:
         msg = (
-            f"{path}: planned with {want} labelled items of earlier rounds, but the other files "
-            f"given hold {have}; pass exactly the files it was planned from"
+            f"{path}: header 'expected_labels' or 'budget' missing or not a number > 0; the "
+            f"rounds' estimate weights each round by it: copy {path}'s sidecar beside it"
         )
-        if want.isdigit() and have > int(want):
-            msg += (
-                ", with the labels they held then (a label added to an earlier round after this "
-                "round was planned cannot count: clear it, or plan a further round from all the "
-                "labels)"
-            )
         raise InputFileError(msg)
-    overlap = np.isin(plan.ids, known.ids)
-    if overlap.any():
-        msg = f"{path}: item '{plan.ids[overlap][0]}' was labelled in an earlier round"
+    return value
+
+
+def _planned_from(plan: Plan, path: str, known: Known | None) -> str:
+    """Why ``plan`` was not planned from exactly ``known`` ("" when it was)."""
+    want = plan.meta.get("known_labels", "0")
+    have = 0 if known is None else len(known.ids)
+    if str(have) == want:
+        return ""
+    msg = (
+        f"{path}: planned with {want} labelled items of earlier rounds, but the other files "
+        f"given hold {have}"
+    )
+    if want.isdigit() and have > int(want):
+        msg += (
+            ", with the labels they held then (a label added to an earlier round after this "
+            "round was planned)"
+        )
+    return msg
+
+
+def rounds_sample(
+    plans: Sequence[tuple[str, Plan]],
+) -> tuple[LabeledSample, Plan, str, list[str]]:
+    """The sample of all rounds (``rounds_mixture``), the latest plan, its path and warnings.
+
+    One plan per round. The latest must have been planned with exactly the labelled rows of the
+    others (its ``known_labels`` header), else the estimate would not be unbiased. An earlier round
+    after the first that was not (a label added to a round before it afterwards) cannot estimate
+    the rest of the pool: it is counted exactly, with a warning.
+    """
+    ordered = sorted(((plan_round(p, pa), pa, p) for pa, p in plans), key=lambda t: t[0])
+    numbers = [r for r, _, _ in ordered]
+    if len(set(numbers)) != len(numbers):
+        twice = next(r for r in numbers if numbers.count(r) > 1)
+        names = ", ".join(pa for r, pa, _ in ordered if r == twice)
+        msg = f"{names}: two plans of the same round {twice}; give one plan per round"
         raise InputFileError(msg)
-    lab = plan.labelled
-    now = LabeledSample.poisson(plan.score[lab], plan.pred[lab], plan.label[lab], plan.prob[lab])
-    return known_and_latest(known.sample, now), plan, path
+    samples: list[LabeledSample] = []
+    shares: list[float] = []
+    warnings: list[str] = []
+    for i, (_, pa, p) in enumerate(ordered):
+        known = known_labels([(q, o) for _, q, o in ordered[:i]]) if i else None
+        why = _planned_from(p, pa, known)
+        if why and i == len(ordered) - 1:
+            hint = "; pass exactly the files it was planned from"
+            if "added" in why:
+                hint += " (clear the late label, or plan a further round from all the labels)"
+            raise InputFileError(why + hint)
+        if why:
+            warnings.append(f"{why}: its labels are counted exactly, not used to estimate the rest")
+        if known is not None:
+            overlap = np.isin(p.ids, known.ids)
+            if overlap.any():
+                msg = f"{pa}: item '{p.ids[overlap][0]}' was labelled in an earlier round"
+                raise InputFileError(msg)
+        lab = p.labelled
+        samples.append(LabeledSample.poisson(p.score[lab], p.pred[lab], p.label[lab], p.prob[lab]))
+        first = i == 0 and len(ordered) > 1
+        shares.append(0.0 if first or why else _planned_labels(p, pa))
+    _, pa, plan = ordered[-1]
+    return rounds_mixture(samples, shares), plan, pa, warnings

@@ -5,8 +5,10 @@ over-confident (logits x3); REPS fixed-seed repetitions of the product's offline
 
 * one round: ``make_plan`` with 200 labels (q* at the raw scores, defensive 0.1); the
   model-assisted estimate uses the raw scores (no earlier labels to fit a map on);
-* two rounds: 60 labels with defensive 0.5, then 140 planned with ``--labelled`` (q* at the
-  scores recalibrated on round 1); the model-assisted estimate uses round 1's map.
+* three rounds: 20 labels with defensive 0.5, then 30 and 150 planned with ``--labelled`` (q* at
+  the scores recalibrated on the rounds before); the ratio estimate is the mixture of rounds 2 and
+  3 (``design.rounds_mixture``), the model-assisted one uses the map fitted on rounds 1 and 2,
+  whose round-2 labels the mixture also uses to estimate the rest of the pool.
 
 Both estimates as ``monitor estimate --pool`` reports them (``scores_checked``: the score-type
 bounds where the labels reject the pool's scores). Asserted for F1 and recall: the 95% intervals
@@ -55,9 +57,9 @@ def _answer(plan: Plan, truth: dict[str, int]) -> Plan:
 @pytest.mark.slow
 @pytest.mark.parametrize("alpha", [0.5, 0.0])
 @pytest.mark.parametrize(
-    ("rounds", "overconfidence"), [(False, 1.0), (False, 3.0), (True, 1.0), (True, 3.0)], ids=str
+    ("rounds", "overconfidence"), [(1, 1.0), (1, 3.0), (3, 1.0), (3, 3.0)], ids=str
 )
-def test_offline_intervals_cover(rounds: bool, overconfidence: float, alpha: float) -> None:
+def test_offline_intervals_cover(rounds: int, overconfidence: float, alpha: float) -> None:
     score, y = calibrated_pool(10_000, 0.05, np.random.default_rng(11), overconfidence)
     ids = np.array([f"i{k}" for k in range(score.size)], dtype=np.str_)
     pool = Pool(ids, score, (score >= 0.5).astype(np.int8), False)
@@ -66,11 +68,14 @@ def test_offline_intervals_cover(rounds: bool, overconfidence: float, alpha: flo
     covered = {"ratio": 0, "assisted": 0}
     error: dict[str, list[float]] = {"ratio": [], "assisted": []}
     for seed in range(REPS):
-        if rounds:
-            r1 = _answer(make_plan(pool, alpha=alpha, budget=60, seed=seed, defensive=0.5), truth)
-            known = known_labels([("r1", r1)])
-            r2 = make_plan(pool, alpha=alpha, budget=140, seed=1000 + seed, known=known)
-            sample, plan, path = rounds_sample([("r1", r1), ("r2", _answer(r2, truth))])
+        if rounds > 1:
+            r1 = _answer(make_plan(pool, alpha=alpha, budget=20, seed=seed, defensive=0.5), truth)
+            done = [("r1", r1)]
+            for r, budget in ((2, 30), (3, 150)):
+                known = known_labels(done)
+                nxt = make_plan(pool, alpha=alpha, budget=budget, seed=1000 * r + seed, known=known)
+                done.append((f"r{r}", _answer(nxt, truth)))
+            sample, plan, path, _ = rounds_sample(done)
             cal_map = recalibrate(known.sample).cal_map
         else:
             plan = _answer(make_plan(pool, alpha=alpha, budget=200, seed=seed), truth)

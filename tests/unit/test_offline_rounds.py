@@ -111,6 +111,67 @@ def test_a_label_added_to_an_earlier_round_later_is_refused_with_the_reason(
     assert "planned with" in err and "a label added to an earlier round after" in err, err
 
 
+def test_a_label_added_before_a_middle_round_counts_that_round_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Round 2 planned, then a pending row of round 1 answered, then round 3 from all labels.
+
+    Round 2's sum over the rest of the pool no longer matches the files (its known set changed), so
+    it is counted exactly and the estimate says so; round 3, the latest, was planned from them all.
+    """
+    pool, truth, _ = _overconfident_pool(tmp_path, 20_000, seed=5)
+    base = ["plan", "--pool", str(pool), "--alpha", "0.5"]
+    paths = {r: (tmp_path / f"r{r}.csv", tmp_path / f"r{r}-done.csv") for r in (1, 2, 3)}
+    assert main([*base, "--budget", "60", "--out", str(paths[1][0])]) == 0
+    _fill(paths[1][0], paths[1][1], truth, keep_pending=10)
+    assert (
+        main([*base, "--budget", "60", "--labelled", str(paths[1][1]), "--out", str(paths[2][0])])
+        == 0
+    )
+    _fill(paths[2][0], paths[2][1], truth)
+    rows = list(csv.reader(paths[1][1].open()))
+    chosen = set(read_plan(paths[2][0]).ids.tolist())
+    late = next(r for r in rows[1:] if r[-1] == "" and r[0] not in chosen)
+    late[-1] = str(truth[late[0]])
+    with open(paths[1][1], "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    done = [str(paths[1][1]), str(paths[2][1])]
+    assert main([*base, "--budget", "200", "--labelled", *done, "--out", str(paths[3][0])]) == 0
+    _fill(paths[3][0], paths[3][1], truth)
+    result = _estimate_json(capsys, "--labels", *done, str(paths[3][1]))
+    warnings = result["warnings"]
+    assert isinstance(warnings, list)
+    assert any("r2-done.csv" in w and "counted exactly" in w for w in warnings), warnings
+    sample, *_ = rounds_sample([(p, read_plan(p)) for p in [*done, str(paths[3][1])]])
+    n1 = int(read_plan(done[0]).labelled.sum()) + int(read_plan(done[1]).labelled.sum())
+    np.testing.assert_array_equal(sample.v[:n1], 1.0)  # rounds 1 and 2 exact
+    np.testing.assert_array_equal(sample.fpc[:n1], 0.0)
+
+
+def test_rounds_after_the_first_estimate_the_rest_by_their_expected_labels() -> None:
+    """Rounds 1, 2, 3: round 1 exact, rounds 2 and 3 mixed by their expected labels."""
+    pool, label = _pool(6000, seed=6)
+    truth = dict(zip(pool.ids.tolist(), label.tolist(), strict=True))
+    done = [("r1", _answer(make_plan(pool, alpha=0.5, budget=30, seed=1, defensive=0.5), truth))]
+    for r, budget in ((2, 40), (3, 120)):
+        nxt = make_plan(pool, alpha=0.5, budget=budget, seed=r, known=known_labels(done))
+        done.append((f"r{r}", _answer(nxt, truth)))
+    sample, _, path, warnings = rounds_sample(done[::-1])  # any order
+    assert (path, warnings) == ("r3", [])
+    w2, w3 = (float(p.meta["expected_labels"]) for _, p in done[1:])
+    w2, w3 = w2 / (w2 + w3), w3 / (w2 + w3)
+    sizes = [len(p) for _, p in done]
+    v1, v2, v3 = np.split(sample.v, np.cumsum(sizes)[:2])
+    fpc2 = np.split(sample.fpc, np.cumsum(sizes)[:2])[1]
+    p2, p3 = done[1][1].prob, done[2][1].prob
+    np.testing.assert_array_equal(v1, 1.0)
+    np.testing.assert_allclose(v2, w2 / p2 + w3)
+    np.testing.assert_allclose(v3, w3 / p3)
+    np.testing.assert_allclose(fpc2 * v2**2, (1 - p2) * (w2 / p2) ** 2)
+    with pytest.raises(InputFileError, match="two plans of the same round 2"):
+        rounds_sample([*done, ("again", done[1][1])])
+
+
 def _pool(n: int, seed: int) -> tuple[Pool, np.ndarray]:
     score, label = calibrated_pool(n, 0.05, np.random.default_rng(seed), overconfidence=10.0)
     ids = np.array([f"p{i}" for i in range(n)], dtype=np.str_)
@@ -144,7 +205,7 @@ def test_two_rounds_are_unbiased_and_cover() -> None:
         known = known_labels([("r1", r1)])
         r2 = make_plan(pool, alpha=0.0, budget=140, seed=1000 + seed, known=known)
         r2 = _answer(r2, truth)
-        sample, plan, path = rounds_sample([("r1", r1), ("r2", r2)])
+        sample, plan, path, _ = rounds_sample([("r1", r1), ("r2", r2)])
         est = estimate_plan(plan, path, None, 0.95, sample).measures.f
         values.append(est.value)
         covered += est.lower <= true_recall <= est.upper

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import itertools
 import math
 
 import numpy as np
@@ -13,10 +14,10 @@ from monitor.stats import design, selection
 from monitor.stats.calibration import IDENTITY, PlattMap, fit_platt
 from monitor.stats.design import (
     Recalibration,
-    known_and_latest,
     recalibrate,
     recalibrated_g,
     recalibrated_weights,
+    rounds_mixture,
 )
 from monitor.stats.falpha import intrinsic_falpha
 from monitor.stats.sample import LabeledSample
@@ -120,12 +121,70 @@ def test_defensive_grows_when_the_probabilities_are_poor() -> None:
 
 
 def test_known_rows_count_exactly_and_the_latest_round_as_drawn() -> None:
+    """Share 0 for the earlier rounds: they are counted exactly, the latest by Horvitz-Thompson."""
     known = LabeledSample.poisson([0.2, 0.7], [0, 1], [0, 1], [0.5, 0.25])
     latest = LabeledSample.poisson([0.9], [1], [1], [0.1])
-    both = known_and_latest(known, latest)
+    both = rounds_mixture([known, latest], [0.0, 1.0])
     np.testing.assert_allclose(both.v, [1.0, 1.0, 10.0])
     np.testing.assert_allclose(both.fpc, [0.0, 0.0, 0.9])
     assert both.label.tolist() == [0, 1, 1]
+
+
+def test_rounds_mixture_refuses_shares_that_do_not_fit() -> None:
+    one = LabeledSample.poisson([0.2], [0], [0], [0.5])
+    for shares in ([1.0], [0.0, 0.0], [-1.0, 2.0]):
+        with pytest.raises(ValueError, match="one per round"):
+            rounds_mixture([one, one], shares)
+
+
+def _subsets(items: list[int], pi: dict[int, float]) -> list[tuple[frozenset[int], float]]:
+    """Every Poisson outcome over ``items`` with its probability."""
+    out = []
+    for took in itertools.product((False, True), repeat=len(items)):
+        prob = math.prod(pi[i] if t else 1.0 - pi[i] for i, t in zip(items, took, strict=True))
+        out.append((frozenset(i for i, t in zip(items, took, strict=True) if t), prob))
+    return out
+
+
+def test_the_mixture_and_its_variance_are_exactly_unbiased_over_adaptive_rounds() -> None:
+    """Enumerate every outcome of three rounds, each round's pi a function of the earlier draws.
+
+    ``E[sum v z] = sum z`` and ``E[sum fpc v^2 z^2] = Var(sum v z)`` exactly (no simulation): the
+    martingale argument of ``rounds_mixture``, with shares 0, 1 and 3 as ``monitor estimate``
+    gives rounds of 0, 10 and 30 expected labels.
+    """
+    z = [3.0, -1.0, 0.5, 2.0, 4.0]
+    items = list(range(len(z)))
+
+    def pi_after(known: frozenset[int]) -> dict[int, float]:
+        # adaptive: the earlier draws (their values) move the next round's probabilities
+        tilt = sum(z[i] for i in known)
+        return {i: 0.2 + 0.6 * ((i + tilt) % 3) / 3 for i in items if i not in known}
+
+    def sample(took: frozenset[int], pi: dict[int, float]) -> LabeledSample:
+        idx = sorted(took)
+        return LabeledSample.poisson(
+            [i / 10 for i in idx], [0] * len(idx), [0] * len(idx), [pi[i] for i in idx]
+        )
+
+    mean = second = var_hat = 0.0
+    pi1 = dict.fromkeys(items, 0.5)
+    for s1, p1 in _subsets(items, pi1):
+        pi2 = pi_after(s1)
+        for s2, p2 in _subsets(sorted(pi2), pi2):
+            pi3 = pi_after(s1 | s2)
+            for s3, p3 in _subsets(sorted(pi3), pi3):
+                mix = rounds_mixture(
+                    [sample(s1, pi1), sample(s2, pi2), sample(s3, pi3)], [0.0, 1.0, 3.0]
+                )
+                zs = np.array([z[round(10 * s)] for s in mix.score])
+                total = float(np.dot(mix.v, zs))
+                prob = p1 * p2 * p3
+                mean += prob * total
+                second += prob * total * total
+                var_hat += prob * float(np.dot(mix.fpc * mix.v**2, zs**2))
+    assert mean == pytest.approx(sum(z), rel=1e-12)
+    assert var_hat == pytest.approx(second - mean * mean, rel=1e-12)
 
 
 def test_rounds_with_a_map_fitted_on_the_earlier_labels_are_unbiased() -> None:
@@ -145,7 +204,7 @@ def test_rounds_with_a_map_fitted_on_the_earlier_labels_are_unbiased() -> None:
         t2 = rng.random(score.size) < pi2
         assert not (t1 & t2).any()
         s2 = LabeledSample.poisson(score[t2], pred[t2], label[t2], pi2[t2])
-        both = known_and_latest(s1, s2)
+        both = rounds_mixture([s1, s2], [1.0, 3.0])
         totals.append(float(both.v[(both.pred == 0) & (both.label == 1)].sum()))
     arr = np.asarray(totals)
     se = arr.std(ddof=1) / math.sqrt(arr.size)
