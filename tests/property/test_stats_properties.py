@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from monitor.stats.design import rounds_mixture
 from monitor.stats.falpha import estimate_falpha, estimate_zero_one_risk
 from monitor.stats.measures import measure_all
 from monitor.stats.sample import LabeledSample
@@ -164,3 +165,35 @@ def test_general_equals_stratified_point_estimate(
     if general_j.defined:
         _check_bounds(general_j.value, general_j.lower, general_j.upper)
         _check_bounds(strat_j.value, strat_j.lower, strat_j.upper)
+
+
+@SETTINGS
+@given(
+    st.lists(samples(), min_size=1, max_size=4),
+    st.data(),
+    st.floats(0.01, 100.0),
+)
+def test_rounds_mixture_weights_and_variance_terms(
+    rounds: list[LabeledSample], data: st.DataObject, scale: float
+) -> None:
+    """Each label's weight is its own round's share / pi plus the later rounds' shares, its
+    variance term ``fpc v^2`` the own part's ``(1 - pi) (w / pi)^2``; scaling the shares changes
+    nothing; with only the latest round's share the earlier rounds count exactly."""
+    earlier = st.lists(st.floats(0.0, 10.0), min_size=len(rounds) - 1, max_size=len(rounds) - 1)
+    shares = [*data.draw(earlier), data.draw(st.floats(1e-300, 10.0))]
+    mix = rounds_mixture(rounds, shares)
+    again = rounds_mixture(rounds, [scale * s for s in shares])
+    np.testing.assert_allclose(again.v, mix.v, rtol=1e-12)
+    np.testing.assert_allclose(again.fpc, mix.fpc, rtol=1e-12, atol=1e-300)
+    w = np.asarray(shares) / sum(shares)
+    own = np.concatenate([np.full(len(r), w[i]) * r.v for i, r in enumerate(rounds)])
+    later = np.concatenate([np.full(len(r), w[i + 1 :].sum()) for i, r in enumerate(rounds)])
+    pi = np.concatenate([1.0 / r.v for r in rounds])
+    np.testing.assert_allclose(mix.v, own + later, rtol=1e-12)
+    np.testing.assert_allclose(mix.fpc * mix.v**2, (1.0 - pi) * own**2, rtol=1e-9, atol=1e-12)
+    assert ((mix.fpc >= 0.0) & (mix.fpc <= 1.0)).all()
+    last = rounds_mixture(rounds, [0.0] * (len(rounds) - 1) + [1.0])
+    n_early = sum(len(r) for r in rounds[:-1])
+    np.testing.assert_array_equal(last.v[:n_early], 1.0)
+    np.testing.assert_array_equal(last.fpc[:n_early], 0.0)
+    np.testing.assert_allclose(last.v[n_early:], rounds[-1].v)

@@ -132,7 +132,7 @@ def test_known_rows_count_exactly_and_the_latest_round_as_drawn() -> None:
 
 def test_rounds_mixture_refuses_shares_that_do_not_fit() -> None:
     one = LabeledSample.poisson([0.2], [0], [0], [0.5])
-    for shares in ([1.0], [0.0, 0.0], [-1.0, 2.0]):
+    for shares in ([1.0], [0.0, 0.0], [1.0, 0.0], [-1.0, 2.0]):
         with pytest.raises(ValueError, match="one per round"):
             rounds_mixture([one, one], shares)
 
