@@ -191,7 +191,7 @@ def rounds_mixture(rounds: Sequence[LabeledSample], shares: Sequence[float]) -> 
     ``shares`` w_r (normalised to sum to 1) the mixture ``T_w = sum_r w_r T_r`` is unbiased and its
     errors ``w_r (T_r - T)`` are martingale differences, uncorrelated, so ``Var(T_w) = sum_r w_r^2
     E[Var(T_r | rounds < r)]`` (the argument of Zrnic and Candes, Active Statistical Inference,
-    2024, Sec. 3, for sequentially chosen designs). An item labelled in round r is counted by its
+    2024, for sequentially chosen designs). An item labelled in round r is counted by its
     own round's sum with weight ``w_r / pi_i`` and exactly by every later one, so it carries
 
         v_i = w_r / pi_i + sum_{s > r} w_s,    fpc_i = (1 - pi_i) (w_r / pi_i)^2 / v_i^2,
@@ -221,7 +221,7 @@ def rounds_mixture(rounds: Sequence[LabeledSample], shares: Sequence[float]) -> 
         ([1.5, 2.0], [0.2222222222222222, 0.75])
     """
     w = np.asarray(shares, dtype=np.float64)
-    if len(w) != len(rounds) or not (w >= 0.0).all() or not w[-1] > 0.0:
+    if not len(rounds) == len(w) > 0 or not (w >= 0.0).all() or not w[-1] > 0.0:
         msg = (
             f"shares {w.tolist()} for {len(rounds)} rounds: one per round, each >= 0 and the "
             "latest > 0 (no later round counts its labels)"

@@ -135,6 +135,8 @@ def test_rounds_mixture_refuses_shares_that_do_not_fit() -> None:
     for shares in ([1.0], [0.0, 0.0], [1.0, 0.0], [-1.0, 2.0]):
         with pytest.raises(ValueError, match="one per round"):
             rounds_mixture([one, one], shares)
+    with pytest.raises(ValueError, match="one per round"):
+        rounds_mixture([], [])
 
 
 def _subsets(items: list[int], pi: dict[int, float]) -> list[tuple[frozenset[int], float]]:
