@@ -77,7 +77,6 @@ from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_
 
 DESIGNS = ("uniform", "raw q*", "recal q*", "recal+GREG")
 LAM_RAW = 0.1  # today's defensive share
-LAM_FIRST = 0.5  # round 1: no label yet
 #: Shares of the budget per round (``monitor plan --labelled``)
 ROUNDS = (0.1, 0.15, 0.75)
 
@@ -144,20 +143,19 @@ def _rounds(
     """The rounds of ``monitor plan --labelled``: the sample ``monitor estimate`` uses, and the map
     that chose the latest round.
 
-    Round 1 spends ``ROUNDS[0]`` of the budget on q* at the raw scores mixed with ``LAM_FIRST``
-    uniform; every later round fits the map on all labels so far (``design.recalibrate``) and
-    spends its share on q* at p_hat over the items not yet labelled (``monitor.offline.rounds``).
+    Round 1 spends ``ROUNDS[0]`` of the budget on q* at the raw scores mixed with 50% uniform (no
+    label, so no mistake seen: ``selection.defensive_share`` gives its largest share whatever the
+    configured one, as ``monitor plan --defensive 0.5`` in the README); every later round fits
+    the map on all labels so far (``design.recalibrate``) and spends its share on q* at p_hat over
+    the items not yet labelled (``monitor.offline.rounds``).
     """
     shares = [max(1, round(f * budget)) for f in ROUNDS[:-1]]
     sizes = [*shares, budget - sum(shares)]
     known = np.zeros(pool.score.size, dtype=np.bool_)
     earlier: list[LabeledSample] = []
-    recal = recalibrate(LabeledSample.concat([]))
-    lam = LAM_FIRST
     for r, size in enumerate(sizes):
-        if r:
-            recal, lam = recalibrate(LabeledSample.concat(earlier)), LAM_RAW
-        q = np.where(known, 0.0, recalibrated_weights(pool.score, pool.pred, alpha, recal, lam))
+        recal = recalibrate(LabeledSample.concat(earlier))
+        q = np.where(known, 0.0, recalibrated_weights(pool.score, pool.pred, alpha, recal, LAM_RAW))
         take, drawn = _draw(pool, inclusion_for_budget(q, size)[0], us[r])
         known[take] = True
         earlier.append(drawn)
