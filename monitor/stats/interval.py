@@ -286,9 +286,10 @@ def wilson_interval(p: float, n_eff: float, t: float) -> tuple[float, float]:
         return p, p
     if n_eff <= 0.0 or math.isnan(n_eff):
         return 0.0, 1.0
-    t2n = t * t / n_eff
-    centre = (p + t2n / 2.0) / (1.0 + t2n)
-    half = t / (1.0 + t2n) * math.sqrt(p * (1.0 - p) / n_eff + t2n / (4.0 * n_eff))
+    # times n / n: no t^2 / n to overflow when n_eff is tiny (the interval tends to [0, 1])
+    t2 = t * t
+    centre = (n_eff * p + t2 / 2.0) / (n_eff + t2)
+    half = t * math.sqrt(n_eff * p * (1.0 - p) + t2 / 4.0) / (n_eff + t2)
     lower = min(max(centre - half, 0.0), p)
     upper = max(min(centre + half, 1.0), p)
     return lower, upper

@@ -128,6 +128,10 @@ def test_wilson_interval_matches_textbook() -> None:
     assert upper == pytest.approx(0.6134, abs=1e-4)
     assert wilson_interval(0.3, math.inf, 2.0) == (0.3, 0.3)
     assert wilson_interval(0.3, 0.0, 2.0) == (0.0, 1.0)
+    # an effective size so small that t^2 / n overflows (F_alpha with alpha ~ 1e-153 and no
+    # positive labelled: found by hypothesis) tends to [0, 1], not NaN
+    for p in (0.0, 0.3, 1.0):
+        assert wilson_interval(p, 5e-307, 12.7) == (0.0, 1.0)
 
 
 def test_interval_from_se_is_in_range() -> None:
