@@ -94,13 +94,15 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     pool = None if args.pool is None else _read_estimate_pool(args.pool, plans)
     if len(plans) == 1 and plans[0][1].meta.get("known_labels", "0") == "0":
         path, plan = plans[0]
-        sample, notes = plan_sample(plan), list[str]()
+        sample = plan_sample(plan)
         cal_map: CalibrationMap = IDENTITY  # no earlier labels to fit a map on
+        result = estimate_plan(plan, path, args.alpha, args.level, sample)
     else:  # rounds; a later round alone is refused (its earlier labels are part of the total)
-        sample, plan, path, notes = rounds_sample(plans)
+        rounds = rounds_sample(plans)
+        sample, plan, path = rounds.sample, rounds.latest, rounds.path
         cal_map = recalibrate(split_rounds(plans)[2].sample).cal_map  # the map that chose it
-    result = estimate_plan(plan, path, args.alpha, args.level, sample)
-    result.warnings.extend(notes)
+        result = estimate_plan(plan, path, args.alpha, args.level, sample)
+        result = replace(result, rounds=rounds.shares, warnings=result.warnings + rounds.warnings)
     missing = [p for p, pl in plans if not pl.meta]
     if missing:
         result.warnings.append(

@@ -21,6 +21,7 @@ from monitor.errors import InputFileError
 from monitor.offline.assisted import Assisted
 from monitor.offline.plan import measure_name
 from monitor.offline.poolfile import Plan, Pool, sidecar_path
+from monitor.offline.rounds import RoundShare
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import intrinsic_falpha, intrinsic_falpha_se
 from monitor.stats.measures import Measures, measure_all
@@ -41,6 +42,7 @@ class PlanEstimate:
     warnings: list[str]
     assisted: Assisted | None = None
     scores_disagree: bool = False  # the ratio's F_alpha and recall hold the score-type bounds
+    rounds: list[RoundShare] | None = None  # how each round's file enters (audits in rounds)
 
 
 def plan_sample(plan: Plan) -> LabeledSample:
@@ -205,6 +207,14 @@ def estimate_json(result: PlanEstimate, plan: Plan) -> dict[str, Any]:
             "scores_disagree": a.scores_disagree,
         }
     )
+    out["rounds"] = (
+        None
+        if result.rounds is None
+        else [
+            {"file": r.path, "round": r.round, "labels": r.labels, "share": r.share}
+            for r in result.rounds
+        ]
+    )
     out["warnings"] = result.warnings
     return out
 
@@ -256,6 +266,9 @@ def estimate_table(result: PlanEstimate, plan: Plan, path: str) -> str:
         if a.reason:
             lines.append(f"  ratio kept: {a.reason}")
     lines.append(f"model likelihood {m.likelihood:.4f}, effective sample size {m.ess:.1f}")
+    for r in result.rounds or []:
+        how = f"{r.share:.3f} of the estimate" if r.share else "counted exactly"
+        lines.append(f"round {r.round}: {r.path}, {r.labels} labels, {how}")
     c = result.confusion
     if c is not None:
         lines.append(

@@ -137,10 +137,36 @@ def _planned_from(plan: Plan, path: str, known: Known | None) -> str:
     return msg
 
 
-def rounds_sample(
-    plans: Sequence[tuple[str, Plan]],
-) -> tuple[LabeledSample, Plan, str, list[str]]:
-    """The sample of all rounds (``rounds_mixture``), the latest plan, its path and warnings.
+@dataclass(frozen=True)
+class RoundShare:
+    """How one round's file enters the estimate: its labels and its share of the mixture.
+
+    Share 0: its labels are counted exactly, for themselves.
+    """
+
+    path: str
+    round: int
+    labels: int
+    share: float
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """Every round of an audit, ready to estimate.
+
+    The mixture's sample, the latest plan and its file, each round's share (in round order) and
+    the warnings.
+    """
+
+    sample: LabeledSample
+    latest: Plan
+    path: str
+    shares: list[RoundShare]
+    warnings: list[str]
+
+
+def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> Rounds:
+    """The sample of all rounds (``rounds_mixture``), with the latest plan and each round's share.
 
     One plan per round. The latest must have been planned with exactly the labelled rows of the
     others (its ``known_labels`` header), else the estimate would not be unbiased. An earlier round
@@ -176,5 +202,10 @@ def rounds_sample(
         samples.append(LabeledSample.poisson(p.score[lab], p.pred[lab], p.label[lab], p.prob[lab]))
         first = i == 0 and len(ordered) > 1
         shares.append(0.0 if first or why else _planned_labels(p, pa))
+    total = sum(shares)
+    parts = [
+        RoundShare(pa, r, len(x), w / total)
+        for (r, pa, _), x, w in zip(ordered, samples, shares, strict=True)
+    ]
     _, pa, plan = ordered[-1]
-    return rounds_mixture(samples, shares), plan, pa, warnings
+    return Rounds(rounds_mixture(samples, shares), plan, pa, parts, warnings)

@@ -75,7 +75,8 @@ def test_offline_intervals_cover(rounds: int, overconfidence: float, alpha: floa
                 known = known_labels(done)
                 nxt = make_plan(pool, alpha=alpha, budget=budget, seed=1000 * r + seed, known=known)
                 done.append((f"r{r}", _answer(nxt, truth)))
-            sample, plan, path, _ = rounds_sample(done)
+            audit = rounds_sample(done)
+            sample, plan, path = audit.sample, audit.latest, audit.path
             cal_map = recalibrate(known.sample).cal_map
         else:
             plan = _answer(make_plan(pool, alpha=alpha, budget=200, seed=seed), truth)

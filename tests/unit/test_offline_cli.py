@@ -33,6 +33,7 @@ JSON_KEYS = {
     "ess",
     "alpha",
     "level",
+    "rounds",
 }
 
 

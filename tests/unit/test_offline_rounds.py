@@ -83,6 +83,19 @@ def test_three_rounds_as_the_readme_schedules_them(
     result = _estimate_json(capsys, "--labels", *map(str, done))
     assert result["labels"] == sum(int(read_plan(d).labelled.sum()) for d in done)
     assert _num(result, "ci_low") <= true_f1 <= _num(result, "ci_high")
+    # how the rounds enter: round 1 exactly, rounds 2 and 3 by their expected labels
+    planned = [float(read_plan(d).meta["expected_labels"]) for d in done[1:]]
+    assert result["rounds"] == [
+        {"file": str(d), "round": r, "labels": int(read_plan(d).labelled.sum()), "share": w}
+        for r, d, w in zip(
+            (1, 2, 3), done, [0.0, *(p / sum(planned) for p in planned)], strict=True
+        )
+    ]
+    capsys.readouterr()
+    assert main(["estimate", "--labels", *map(str, done)]) == 0
+    table = capsys.readouterr().out
+    assert f"round 1: {done[0]}, " in table and "counted exactly" in table
+    assert re.search(r"round 3: .*r3-done\.csv, \d+ labels, 0\.\d{3} of the estimate", table)
     # round 3 was planned from rounds 1 and 2: round 2's file cannot be left out
     assert main(["estimate", "--labels", str(done[0]), str(done[2])]) == 2
     assert "planned with" in capsys.readouterr().err
@@ -142,7 +155,7 @@ def test_a_label_added_before_a_middle_round_counts_that_round_exactly(
     warnings = result["warnings"]
     assert isinstance(warnings, list)
     assert any("r2-done.csv" in w and "counted exactly" in w for w in warnings), warnings
-    sample, *_ = rounds_sample([(p, read_plan(p)) for p in [*done, str(paths[3][1])]])
+    sample = rounds_sample([(p, read_plan(p)) for p in [*done, str(paths[3][1])]]).sample
     n1 = int(read_plan(done[0]).labelled.sum()) + int(read_plan(done[1]).labelled.sum())
     np.testing.assert_array_equal(sample.v[:n1], 1.0)  # rounds 1 and 2 exact
     np.testing.assert_array_equal(sample.fpc[:n1], 0.0)
@@ -156,8 +169,9 @@ def test_rounds_after_the_first_estimate_the_rest_by_their_expected_labels() -> 
     for r, budget in ((2, 40), (3, 120)):
         nxt = make_plan(pool, alpha=0.5, budget=budget, seed=r, known=known_labels(done))
         done.append((f"r{r}", _answer(nxt, truth)))
-    sample, _, path, warnings = rounds_sample(done[::-1])  # any order
-    assert (path, warnings) == ("r3", [])
+    rounds = rounds_sample(done[::-1])  # any order
+    sample = rounds.sample
+    assert (rounds.path, rounds.warnings) == ("r3", [])
     w2, w3 = (float(p.meta["expected_labels"]) for _, p in done[1:])
     w2, w3 = w2 / (w2 + w3), w3 / (w2 + w3)
     sizes = [len(p) for _, p in done]
@@ -205,7 +219,8 @@ def test_two_rounds_are_unbiased_and_cover() -> None:
         known = known_labels([("r1", r1)])
         r2 = make_plan(pool, alpha=0.0, budget=140, seed=1000 + seed, known=known)
         r2 = _answer(r2, truth)
-        sample, plan, path, _ = rounds_sample([("r1", r1), ("r2", r2)])
+        rounds = rounds_sample([("r1", r1), ("r2", r2)])
+        sample, plan, path = rounds.sample, rounds.latest, rounds.path
         est = estimate_plan(plan, path, None, 0.95, sample).measures.f
         values.append(est.value)
         covered += est.lower <= true_recall <= est.upper
