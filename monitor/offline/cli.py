@@ -37,7 +37,7 @@ from monitor.offline.poolfile import (
     sidecar_path,
     write_plan,
 )
-from monitor.offline.rounds import known_labels, rounds_sample, split_rounds
+from monitor.offline.rounds import known_labels, rounds_sample
 from monitor.stats.beta_calibration import CalibrationMap
 from monitor.stats.calibration import IDENTITY
 from monitor.stats.design import recalibrate
@@ -100,7 +100,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     else:  # rounds; a later round alone is refused (its earlier labels are part of the total)
         rounds = rounds_sample(plans)
         sample, plan, path = rounds.sample, rounds.latest, rounds.path
-        cal_map = recalibrate(split_rounds(plans)[2].sample).cal_map  # the map that chose it
+        cal_map = recalibrate(rounds.earlier.sample).cal_map  # the map that chose it
         result = estimate_plan(plan, path, args.alpha, args.level, sample)
         result = replace(result, rounds=rounds.shares, warnings=result.warnings + rounds.warnings)
     missing = [p for p, pl in plans if not pl.meta]

@@ -90,19 +90,6 @@ def next_round_weights(
     return q, recal.cal_map, recal.defensive(defensive)
 
 
-def split_rounds(plans: Sequence[tuple[str, Plan]]) -> tuple[str, Plan, Known]:
-    """The latest plan (highest ``round``, exactly one), its path and the earlier rounds' labels."""
-    rounds = [(plan_round(p, path), path, p) for path, p in plans]
-    top = max(r for r, _, _ in rounds)
-    latest = [(path, p) for r, path, p in rounds if r == top]
-    if len(latest) != 1:
-        names = ", ".join(path for path, _ in latest)
-        msg = f"{names}: two plans of the same round {top}; give one plan per round"
-        raise InputFileError(msg)
-    path, plan = latest[0]
-    return path, plan, known_labels([(pa, p) for r, pa, p in rounds if r != top])
-
-
 def _planned_labels(plan: Plan, path: str) -> float:
     """The round's expected number of labels (``expected_labels``, else ``budget``, header)."""
     text = plan.meta.get("expected_labels", plan.meta.get("budget", ""))
@@ -154,13 +141,14 @@ class RoundShare:
 class Rounds:
     """Every round of an audit, ready to estimate.
 
-    The mixture's sample, the latest plan and its file, each round's share (in round order) and
-    the warnings.
+    The mixture's sample, the latest plan and its file, the labels of the rounds before it (on
+    which the map that chose it was fitted), each round's share (in round order) and the warnings.
     """
 
     sample: LabeledSample
     latest: Plan
     path: str
+    earlier: Known
     shares: list[RoundShare]
     warnings: list[str]
 
@@ -183,6 +171,7 @@ def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> Rounds:
     samples: list[LabeledSample] = []
     shares: list[float] = []
     warnings: list[str] = []
+    known: Known | None = None
     for i, (_, pa, p) in enumerate(ordered):
         known = known_labels([(q, o) for _, q, o in ordered[:i]]) if i else None
         why = _planned_from(p, pa, known)
@@ -208,4 +197,5 @@ def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> Rounds:
         for (r, pa, _), x, w in zip(ordered, samples, shares, strict=True)
     ]
     _, pa, plan = ordered[-1]
-    return Rounds(rounds_mixture(samples, shares), plan, pa, parts, warnings)
+    earlier = known if known is not None else known_labels([])
+    return Rounds(rounds_mixture(samples, shares), plan, pa, earlier, parts, warnings)

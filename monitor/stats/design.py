@@ -208,7 +208,8 @@ def rounds_mixture(rounds: Sequence[LabeledSample], shares: Sequence[float]) -> 
     "Efficiency") the calibrated cells kept 61-93% of the raw design's savings against 51-79% with
     the latest round alone. Giving the first round its share too saved more again but, where the
     scores are over-confident, its few heavily weighted finds made the intervals cover less
-    (logits x3 at 1% positives, F1 from 100 labels: 0.887 against 0.910, 300 repetitions).
+    (logits x3 at 1% positives, F1 from 100 labels: 0.887 against 0.910, a scratch run of
+    300 repetitions).
 
     Examples:
         >>> k = LabeledSample.poisson([0.2], [0], [0], [0.5])
