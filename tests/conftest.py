@@ -24,6 +24,7 @@ from typing import Protocol
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 from monitor.bridges.ls_server import LabelStudioServer
 from monitor.config.schema import TopicsConfig
@@ -32,9 +33,15 @@ from monitor.io.kafka_io import ensure_topics
 from monitor.sim.embedded_broker import EmbeddedBroker
 from monitor.sim.kafka_broker import KafkaBroker
 
-REQUIRE_REAL = os.environ.get("CI", "").lower() == "true" or os.environ.get(
-    "MONITOR_REQUIRE_REAL", ""
-) in {"1", "true"}
+UNDER_CI = os.environ.get("CI", "").lower() == "true"
+REQUIRE_REAL = UNDER_CI or os.environ.get("MONITOR_REQUIRE_REAL", "") in {"1", "true"}
+
+# Property tests: under CI every run tries the same examples (a red build reproduces from the
+# commit alone, and a commit cannot fail on an example no earlier run drew); elsewhere every run
+# explores new ones, and ``.hypothesis/`` replays any failure it found.
+settings.register_profile("ci", derandomize=True)
+if UNDER_CI:
+    settings.load_profile("ci")
 
 
 def missing_component(reason: str) -> None:
