@@ -40,6 +40,9 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
+from monitor.bridges.ls_config import parse_labelstudio
 from monitor.config.load import load_config
 from monitor.config.schema import Config
 from monitor.core.snapshot import Snapshot
@@ -239,7 +242,12 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _check(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     models = ", ".join(sorted(config.models))
-    print(f"{args.config}: OK (models: {models})")
+    queue = ""
+    data = yaml.safe_load(args.config.read_text(encoding="utf-8"))  # valid YAML: loaded above
+    if isinstance(data, Mapping) and data.get("labelstudio") is not None:
+        parse_labelstudio(data, str(args.config))  # read by ``monitor queue labelstudio``
+        queue = "; labelstudio: OK"
+    print(f"{args.config}: OK (models: {models}{queue})")
     return 0
 
 

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from monitor.config.validate import Problems, Section, as_mapping, got
+from monitor.config.validate import Problems, Section, as_mapping, got, http_url
 from monitor.errors import ConfigError
 
 Policy = Literal["first", "majority"]
@@ -186,15 +185,14 @@ def _url(sec: Section, key: str, default: str | None) -> str | None:
     """An http(s) URL without credentials, trailing slash removed."""
     if key not in sec:
         return default
-    raw = sec.get(key)
-    parts = urllib.parse.urlsplit(raw) if isinstance(raw, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        sec.problems.add(sec.where(key), f'expected an http(s) URL like "{_EXAMPLE}", {got(raw)}')
-        return default
-    if parts.username is not None or parts.password is not None:
-        sec.problems.add(sec.where(key), "must not contain credentials; use token_env")
-        return default
-    return str(raw).rstrip("/")
+    checked = http_url(
+        sec.problems,
+        sec.get(key),
+        sec.where(key),
+        _EXAMPLE,
+        "must not contain credentials (user:password@); use token_env",
+    )
+    return checked or default
 
 
 def _wording(sec: Section, base: Wording) -> Wording:

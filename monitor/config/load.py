@@ -11,7 +11,6 @@ import difflib
 import importlib.util
 import math
 import re
-import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -36,9 +35,11 @@ from monitor.config.validate import (
     Section,
     StrictLoader,
     as_mapping,
+    ascii_digits,
     env_ref,
     fmt_number,
     got,
+    http_url,
     join_key,
     parse_duration,
     unknown_key,
@@ -48,7 +49,8 @@ from monitor.stats.alerting import SPENDING_RULES
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 _WINDOW_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,31}")
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_TOPIC_NAME = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9._-]{1,249}")  # Kafka refuses "." and ".."
+_PATH = re.compile(r"[^\x00]+")
 _HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
 _MIN_TOKEN_SECRET = 16
 _LIBRARY = re.compile("|".join(re.escape(x) for x in LIBRARIES))
@@ -136,6 +138,9 @@ def load_config(path: Path | None, overrides: Mapping[str, Any] | None = None) -
     except yaml.YAMLError as exc:
         msg = f"{path}: invalid YAML: {exc}"
         raise ConfigError(msg) from exc
+    except RecursionError as exc:
+        msg = f"{path}: invalid YAML: nested too deeply for a configuration file"
+        raise ConfigError(msg) from exc
     return parse_config(data, str(path), overrides)
 
 
@@ -185,7 +190,7 @@ def _apply_overrides(
             continue
         path, flag = OVERRIDES[name]
         value: Any = str(given) if isinstance(given, Path) else given
-        if name == "metrics_port" and isinstance(value, str) and value.strip().isdigit():
+        if name == "metrics_port" and isinstance(value, str) and ascii_digits(value.strip()):
             value = int(value)
         if _set_path(data, path.split("."), value):
             origins[path] = flag
@@ -244,7 +249,9 @@ def _build(problems: Problems, data: Mapping[str, Any]) -> Config:
             port=metrics.integer("port", base.metrics.port, 1, 65_535),
         ),
         alertmanager=_alertmanager(problems, top.get("alertmanager")),
-        data_dir=Path(storage.text("data_dir", str(base.data_dir))),
+        data_dir=Path(
+            storage.text("data_dir", str(base.data_dir), _PATH, "a directory path (no NUL)")
+        ),
         windows=windows,
         models=models,
         default_model=_default_model(problems, top.get("default_model"), models),
@@ -266,25 +273,14 @@ def _alertmanager(problems: Problems, value: Any) -> AlertmanagerConfig:
     base = AlertmanagerConfig()
     url = base.url
     if "url" in sec:
-        raw, where = sec.get("url"), sec.where("url")
-        parts = urllib.parse.urlsplit(raw) if isinstance(raw, str) else None
-        try:
-            port_ok = parts is not None and (parts.port is None or parts.port > 0)
-        except ValueError:
-            port_ok = False
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            problems.add(
-                where, f'expected an http(s) URL like "http://alertmanager:9093", {got(raw)}'
-            )
-        elif parts.username is not None or parts.password is not None:
-            # never echo the value: it holds a credential
-            problems.add(where, "must not contain credentials (user:password@)")
-        elif not port_ok:
-            problems.add(where, f"port must be in [1, 65535], {got(raw)}")
-        elif parts.query or parts.fragment:
-            problems.add(where, f"expected a base URL without query or fragment, {got(raw)}")
-        else:
-            url = raw.rstrip("/")
+        checked = http_url(
+            problems,
+            sec.get("url"),
+            sec.where("url"),
+            "http://alertmanager:9093",
+            "must not contain credentials (user:password@)",
+        )
+        url = checked or url
     timeout = sec.duration("timeout_s", base.timeout_s)
     return AlertmanagerConfig(url=url, timeout_s=timeout)
 
@@ -308,7 +304,7 @@ def _kafka(problems: Problems, value: Any) -> KafkaConfig:
     sec = Section(problems, value, "kafka", _KAFKA_KEYS)
     base = KafkaConfig()
     topics = Section(problems, sec.get("topics"), "kafka.topics", _TOPIC_KEYS)
-    what = "a Kafka topic name (letters, digits, '.', '_', '-'; at most 249)"
+    what = "a Kafka topic name (letters, digits, '.', '_', '-'; at most 249; not '.' or '..')"
     names = {k: topics.text(k, getattr(base.topics, k), _TOPIC_NAME, what) for k in _TOPIC_KEYS}
     for i, first in enumerate(_TOPIC_KEYS):
         for second in _TOPIC_KEYS[i + 1 :]:
@@ -361,7 +357,7 @@ def _bootstrap(problems: Problems, value: Any) -> tuple[str, ...]:
     for i, entry in enumerate(entries):
         where = f"{path}[{i}]"
         host, _, port = entry.rpartition(":") if isinstance(entry, str) else ("", "", "")
-        if not host or not _HOST_NAME.fullmatch(host) or not port.isdigit():
+        if not host or not _HOST_NAME.fullmatch(host) or not ascii_digits(port):
             problems.add(where, f'expected "host:port", {got(entry)}')
             good = False
         elif not 1 <= int(port) <= 65_535:

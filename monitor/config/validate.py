@@ -12,18 +12,40 @@ import difflib
 import math
 import os
 import re
+import urllib.parse
 from collections.abc import Collection, Mapping
 from typing import Any
 
 import yaml
 
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 604_800.0}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_DURATION_FULL = re.compile(r"(?:\d+(?:\.\d+)?[smhdw])+")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
+_DURATION_FULL = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?[smhdw])+")
+_URL_USERINFO = re.compile(r"//[^/?#@]*@")
 
 
 class StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that also rejects a key repeated in one mapping."""
+    """``yaml.SafeLoader`` that also rejects a key repeated in one mapping.
+
+    A value its tag cannot read (``2024-02-30``, ``!!int abc``, a 5,000-digit integer) is a YAML
+    error at that value's line, not an exception from PyYAML's constructors.
+    """
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """``SafeLoader.construct_object``, a failing value reported with its line."""
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except (ValueError, KeyError, AttributeError, TypeError, OverflowError) as exc:
+            tag = node.tag.rsplit(":", 1)[-1]
+            shown = str(node.value) if isinstance(node, yaml.ScalarNode) else "this node"
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            reason = str(exc).split(";")[0]  # not Python's own advice (sys.set_int_max_str_digits)
+            problem = (
+                f"cannot read {shown!r} as a YAML {tag} ({reason}); quote it to keep it as text"
+            )
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from exc
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -116,7 +138,17 @@ def type_name(value: Any) -> str:
 
 def fmt_number(x: float) -> str:
     """A number as written in a file: whole numbers without ``.0``."""
+    if isinstance(x, int) and abs(x) >= 10**15:
+        return f"an integer of {len(str(abs(x)))} digits"
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else repr(x)
+
+
+def to_float(value: float) -> float:
+    """``float(value)``, an integer too large for a float becoming +-inf (outside any range)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def unknown_key(key: str, allowed: Collection[str]) -> str:
@@ -201,7 +233,7 @@ class Section:
             self.problems.add(self.where(key), f"expected a number, {got(value)}")
             return default
         where = self.where(key)
-        ok = in_range(self.problems, where, float(value), lo, hi, lo_open=lo_open, hi_open=hi_open)
+        ok = in_range(self.problems, where, value, lo, hi, lo_open=lo_open, hi_open=hi_open)
         return float(value) if ok else default
 
     def text(
@@ -258,10 +290,11 @@ def in_range(
     hi_open: bool = False,
 ) -> bool:
     """True when ``value`` is finite and within the bounds; else record why and return False."""
+    x = to_float(value)
     bad = (
-        not math.isfinite(value)
-        or (lo is not None and (value <= lo if lo_open else value < lo))
-        or (hi is not None and (value >= hi if hi_open else value > hi))
+        not math.isfinite(x)
+        or (lo is not None and (x <= lo if lo_open else x < lo))
+        or (hi is not None and (x >= hi if hi_open else x > hi))
     )
     if not bad:
         return True
@@ -279,6 +312,11 @@ def in_range(
     return False
 
 
+def ascii_digits(text: str) -> bool:
+    """Whether ``text`` is a non-empty run of 0-9 (``str.isdigit`` also takes "²" and "٣")."""
+    return text.isascii() and text.isdigit()
+
+
 def parse_duration(value: Any) -> float | None:
     """Seconds from a number of seconds or a string like ``"90s"``, ``"30m"``, ``"1h30m"``.
 
@@ -290,13 +328,50 @@ def parse_duration(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return float(value)
+        return to_float(value)
     if isinstance(value, str):
         text = value.strip().replace(" ", "")
-        if text.isdigit():
+        if ascii_digits(text):
             return float(text)
         if _DURATION_FULL.fullmatch(text):
             return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
+    return None
+
+
+def shown_url(raw: str) -> str:
+    """``raw`` as a message may show it: no ``user:password@``, no query or fragment (tokens)."""
+    text = _URL_USERINFO.sub("//***@", raw, count=1)
+    base = re.split(r"[?#]", text, maxsplit=1)[0]
+    return base if base == text else base + "?***"
+
+
+def http_url(
+    problems: Problems, raw: Any, where: str, example: str, credentials: str
+) -> str | None:
+    """An http(s) base URL without its trailing slash, or None with the problem recorded.
+
+    No credentials (``credentials`` is the message then), query or fragment; a message never
+    shows a credential or a query.
+    """
+    parts: urllib.parse.SplitResult | None = None
+    port_ok = False
+    if isinstance(raw, str):
+        try:
+            parts = urllib.parse.urlsplit(raw)
+            port_ok = parts.port is None or parts.port > 0
+        except ValueError:  # "http://[::1", a port out of range or not a number
+            pass
+    shown = got(shown_url(raw)) if isinstance(raw, str) else got(raw)
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        problems.add(where, f'expected an http(s) URL like "{example}", {shown}')
+    elif parts.username is not None or parts.password is not None:
+        problems.add(where, credentials)
+    elif not port_ok:
+        problems.add(where, f"port must be in [1, 65535], {shown}")
+    elif parts.query or parts.fragment:
+        problems.add(where, f"expected a base URL without query or fragment, {shown}")
+    else:
+        return str(raw).rstrip("/")
     return None
 
 

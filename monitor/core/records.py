@@ -194,6 +194,33 @@ def _show(value: Any) -> str:
     return type(value).__name__
 
 
+def _check_payload(rej: _Rejections, rows: Sequence[Any], records: Sequence[RawRecord]) -> None:
+    """Reject a payload holding NaN or Infinity.
+
+    ``json.loads`` reads them, but they are not JSON (RFC 8259), and the audit request would
+    hand them to the queue's other consumers. One C-level search of the batch's bytes first;
+    only the values that spell one are re-encoded.
+    """
+    values = [r.value or b"" for r in records]
+    joined = b"".join(values)
+    if b"NaN" not in joined and b"Infinity" not in joined:
+        return
+    failing = np.zeros(len(rows), dtype=np.bool_)
+    for i, (row, value) in enumerate(zip(rows, values, strict=True)):
+        payload = row.get("payload")
+        if payload is None or (b"NaN" not in value and b"Infinity" not in value):
+            continue
+        try:
+            json.dumps(payload, allow_nan=False)
+        except ValueError:
+            failing[i] = True
+    rej.add(
+        failing,
+        RejectReason.BAD_TYPE,
+        lambda _: "field 'payload': NaN and Infinity are not JSON; send null or a string instead",
+    )
+
+
 def _bad_text(values: Sequence[str]) -> list[bool] | None:
     """Which strings hold a NUL or an unpaired surrogate (None: none of them do)."""
     joined = "".join(values)
@@ -526,6 +553,7 @@ def decode_scored(
     segments = [d.get("segment") for d in rows]
     if set(map(type, segments)) - {type(None)}:
         _check_text(rej, segments, "segment", MAX_SEGMENT_CHARS, required=False, min_chars=0)
+    _check_payload(rej, rows, records)
 
     keep = np.flatnonzero(rej.alive)
     kept = keep.tolist()

@@ -159,6 +159,13 @@ default_model: fraud
         ({"kafka": "127.0.0.1:9092"}, r"^kafka: expected a mapping, got '127\.0\.0\.1:9092' \(a string\)$"),
         ([1, 2], r"^<top level>: expected a mapping of sections, got a list$"),
         ({1: "x"}, r"^1: keys must be strings, got an integer$"),
+        ({"metrics": {"port": 10**400}}, r"^metrics\.port: must be in \[1, 65535\], got an integer of 401 digits$"),
+        ({"models": {"m": {"alpha": -(10**400)}}}, r"^models\.m\.alpha: must be in \[0, 1\], got an integer of 401 digits$"),
+        ({"labels": {"deadline_s": "\u00b2"}}, r'^labels\.deadline_s: expected seconds or a duration like "30m"'),
+        ({"labels": {"deadline_s": "\u0663h"}}, r'^labels\.deadline_s: expected seconds or a duration like "30m"'),
+        ({"kafka": {"bootstrap_servers": "h:\u0663"}}, r'^kafka\.bootstrap_servers\[0\]: expected "host:port"'),
+        ({"kafka": {"topics": {"scored": ".."}}}, r"^kafka\.topics\.scored: expected a Kafka topic name .*not '\.' or '\.\.'"),
+        ({"storage": {"data_dir": "a\x00b"}}, r"^storage\.data_dir: expected a directory path \(no NUL\)"),
     ],
 )  # fmt: skip
 def test_each_bad_value_is_named_by_its_key_path(data: Any, pattern: str) -> None:
@@ -211,6 +218,27 @@ def test_bad_yaml_names_the_line(tmp_path: Path) -> None:
     path.write_text("kafka:\n  group_id: a\n group: b\n")
     with pytest.raises(ConfigError, match=r"invalid YAML at line 3"):
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("storage: {data_dir: 2024-02-30}\n", r"line 1, column 21: cannot read '2024-02-30' as a YAML timestamp \(day is out of range for month\); quote it"),
+        ("sampling:\n  salt: 2001-12-14 25:00:00\n", r"line 2, column 9: cannot read '2001-12-14 25:00:00' as a YAML timestamp"),
+        ("metrics: {port: !!int abc}\n", r"line 1, column 17: cannot read 'abc' as a YAML int"),
+        ("sampling: {salt: !!bool maybe}\n", r"cannot read 'maybe' as a YAML bool"),
+        ("sampling: {salt: !!timestamp abc}\n", r"cannot read 'abc' as a YAML timestamp"),
+        (f"sampling: {{salt: {'9' * 5000}}}\n", r"cannot read '9{37}\.\.\.' as a YAML int \(Exceeds the limit \(4300 digits\) for integer string conversion: value has 5000 digits\); quote"),
+        ("sampling: {salt: " + "[" * 5000 + "]" * 5000 + "}\n", r"invalid YAML: nested too deeply for a configuration file$"),
+    ],
+)  # fmt: skip
+def test_a_value_yaml_cannot_read_is_a_yaml_error(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "odd.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"odd\.yaml: invalid YAML") as info:
+        load_config(path)
+    assert re.search(message, str(info.value)), str(info.value)
+    assert "set_int_max_str_digits" not in str(info.value)
 
 
 def test_duplicate_key_is_an_error_with_its_line(tmp_path: Path) -> None:

@@ -49,6 +49,8 @@ def test_a_valid_url_is_kept_without_trailing_slash(url: str, expected: str) -> 
         (9093, "expected an http(s) URL"),
         ("http://am:99999", "port must be in [1, 65535]"),
         ("http://am:9093/?x=1", "without query or fragment"),
+        ("http://[::1", "expected an http(s) URL"),
+        ("http://am:port", "port must be in [1, 65535]"),
     ],
 )
 def test_a_bad_url_is_named_by_its_key_path(value: object, reason: str) -> None:
@@ -60,6 +62,20 @@ def test_a_bad_url_is_named_by_its_key_path(value: object, reason: str) -> None:
 def test_credentials_in_the_url_are_refused_without_echoing_them() -> None:
     (line,) = problems_of({"alertmanager": {"url": "http://ops:hunter2secret@am:9093"}})
     assert line == "alertmanager.url: must not contain credentials (user:password@)"
+    assert "hunter2secret" not in line
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("htp://ops:hunter2secret@am:9093", "got 'htp://***@am:9093' (a string)"),
+        ("http://am:9093/?token=hunter2secret", "got 'http://am:9093/?***' (a string)"),
+        ("http://am:9093/#hunter2secret", "got 'http://am:9093/?***' (a string)"),
+    ],
+)
+def test_no_message_echoes_a_credential_or_a_query(value: str, shown: str) -> None:
+    (line,) = problems_of({"alertmanager": {"url": value}})
+    assert line.endswith(shown)
     assert "hunter2secret" not in line
 
 

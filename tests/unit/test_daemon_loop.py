@@ -342,6 +342,13 @@ def test_check_config_and_run_errors_exit_2(
     bad.write_text("sampling: {salt: x, budgt: 3}\n")
     assert main(["check-config", "--config", str(bad)]) == 2
     assert "sampling.budgt" in capsys.readouterr().err
+    queue = tmp_path / "queue.yaml"  # the section ``monitor queue labelstudio`` reads
+    queue.write_text("labelstudio: {url: 'http://127.0.0.1:8080', token_env: LS_TOKEN}\n")
+    assert main(["check-config", "--config", str(queue)]) == 0
+    assert "labelstudio: OK" in capsys.readouterr().out
+    queue.write_text("labelstudio: {urll: 'http://127.0.0.1:8080'}\n")
+    assert main(["check-config", "--config", str(queue)]) == 2
+    assert "labelstudio.urll: unknown key (did you mean 'url'?)" in capsys.readouterr().err
     held = Store(tmp_path / "data")  # another daemon holds the data directory
     try:
         assert main(["run", "--config", str(good)]) == 2

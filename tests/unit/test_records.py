@@ -189,6 +189,8 @@ def test_bad_rfc3339_strings_are_rejected(text: str) -> None:
         ({"id": "a", "score": 0.5, "segment": 5}, RejectReason.BAD_TYPE, "field 'segment': expected a string, got 5"),
         ({"id": "a", "score": 0.5, "segment": "s" * 129}, RejectReason.OUT_OF_RANGE, "field 'segment': expected 0 to 128 characters, got 129"),
         ({"id": "a", "score": 0.5, "segment": "\x00"}, RejectReason.OUT_OF_RANGE, "field 'segment': contains a NUL"),
+        (b'{"id": "a", "score": 0.5, "payload": {"x": [1, NaN]}}', RejectReason.BAD_TYPE, "field 'payload': NaN and Infinity are not JSON"),
+        (b'{"id": "a", "score": 0.5, "payload": -Infinity}', RejectReason.BAD_TYPE, "field 'payload': NaN and Infinity"),
     ],
 )  # fmt: skip
 def test_each_reject_reason_with_its_detail(
@@ -207,6 +209,17 @@ def test_record_just_under_the_size_limit_is_accepted() -> None:
     batch, rejects = decode_scored(raw([value]), CONFIG, now=NOW)
     assert rejects == [] and len(batch) == 1
     assert one_reject(value[:-2] + b'x"}').reason is RejectReason.TOO_LARGE
+
+
+def test_a_payload_that_only_spells_nan_is_kept_and_written_as_json() -> None:
+    values = [
+        b'{"id": "a", "score": 0.5, "payload": {"NaN": "Infinity", "x": 1e308}}',
+        b'{"id": "b", "score": 0.5, "payload": {"x": NaN}}',
+        b'{"id": "c", "score": 0.5, "segment": "NaN"}',
+    ]
+    batch, rejects = decode_scored(raw(values), CONFIG, now=NOW)
+    assert batch.ids.tolist() == ["a", "c"] and [r.record.offset for r in rejects] == [101]
+    assert json.dumps(batch.payload, allow_nan=False) == '[{"NaN": "Infinity", "x": 1e+308}, null]'
 
 
 def test_missing_kafka_timestamp_without_ts_is_rejected() -> None:
