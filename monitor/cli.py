@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -51,9 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         status: int = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
     except (ConfigError, InputFileError, StoreError) as exc:
         print(f"monitor {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
+        return EXIT_OK
+    except BrokenPipeError:  # ``monitor estimate ... | head``: the reader left, nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
         return EXIT_OK
     return status

@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.errors import InputFileError
-from monitor.offline.poolfile import Plan, Pool
+from monitor.offline.poolfile import Plan, Pool, whole_number
 from monitor.stats.beta_calibration import CalibrationMap
 from monitor.stats.calibration import IDENTITY
 from monitor.stats.estimate import Estimate
@@ -69,7 +69,7 @@ def check_pool(pool: Pool, plans: Sequence[tuple[str, Plan]], pool_path: str) ->
             ("pool_predicted_positives", int(pool.pred.sum())),
         ):
             want = plan.meta.get(key)
-            if want is not None and want != str(have):
+            if want is not None and whole_number(want) != have:
                 msg = (
                     f"{pool_path}: has {key}={have}, but {path} was planned from a pool with "
                     f"{key}={want}; pass the pool the plan was made from"
@@ -81,12 +81,17 @@ def check_pool(pool: Pool, plans: Sequence[tuple[str, Plan]], pool_path: str) ->
             if row is None:
                 msg = f"{path}: item '{rid}' is not in the pool {pool_path}"
                 raise InputFileError(msg)
-            if plan.pred[i] != pool.pred[row] or abs(plan.score[i] - pool.score[row]) > _SCORE_ATOL:
+            pred_differs = plan.pred[i] != pool.pred[row]
+            if pred_differs or abs(plan.score[i] - pool.score[row]) > _SCORE_ATOL:
                 msg = (
-                    f"{path}: item '{rid}' has score {plan.score[i]!r}, pred {plan.pred[i]} but "
-                    f"score {pool.score[row]!r}, pred {pool.pred[row]} in the pool {pool_path} "
-                    "(a pool with a pred column, or the --threshold of the plan, fixes pred)"
+                    f"{path}: item '{rid}' has score {float(plan.score[i])!r}, pred "
+                    f"{int(plan.pred[i])} but score {float(pool.score[row])!r}, pred "
+                    f"{int(pool.pred[row])} in the pool {pool_path}"
                 )
+                if pred_differs:
+                    msg += (
+                        " (a pool with a pred column, or the --threshold of the plan, fixes pred)"
+                    )
                 raise InputFileError(msg)
 
 

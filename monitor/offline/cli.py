@@ -11,6 +11,7 @@ import argparse
 import csv
 import json
 import math
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,20 @@ from monitor.stats.calibration import IDENTITY
 from monitor.stats.design import recalibrate
 
 
+def _check_out(out: str, inputs: dict[str, str]) -> None:
+    """Refuse an ``--out`` that names a directory or one of the command's own input files."""
+    if out.endswith(("/", os.sep)) or Path(out).is_dir():
+        msg = f"--out {out}: a directory; give the plan's file name, e.g. {Path(out) / 'plan.csv'}"
+        raise InputFileError(msg)
+    for path, what in inputs.items():
+        if Path(path).resolve() == Path(out).resolve():
+            msg = f"--out {out} is {what}: writing the plan there would replace it; pick a new file"
+            raise InputFileError(msg)
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
+    inputs = {p: "a labelled plan given to --labelled" for p in args.labelled}
+    _check_out(args.out, {**inputs, args.pool: "the pool"})
     pool = read_pool(args.pool, args.threshold)
     known = None
     if args.labelled:
@@ -145,7 +159,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print(demo_report(r, args))
     if args.out_dir is not None:
         out = Path(args.out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            msg = f"--out-dir {out}: cannot create the directory: {exc.strerror or exc}"
+            raise InputFileError(msg) from exc
         _write_pool(out / "pool.csv", r.pool)
         unlabelled = replace(r.plan, labelled=np.zeros(len(r.plan), np.bool_))
         write_plan(out / "plan.csv", unlabelled)

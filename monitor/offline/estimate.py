@@ -20,7 +20,7 @@ import numpy as np
 from monitor.errors import InputFileError
 from monitor.offline.assisted import Assisted
 from monitor.offline.plan import measure_name
-from monitor.offline.poolfile import Plan, Pool, sidecar_path
+from monitor.offline.poolfile import Plan, Pool, sidecar_path, whole_number
 from monitor.offline.rounds import RoundShare
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import intrinsic_falpha, intrinsic_falpha_se
@@ -65,11 +65,8 @@ def _meta_int(plan: Plan, key: str, path: str) -> int | None:
     text = plan.meta.get(key)
     if text is None:
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
+    value = whole_number(text)
+    if value is None:
         msg = f"{path}: plan meta '{key}={text}': expected a whole number >= 0"
         raise InputFileError(msg)
     return value

@@ -12,8 +12,9 @@ The pool-based mode of seed 000 (Algorithm 1), useful on its own for a one-off e
   one plan row per distinct item with its ``draws`` count (a label counts once per draw).
 
 The plan's ``meta`` (written to the sidecar ``PLAN.meta.json``, ``monitor.offline.poolfile``)
-records what the estimate needs: design, alpha, budget, seed and salt, defensive lambda,
-threshold, ``pool_size`` and ``pool_predicted_positives`` (the known stratum sizes, see
+records what the estimate needs: design, alpha, budget, seed and salt (``plan:SEED``, and
+``plan:SEED:round:R`` for round R > 1, so that no two rounds share their uniforms), defensive
+lambda, threshold, ``pool_size`` and ``pool_predicted_positives`` (the known stratum sizes, see
 ``offline.estimate``), the intrinsic F, kappa and ``zero_probability_items`` (pool items that
 could not be selected; estimates that give them weight are then biased, and ``estimate`` warns);
 for a next round also ``round``, ``known_labels``, ``calibration_map`` (the map the round's q* was
@@ -93,6 +94,14 @@ def make_plan(
             msg = "--labelled (planning a next round) needs the poisson design"
             raise InputFileError(msg)
         q, cal_map, lam = next_round_weights(pool, alpha, defensive, known, pool_path)
+        threshold_meta = "pred column" if pool.pred_given else repr(threshold)
+        if known.threshold not in ("", threshold_meta):
+            msg = (
+                f"the earlier rounds were planned with threshold {known.threshold}, this one "
+                f"with {threshold_meta}: plan every round with the same --threshold (or the "
+                "same pool with its pred column)"
+            )
+            raise InputFileError(msg)
         extra = {
             "round": str(known.last_round + 1),
             "known_labels": str(len(known.ids)),
@@ -101,7 +110,9 @@ def make_plan(
             ),
             "defensive_used": repr(lam),
         }
-    salt = f"plan:{seed}"
+    # every round draws its own uniforms: with round 1's, an item round 1 skipped (u >= pi_1)
+    # would be chosen again with probability (pi_2 - pi_1) / (1 - pi_1), not the pi_2 it records
+    salt = f"plan:{seed}" if known is None else f"plan:{seed}:round:{extra['round']}"
     meta: dict[str, str] = {
         "design": design,
         "alpha": repr(alpha),
@@ -122,6 +133,9 @@ def make_plan(
     if design == "poisson":
         pi, kappa = inclusion_for_budget(q, min(budget, len(pool)))
         take = np.flatnonzero(hash_uniform(pool.ids, salt) < pi)
+        if take.size == 0:
+            msg = f"no item drawn (expected {float(pi.sum()):.3g}): raise --budget"
+            raise InputFileError(msg)
         prob = pi[take]
         weight = 1.0 / prob
         draws = np.ones(take.size, dtype=np.int64)

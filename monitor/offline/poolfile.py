@@ -126,13 +126,13 @@ def _read_table(path: str, required: Sequence[str], expected_header: str) -> _Ta
     meta: dict[str, str] = {}
     width = 0
     for line, row in _rows(path):
-        if len(row) == width and header is not None and not row[0].lstrip().startswith("#"):
+        first = row[0].lstrip() if row else ""
+        if len(row) == width and header is not None and first and not first.startswith("#"):
             rows.append(row)  # the common case first: a data row of the right width
             lines.append(line)
             continue
-        if not row or (len(row) == 1 and not row[0].strip()):
-            continue  # blank line
-        first = row[0].lstrip()
+        if not any(cell.strip() for cell in row):
+            continue  # a blank line, or a row of empty cells (spreadsheets add them)
         if first.startswith("#") and not any(cell.strip() for cell in row[1:]):
             key, sep, value = first.lstrip("#").partition("=")
             if sep and _KEY.fullmatch(key.strip()):
@@ -284,6 +284,10 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
     ids = check.unique_ids()
     score = _scores(check)
     pred = check.choice("pred", _BINARY, "a prediction 0 or 1")
+    threshold = _json_value(table.meta.get("threshold", "pred column"))
+    if isinstance(threshold, float):  # the plan's pred came from its threshold: not edited since
+        expected = f"score >= {threshold!r} (the plan's threshold) as pred"
+        check.flag((pred >= 0) & (pred != (score >= threshold)), "pred", expected)
     pcol = "pi" if design == "poisson" else "q"
     pexp = "a probability in (0, 1]"
     prob = check.numbers(pcol, pexp)
@@ -303,8 +307,10 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
     else:
         draws = np.ones(len(table.lines), dtype=np.int64)
     _check_weights(check, design, prob, weight, table.meta.get("budget"))
-    label_code = check.choice(
-        "label", {"0": 0, "1": 1, "": 2}, "a label 0 or 1 (or empty while pending)"
+    label_code = check.choice(  # 0.0 and 1.0: as pandas writes a column with empty cells
+        "label",
+        {"0": 0, "1": 1, "0.0": 0, "1.0": 1, "": 2},
+        "a label 0 or 1 (or empty while pending)",
     )
     check.raise_first()
     labelled = label_code != 2
@@ -395,6 +401,15 @@ def _json_value(text: str) -> int | float | str:
     except ValueError:
         return text
     return x if math.isfinite(x) and repr(x) == text else text
+
+
+def whole_number(text: str) -> int | None:
+    """A count of the plan's meta: "3000", or "3000.0" as a JSON tool may write it; else None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if value.is_integer() and value >= 0.0 else None
 
 
 def read_sidecar(path: Path) -> dict[str, str]:

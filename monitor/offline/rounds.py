@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.errors import InputFileError
-from monitor.offline.poolfile import Plan, Pool
+from monitor.offline.poolfile import Plan, Pool, sidecar_path
 from monitor.stats.beta_calibration import CalibrationMap
 from monitor.stats.design import recalibrate, recalibrated_weights, rounds_mixture
 from monitor.stats.sample import LabeledSample
@@ -34,11 +34,27 @@ from monitor.stats.sample import LabeledSample
 
 @dataclass(frozen=True)
 class Known:
-    """The labelled rows of earlier rounds: ids, their sample (v as drawn) and the last round."""
+    """The labelled rows of earlier rounds.
+
+    Their ids, their sample (v as drawn), the last round and the ``threshold`` header they share
+    ("" when there is no earlier round).
+    """
 
     ids: npt.NDArray[np.str_]
     sample: LabeledSample
     last_round: int
+    threshold: str = ""
+
+
+def require_sidecar(plan: Plan, path: str) -> None:
+    """Refuse a plan of an audit in rounds without its sidecar (its round, budget and pool)."""
+    if "pool_size" not in plan.meta:
+        msg = (
+            f"{path}: no sidecar {sidecar_path(path)} beside it (monitor plan writes one next "
+            "to every plan); rounds need each plan's round, budget and pool: copy the plan's "
+            "sidecar beside the file, named after it"
+        )
+        raise InputFileError(msg)
 
 
 def plan_round(plan: Plan, path: str) -> int:
@@ -57,6 +73,7 @@ def known_labels(plans: Sequence[tuple[str, Plan]]) -> Known:
     seen: set[str] = set()
     last = 0
     for path, plan in plans:
+        require_sidecar(plan, path)
         if plan.design != "poisson":
             msg = f"{path}: rounds need Poisson plans, this one is {plan.design}"
             raise InputFileError(msg)
@@ -72,7 +89,23 @@ def known_labels(plans: Sequence[tuple[str, Plan]]) -> Known:
         )
         last = max(last, plan_round(plan, path))
     all_ids = np.concatenate(ids) if ids else np.array([], dtype=np.str_)
-    return Known(all_ids, LabeledSample.concat(samples), last)
+    return Known(all_ids, LabeledSample.concat(samples), last, shared_threshold(plans))
+
+
+def shared_threshold(plans: Sequence[tuple[str, Plan]]) -> str:
+    """The ``threshold`` header of every plan ("" for none); refused when two differ."""
+    seen: dict[str, str] = {}
+    for path, plan in plans:
+        seen.setdefault(plan.meta.get("threshold", ""), path)
+    if len(seen) > 1:
+        (a, pa), (b, pb) = list(seen.items())[:2]
+        msg = (
+            f"{pa}, {pb}: planned with threshold {a} and {b}; every round of an audit needs "
+            "the same predictions: plan them with the same --threshold (or a pool with a pred "
+            "column)"
+        )
+        raise InputFileError(msg)
+    return next(iter(seen), "")
 
 
 def next_round_weights(
@@ -88,6 +121,10 @@ def next_round_weights(
     q = recalibrated_weights(pool.score, pool.pred, alpha, recal, defensive)
     q = np.where(np.isin(pool.ids, known.ids), 0.0, q)
     return q, recal.cal_map, recal.defensive(defensive)
+
+
+def _listed(numbers: Sequence[int]) -> str:
+    return ", ".join(map(str, numbers))
 
 
 def _planned_labels(plan: Plan, path: str) -> float:
@@ -161,6 +198,9 @@ def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> Rounds:
     after the first that was not (a label added to a round before it afterwards) cannot estimate
     the rest of the pool: it is counted exactly, with a warning.
     """
+    for pa, p in plans:
+        require_sidecar(p, pa)
+    shared_threshold(plans)
     ordered = sorted(((plan_round(p, pa), pa, p) for pa, p in plans), key=lambda t: t[0])
     numbers = [r for r, _, _ in ordered]
     if len(set(numbers)) != len(numbers):
@@ -177,8 +217,17 @@ def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> Rounds:
         why = _planned_from(p, pa, known)
         if why and i == len(ordered) - 1:
             hint = "; pass exactly the files it was planned from"
+            if numbers != list(range(1, len(numbers) + 1)):
+                absent = sorted(set(range(1, numbers[-1])) - set(numbers))
+                hint += f" (rounds given: {_listed(numbers)}; missing: {_listed(absent)})"
             if "added" in why:
-                hint += " (clear the late label, or plan a further round from all the labels)"
+                again = np.intersect1d(p.ids[p.labelled], known.ids if known else [])
+                hint += (
+                    f" (clear the late label of item '{again[0]}': this round chose it again, "
+                    "as it was pending then)"
+                    if again.size
+                    else " (clear the late label, or plan a further round from all the labels)"
+                )
             raise InputFileError(why + hint)
         if why:
             warnings.append(f"{why}: its labels are counted exactly, not used to estimate the rest")

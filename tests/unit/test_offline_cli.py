@@ -6,6 +6,8 @@ import csv
 import json
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -337,3 +339,115 @@ def test_plan_falls_back_to_uniform_when_intrinsic_f_is_undefined(
     plan = read_plan(out)
     assert plan.meta["selection"].startswith("uniform")
     assert plan.prob.tolist() == [1.0] * 4  # a budget covering the pool is a census
+
+
+def test_plan_refuses_to_write_over_its_inputs_or_into_a_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool, truth, _ = _pool(tmp_path, 3000, 0.05, seed=12)
+    base = ["plan", "--pool", str(pool), "--budget", "60", "--alpha", "0.5"]
+    one, done = tmp_path / "r1.csv", tmp_path / "r1-done.csv"
+    assert main([*base, "--out", str(one)]) == 0
+    _fill(one, done, truth)
+    before = (pool.read_bytes(), done.read_bytes(), sidecar_path(done).read_bytes())
+    assert main([*base, "--out", str(pool)]) == 2
+    assert f"--out {pool} is the pool: writing the plan there would replace it" in (
+        capsys.readouterr().err
+    )
+    assert main([*base, "--labelled", str(done), "--out", str(done)]) == 2
+    assert "is a labelled plan given to --labelled" in capsys.readouterr().err
+    assert main([*base, "--out", f"{tmp_path}/"]) == 2
+    assert f"--out {tmp_path}/: a directory; give the plan's file name" in capsys.readouterr().err
+    assert (pool.read_bytes(), done.read_bytes(), sidecar_path(done).read_bytes()) == before
+
+
+def test_a_plan_that_draws_nothing_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A budget of 1 draws no item with probability about e^-1: refused, not an unreadable file."""
+    pool, _, _ = _pool(tmp_path, 500, 0.05, seed=13)
+    statuses = []
+    for seed in range(12):
+        out = tmp_path / f"p{seed}.csv"
+        argv = ["plan", "--pool", str(pool), "--budget", "1", "--alpha", "0.5"]
+        statuses.append(main([*argv, "--seed", str(seed), "--out", str(out)]))
+        assert out.exists() == (statuses[-1] == 0)
+    assert set(statuses) == {0, 2}, statuses
+    assert "error: no item drawn (expected 1): raise --budget" in capsys.readouterr().err
+
+
+def test_labels_written_back_by_pandas_read_as_labels(tmp_path: Path) -> None:
+    """pandas writes a label column with empty (pending) cells as 1.0 / 0.0."""
+    pool, truth, _ = _pool(tmp_path, 3000, 0.05, seed=14)
+    plan, done = tmp_path / "plan.csv", tmp_path / "done.csv"
+    assert (
+        main(["plan", "--pool", str(pool), "--budget", "60", "--alpha", "0.5", "--out", str(plan)])
+        == 0
+    )
+    _fill(plan, done, truth, keep_pending=3)
+    text = done.read_text().splitlines()
+    floated = [text[0]] + [
+        line[:-1] + ("1.0" if line.endswith("1") else "0.0") if line[-1:] in "01" else line
+        for line in text[1:]
+    ]
+    done.write_text("\n".join(floated) + "\n")
+    a, b = read_plan(done), read_plan(plan)
+    assert int(a.labelled.sum()) == len(b) - 3
+    assert [truth[i] for i in a.ids[a.labelled].tolist()] == a.label[a.labelled].tolist()
+
+
+def test_offline_demo_names_an_out_dir_it_cannot_create(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    argv = ["offline-demo", "--pool-size", "2000", "--budget", "50", "--out-dir"]
+    assert main([*argv, str(afile)]) == 2
+    assert f"--out-dir {afile}: cannot create the directory: File exists" in (
+        capsys.readouterr().err
+    )
+    assert main([*argv, str(afile / "sub")]) == 2
+    assert "cannot create the directory: Not a directory" in capsys.readouterr().err
+
+
+def test_a_reader_that_leaves_early_ends_estimate_quietly(tmp_path: Path) -> None:
+    """``monitor estimate ... | head``: no BrokenPipeError traceback when the reader is gone."""
+    pool, truth, _ = _pool(tmp_path, 3000, 0.05, seed=15)
+    plan, done = tmp_path / "plan.csv", tmp_path / "done.csv"
+    argv = ["plan", "--pool", str(pool), "--budget", "60", "--alpha", "0.5", "--out", str(plan)]
+    assert main(argv) == 0
+    _fill(plan, done, truth)
+    reader = subprocess.Popen(["true"], stdin=subprocess.PIPE)  # reads nothing, exits
+    reader.wait(timeout=10)
+    estimate = subprocess.run(
+        [sys.executable, "-m", "monitor", "estimate", "--labels", str(done), "--pool", str(pool)],
+        stdout=reader.stdin,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert reader.stdin is not None
+    reader.stdin.close()
+    assert estimate.stderr == "" and estimate.returncode == 0, estimate.stderr
+
+
+def test_a_sidecar_count_written_as_a_float_is_the_same_pool(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool, truth, _ = _pool(tmp_path, 3000, 0.05, seed=16)
+    plan, done = tmp_path / "plan.csv", tmp_path / "done.csv"
+    argv = ["plan", "--pool", str(pool), "--budget", "60", "--alpha", "0.5", "--out", str(plan)]
+    assert main(argv) == 0
+    _fill(plan, done, truth)
+    side = sidecar_path(done)
+    doc = json.loads(side.read_text())
+    doc["meta"]["pool_size"] = 3000.0  # as a tool that reads JSON numbers as floats writes it
+    side.write_text(json.dumps(doc))
+    assert _estimate_json(capsys, "--labels", str(done), "--pool", str(pool))["labels"] == len(
+        read_plan(plan)
+    )
+    doc["meta"]["pool_size"] = 2999
+    side.write_text(json.dumps(doc))
+    assert main(["estimate", "--labels", str(done), "--pool", str(pool)]) == 2
+    assert "has pool_size=3000, but" in capsys.readouterr().err

@@ -80,7 +80,9 @@ def test_three_rounds_as_the_readme_schedules_them(
         assert not any(set(plan.ids) & set(e.ids) for e in earlier)
         _fill(out, filled, truth)
         done.append(filled)
-    result = _estimate_json(capsys, "--labels", *map(str, done))
+    # one draw: its 99.9% interval (the 95% one misses one draw in twenty; coverage is measured
+    # over hundreds in tests/statistical/test_offline_assisted_coverage.py)
+    result = _estimate_json(capsys, "--labels", *map(str, done), "--level", "0.999")
     assert result["labels"] == sum(int(read_plan(d).labelled.sum()) for d in done)
     assert _num(result, "ci_low") <= true_f1 <= _num(result, "ci_high")
     # how the rounds enter: round 1 exactly, rounds 2 and 3 by their expected labels
@@ -98,7 +100,23 @@ def test_three_rounds_as_the_readme_schedules_them(
     assert re.search(r"round 3: .*r3-done\.csv, \d+ labels, 0\.\d{3} of the estimate", table)
     # round 3 was planned from rounds 1 and 2: round 2's file cannot be left out
     assert main(["estimate", "--labels", str(done[0]), str(done[2])]) == 2
-    assert "planned with" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "planned with" in err and "(rounds given: 1, 3; missing: 2)" in err, err
+    assert main(["estimate", "--labels", str(done[1]), str(done[2])]) == 2
+    assert "(rounds given: 2, 3; missing: 1)" in capsys.readouterr().err
+
+
+def _answer_a_pending_row(
+    done: Path, later: Plan, truth: dict[str, int], *, chosen_again: bool
+) -> str:
+    """Answer a pending row of ``done`` (a late label) that ``later`` chose again or did not."""
+    rows = list(csv.reader(done.open()))
+    chosen = set(later.ids.tolist())
+    late = next(r for r in rows[1:] if r[-1] == "" and (r[0] in chosen) == chosen_again)
+    late[-1] = str(truth[late[0]])
+    with open(done, "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    return late[0]
 
 
 def test_a_label_added_to_an_earlier_round_later_is_refused_with_the_reason(
@@ -112,13 +130,7 @@ def test_a_label_added_to_an_earlier_round_later_is_refused_with_the_reason(
     assert main([*base, "--budget", "60", "--labelled", str(one_done), "--out", str(two)]) == 0
     two_done = tmp_path / "r2-done.csv"
     _fill(two, two_done, truth)
-    # answer a pending row of round 1 that round 2 did not choose again
-    rows = list(csv.reader(one_done.open()))
-    chosen = set(read_plan(two).ids.tolist())
-    late = next(r for r in rows[1:] if r[-1] == "" and r[0] not in chosen)
-    late[-1] = str(truth[late[0]])
-    with open(one_done, "w", newline="") as fh:
-        csv.writer(fh).writerows(rows)
+    _answer_a_pending_row(one_done, read_plan(two), truth, chosen_again=False)
     assert main(["estimate", "--labels", str(one_done), str(two_done)]) == 2
     err = capsys.readouterr().err
     assert "planned with" in err and "a label added to an earlier round after" in err, err
@@ -142,12 +154,7 @@ def test_a_label_added_before_a_middle_round_counts_that_round_exactly(
         == 0
     )
     _fill(paths[2][0], paths[2][1], truth)
-    rows = list(csv.reader(paths[1][1].open()))
-    chosen = set(read_plan(paths[2][0]).ids.tolist())
-    late = next(r for r in rows[1:] if r[-1] == "" and r[0] not in chosen)
-    late[-1] = str(truth[late[0]])
-    with open(paths[1][1], "w", newline="") as fh:
-        csv.writer(fh).writerows(rows)
+    _answer_a_pending_row(paths[1][1], read_plan(paths[2][0]), truth, chosen_again=False)
     done = [str(paths[1][1]), str(paths[2][1])]
     assert main([*base, "--budget", "200", "--labelled", *done, "--out", str(paths[3][0])]) == 0
     _fill(paths[3][0], paths[3][1], truth)
@@ -244,3 +251,70 @@ def test_rounds_refuse_with_replacement_and_duplicates(tmp_path: Path) -> None:
         make_plan(pool, alpha=0.5, budget=50, design="with-replacement", known=known)
     with pytest.raises(InputFileError, match="two plans of the same round"):
         rounds_sample([("a.csv", p1), ("b.csv", p1)])
+
+
+def test_each_round_draws_its_own_uniforms_whatever_the_seed() -> None:
+    """Rounds planned with the same --seed: round 2 draws as many items as its pi say.
+
+    With round 1's uniforms, an item round 1 skipped (u >= pi_1) would be drawn with probability
+    (pi_2 - pi_1) / (1 - pi_1) instead of pi_2: about a third of the labels, and a biased
+    estimate.
+    """
+    pool, label = _pool(20_000, seed=7)
+    truth = dict(zip(pool.ids.tolist(), label.tolist(), strict=True))
+    r1 = _answer(make_plan(pool, alpha=0.5, budget=2000, defensive=1.0), truth)  # uniform
+    r2 = make_plan(pool, alpha=0.5, budget=2000, known=known_labels([("r1", r1)]))
+    assert (r1.meta["salt"], r2.meta["salt"]) == ("plan:0", "plan:0:round:2")
+    expected = float(r2.meta["expected_labels"])
+    sd = math.sqrt(expected)  # of a Poisson-sampling count: variance sum pi (1 - pi) <= mean
+    assert abs(len(r2) - expected) < 4 * sd, (len(r2), expected)
+
+
+def test_rounds_need_each_plans_sidecar_and_one_threshold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool, truth, _ = _overconfident_pool(tmp_path, 5000, seed=8)
+    base = ["plan", "--pool", str(pool), "--alpha", "0.5"]
+    one, one_done, two = tmp_path / "r1.csv", tmp_path / "r1-done.csv", tmp_path / "r2.csv"
+    assert main([*base, "--budget", "60", "--out", str(one)]) == 0
+    _fill(one, one_done, truth)
+    # saved under a new name without its sidecar: refused, naming the sidecar it needs
+    bare = tmp_path / "saved.csv"
+    bare.write_text(one_done.read_text())
+    assert main([*base, "--budget", "60", "--labelled", str(bare), "--out", str(two)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bare}: no sidecar {tmp_path / 'saved.meta.json'} beside it" in err, err
+    assert not two.exists()
+    # another --threshold than round 1's: refused (the rounds would mix two predictions)
+    argv = [*base, "--budget", "60", "--labelled", str(one_done), "--threshold", "0.3"]
+    assert main([*argv, "--out", str(two)]) == 2
+    err = capsys.readouterr().err
+    assert "the earlier rounds were planned with threshold 0.5, this one with 0.3" in err, err
+    assert main([*base, "--budget", "60", "--labelled", str(one_done), "--out", str(two)]) == 0
+    two_done = tmp_path / "r2-done.csv"
+    _fill(two, two_done, truth)
+    assert main(["estimate", "--labels", str(bare), str(two_done)]) == 2
+    assert "saved.csv: no sidecar" in capsys.readouterr().err
+    other = tmp_path / "t.csv"  # a round 1 of the same pool at another threshold
+    assert main([*base, "--budget", "60", "--threshold", "0.3", "--out", str(other)]) == 0
+    assert main(["estimate", "--labels", str(other), str(two_done)]) == 2
+    err = capsys.readouterr().err
+    assert "planned with threshold 0.3 and 0.5; every round of an audit needs" in err, err
+
+
+def test_a_late_label_of_an_item_chosen_again_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Round 2 may choose an item pending in round 1; its late label there must be cleared."""
+    pool, truth, _ = _overconfident_pool(tmp_path, 2000, seed=9)
+    base = ["plan", "--pool", str(pool), "--alpha", "0.5"]
+    one, one_done, two = tmp_path / "r1.csv", tmp_path / "r1-done.csv", tmp_path / "r2.csv"
+    assert main([*base, "--budget", "100", "--defensive", "0.5", "--out", str(one)]) == 0
+    _fill(one, one_done, truth, keep_pending=60)
+    assert main([*base, "--budget", "600", "--labelled", str(one_done), "--out", str(two)]) == 0
+    two_done = tmp_path / "r2-done.csv"
+    _fill(two, two_done, truth)
+    late = _answer_a_pending_row(one_done, read_plan(two), truth, chosen_again=True)
+    assert main(["estimate", "--labels", str(one_done), str(two_done)]) == 2
+    err = capsys.readouterr().err
+    assert f"clear the late label of item '{late}': this round chose it again" in err, err

@@ -166,6 +166,9 @@ def test_plan_survives_a_spreadsheet(tmp_path: Path) -> None:
     assert back.meta["alpha"] == "0.5"
     assert back.labelled.tolist() == [True, True, True]
     assert back.label.tolist() == [1, 1, 0]
+    # and the rows of empty cells some spreadsheets add at the end
+    path.write_bytes(raw + b",,,,,,\r\n,,,,,,\r\n")
+    assert read_plan(path).ids.tolist() == back.ids.tolist()
 
 
 def _plan_text(rows: str, head: str = "# design=poisson\n# budget=4\n") -> str:
@@ -210,6 +213,16 @@ def test_read_plan_errors(tmp_path: Path, rows: str, match: str) -> None:
     path = _write(tmp_path, "plan.csv", _plan_text(rows))
     with pytest.raises(InputFileError, match=match):
         read_plan(path)
+
+
+def test_a_pred_edited_against_the_plans_threshold_is_refused(tmp_path: Path) -> None:
+    head = "# design=poisson\n# budget=4\n# threshold=0.5\n"
+    rows = "a,0.5,1,0.5,2.0,1,1\nb,2e-06,1,0.5,2.0,1,1\n"
+    expected = r"line 6, column 'pred': expected score >= 0\.5 \(the plan's threshold\) as pred"
+    with pytest.raises(InputFileError, match=expected + r", got '1'$"):
+        read_plan(_write(tmp_path, "plan.csv", _plan_text(rows, head)))
+    # a pool with its own pred column: the plan's pred is the pool's, anything goes
+    read_plan(_write(tmp_path, "p.csv", _plan_text(rows, head.replace("0.5", "pred column"))))
 
 
 def test_plan_with_replacement_weight_check_uses_budget(tmp_path: Path) -> None:
