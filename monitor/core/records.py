@@ -83,6 +83,10 @@ class ScoredBatch:
 MAX_VALUE_BYTES = 64 * 1024  # larger record values are rejected too_large
 MAX_ID_CHARS = 256
 MAX_SEGMENT_CHARS = 128
+#: Deepest payload accepted. orjson reads up to 1,024 levels, but ``json.dumps`` recurses once
+#: per level within Python's recursion limit (1,000 frames): an audit request with a payload of
+#: 1,010 levels raised RecursionError and stopped the daemon, at every restart.
+MAX_PAYLOAD_DEPTH = 256
 MIN_TS = 946_684_800.0  # 2000-01-01T00:00:00Z
 # Event times more than this ahead of the clock are rejected (bad_timestamp). Kept tight on
 # purpose: the watermark is the max event time, so one record stamped hours ahead would move
@@ -194,14 +198,33 @@ def _show(value: Any) -> str:
     return type(value).__name__
 
 
-def _check_payload(rej: _Rejections, rows: Sequence[Any], records: Sequence[RawRecord]) -> None:
-    """Reject a payload holding NaN or Infinity.
+def _depth(value: Any) -> int:
+    """How many containers (objects, arrays) deep ``value`` is, level by level (no recursion)."""
+    depth, level = 0, [value]
+    while level := [v for v in level if isinstance(v, dict | list)]:
+        depth += 1
+        level = [x for v in level for x in (v.values() if isinstance(v, dict) else v)]
+    return depth
 
-    ``json.loads`` reads them, but they are not JSON (RFC 8259), and the audit request would
-    hand them to the queue's other consumers. One C-level search of the batch's bytes first;
-    only the values that spell one are re-encoded.
+
+def _check_payload(rej: _Rejections, rows: Sequence[Any], records: Sequence[RawRecord]) -> None:
+    """Reject a payload nested deeper than ``MAX_PAYLOAD_DEPTH`` or holding NaN or Infinity.
+
+    A level takes two bytes at least, so only values longer than twice the depth are walked.
+    ``json.loads`` reads NaN and Infinity, but they are not JSON (RFC 8259), and the audit
+    request would hand them to the queue's other consumers: one C-level search of the batch's
+    bytes first, and only the values that spell one are re-encoded.
     """
     values = [r.value or b"" for r in records]
+    sizes = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+    deep = np.zeros(len(rows), dtype=np.bool_)
+    for i in np.flatnonzero(sizes > 2 * MAX_PAYLOAD_DEPTH).tolist():
+        deep[i] = _depth(rows[i].get("payload")) > MAX_PAYLOAD_DEPTH
+    rej.add(
+        deep,
+        RejectReason.OUT_OF_RANGE,
+        lambda _: f"field 'payload': nested more than {MAX_PAYLOAD_DEPTH} levels deep",
+    )
     joined = b"".join(values)
     if b"NaN" not in joined and b"Infinity" not in joined:
         return
@@ -493,8 +516,9 @@ def decode_scored(
     ``score >= threshold`` of the model); ``ts`` seconds since the epoch or an RFC 3339 time
     with offset (default the Kafka timestamp; from 2000-01-01 to ``now`` + 5 min); ``model``
     string naming a configured model (default ``config.default_model``); ``segment`` string
-    of at most 128 characters (default ""); ``payload`` any JSON, passed to auditors. Values
-    over 64 KiB are rejected ``too_large``. Strings must not hold NUL or unpaired surrogates.
+    of at most 128 characters (default ""); ``payload`` any JSON (no NaN or Infinity, at most
+    ``MAX_PAYLOAD_DEPTH`` levels deep), passed to auditors. Values over 64 KiB are rejected
+    ``too_large``. Strings must not hold NUL or unpaired surrogates.
 
     Accepted rows and rejects keep the input order; each input is in exactly one of them.
     Never raises for any record content.

@@ -241,6 +241,25 @@ def test_bad_input_goes_to_deadletter_and_changes_no_estimate(
     clean.close()
 
 
+def test_a_payload_too_deep_to_encode_is_dead_lettered_not_a_crash(
+    tmp_path: Path, workload: Workload
+) -> None:
+    """orjson reads 1,010 levels; ``json.dumps`` cannot write them within the recursion limit."""
+    log = FakeLog()
+    _fill(log, workload)
+    ts = next(iter(workload.records()))["ts"]
+    deep = b"[" * 1010 + b"1" + b"]" * 1010
+    for i in range(50):  # predicted positives at 0.9: the design would audit several
+        head = json.dumps({"id": f"deep{i}", "score": 0.9, "ts": ts})[:-1].encode()
+        log.append(TOPICS.scored, head + b', "payload": ' + deep + b"}")
+    h = Harness(log, tmp_path / "deep")
+    h.drain()
+    reasons = [json.loads(v)["reason"] for _, v in log.records(TOPICS.deadletter)]
+    assert reasons == ["out_of_range"] * 50
+    assert h.value("monitor_records_total", model="default") == 4000
+    h.close()
+
+
 def test_daemon_retries_with_backoff_logs_once_and_stops(
     tmp_path: Path, workload: Workload, caplog: pytest.LogCaptureFixture
 ) -> None:
