@@ -205,6 +205,9 @@ def register(sub: Any) -> None:
     run.add_argument("--config", type=Path, required=True, help="YAML configuration file")
     run.add_argument("--bootstrap-servers", help="Kafka bootstrap servers, comma-separated")
     run.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz")
+    run.add_argument(
+        "--metrics-address", help="address /metrics listens on (metrics.listen_address)"
+    )
     run.add_argument("--data-dir", type=Path, help="directory of the state store")
     run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     run.add_argument(
@@ -234,6 +237,7 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "bootstrap_servers": getattr(args, "bootstrap_servers", None),
         "metrics_port": getattr(args, "metrics_port", None),
+        "metrics_address": getattr(args, "metrics_address", None),
         "data_dir": getattr(args, "data_dir", None),
         "group_instance_id": getattr(args, "group_instance_id", None),
     }

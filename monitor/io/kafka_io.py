@@ -360,8 +360,10 @@ def ensure_topics(
 ) -> list[str]:
     """Create whichever of ``topics`` is absent; returns the names created.
 
-    The scored and aggregates topics get ``partitions`` partitions, the others one (Tansu would
-    default to three); the aggregates topic is compacted (``AGGREGATES_TOPIC_CONFIG``).
+    The scored topic gets ``partitions`` partitions, the others one (Tansu would default to
+    three), but the aggregates topic as many as the scored topic has (a scored partition's
+    buckets go to aggregates partition ``partition % n``: fewer spread no load); it is compacted
+    (``AGGREGATES_TOPIC_CONFIG``).
     """
     try:
         admin = KafkaAdminClient(**{"bootstrap_servers": bootstrap, **(client_options or {})})
@@ -371,12 +373,16 @@ def ensure_topics(
     created: list[str] = []
     try:
         existing = set(admin.list_topics())
+        scored = partitions
+        if topics.scored in existing:
+            (found,) = admin.describe_topics([topics.scored])
+            scored = len(found["partitions"]) or partitions
         for name, parts in (
             (topics.scored, partitions),
             (topics.requests, 1),
             (topics.labels, 1),
             (topics.deadletter, 1),
-            (topics.aggregates, partitions),
+            (topics.aggregates, scored),
         ):
             if name in existing:
                 continue

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pytest
+from kafka.admin import KafkaAdminClient, NewTopic
 
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.core.messages import RawRecord
@@ -258,3 +259,20 @@ def test_a_group_member_with_on_assigned_resumes_at_the_committed_offset(
         assert [r.offset for r in _drain(again, 2, topics.labels)] == [8, 9]
     finally:
         again.close()
+
+
+@pytest.mark.integration
+@pytest.mark.brokers("tansu", "kafka")
+def test_the_aggregates_topic_gets_the_scored_topics_partitions(broker: Broker) -> None:
+    """``--create-topics`` on a scored topic that exists: as many aggregates partitions."""
+    topics = TopicsConfig().tagged(uuid.uuid4().hex[:8])
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(topics.scored, 3, 1)])
+        created = ensure_topics(broker.bootstrap, topics)  # 1 partition unless told otherwise
+        assert topics.scored not in created and topics.aggregates in created
+        described = admin.describe_topics([topics.scored, topics.aggregates, topics.requests])
+        counts = {d["name"]: len(d["partitions"]) for d in described}
+    finally:
+        admin.close()
+    assert counts == {topics.scored: 3, topics.aggregates: 3, topics.requests: 1}

@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
+from monitor.cli import build_parser
 from monitor.config.kafka_client import confluent_client_options, kafka_client_options
-from monitor.config.load import load_config, parse_config
+from monitor.config.load import OVERRIDES, load_config, parse_config
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.config.validate import parse_duration
+from monitor.daemon import config_overrides
 from monitor.errors import ConfigError
 
 REFERENCE = Path(__file__).resolve().parents[2] / "config" / "monitor.yaml"
@@ -294,6 +296,12 @@ def test_command_line_overrides_win_and_are_validated(tmp_path: Path) -> None:
     assert problems[1] == "metrics.port (from --metrics-port): must be in [1, 65535], got 0"
     problems = problems_of({}, {"metric_port": 1})
     assert problems == ["override 'metric_port': unknown key (did you mean 'metrics_port'?)"]
+    # each override is a flag of monitor run
+    argv = ["run", "--config", str(REFERENCE), "--metrics-address", "0.0.0.0"]
+    run = build_parser().parse_args([*argv, "--metrics-port", "19464", "--data-dir", "d"])
+    flags = config_overrides(run)
+    assert set(flags) == set(OVERRIDES)
+    assert load_config(REFERENCE, flags).metrics.listen_address == "0.0.0.0"
 
 
 def test_group_instance_id_flag_sets_the_client_key_and_keeps_the_others() -> None:
