@@ -102,12 +102,20 @@ def demo_report(r: DemoResult, args: argparse.Namespace) -> str:
         f"{'measure':<10} {'truth':>6}   {'active: ' + str(r.active_labels) + ' labels':<40} "
         f"uniform: {r.uniform_labels} labels",
     ]
-    for a, name in ((args.alpha, measure_name(args.alpha)), (1.0, "precision"), (0.0, "recall")):
+    rows = {args.alpha: measure_name(args.alpha), 1.0: "precision", 0.0: "recall"}
+    for a, name in rows.items():  # once each: alpha 1 is precision, alpha 0 recall
         t = r.truth[a]
         lines.append(
             f"{name:<10} {t:>6.3f}   {_demo_cell(r.active[a], t):<40} {_demo_cell(r.uniform[a], t)}"
         )
     lines.append("(a 95% interval misses the truth about one run in twenty; try other --seed)")
+    zero = int(r.plan.meta.get("zero_probability_items", "0"))
+    if zero:
+        lines.append(
+            f"note: {zero} pool items had no chance of selection (--defensive 0): the active "
+            "estimates that give them weight (recall, where they are predicted negatives) are "
+            "biased and their intervals do not cover them"
+        )
     fa, fu = r.active[args.alpha], r.uniform[args.alpha]
     if fa.defined and fu.defined and fa.upper > fa.lower:
         ratio = (fu.upper - fu.lower) / (fa.upper - fa.lower)

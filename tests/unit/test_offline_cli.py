@@ -451,3 +451,13 @@ def test_a_sidecar_count_written_as_a_float_is_the_same_pool(
     side.write_text(json.dumps(doc))
     assert main(["estimate", "--labels", str(done), "--pool", str(pool)]) == 2
     assert "has pool_size=3000, but" in capsys.readouterr().err
+
+
+def test_offline_demo_says_when_items_could_not_be_chosen(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["offline-demo", "--pool-size", "3000", "--alpha", "1", "--defensive", "0"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"note: \d+ pool items had no chance of selection \(--defensive 0\)", out)
+    assert sum(line.startswith("precision ") for line in out.splitlines()) == 1
