@@ -31,6 +31,7 @@ from monitor.config.kafka_client import confluent_client_options
 from monitor.config.schema import Config
 from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable
+from monitor.io.positions import note_beyond_end, note_rewind
 from monitor.runtime.ports import RECONNECT_BACKOFF_MAX_MS, TP, Assigned
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class ConfluentSource:
         self._on_assigned = on_assigned
         self._next: dict[TP, int] = {}
         self._ends: dict[TP, int] = {}
+        self._beyond: set[TP] = set()  # partitions logged with a next offset past their end
         settings: dict[str, Any] = {
             "bootstrap.servers": ",".join(kc.bootstrap_servers),
             "group.id": group_id or kc.group_id,
@@ -127,9 +129,10 @@ class ConfluentSource:
         topics = cast("list[str]", list(map(Message.topic, msgs)))
         partitions = cast("list[int]", list(map(Message.partition, msgs)))
         offsets = cast("list[int]", list(map(Message.offset, msgs)))
-        self._next.update(
-            zip(zip(topics, partitions, strict=True), map(_NEXT, offsets), strict=True)
-        )
+        keys = list(zip(topics, partitions, strict=True))
+        for key, first in dict(zip(reversed(keys), reversed(offsets), strict=True)).items():
+            note_rewind(key, first, self._next.get(key))  # each partition's first offset
+        self._next.update(zip(keys, map(_NEXT, offsets), strict=True))
         return list(
             map(
                 RawRecord._make,
@@ -210,7 +213,9 @@ class ConfluentSource:
             hw = high if high >= 0 else self._ends.get(key)
             nxt = self._next.get(key)
             if hw is not None and nxt is not None:
-                out[key] = max(0, hw - max(nxt, positions.get(key, -1)))
+                nxt = max(nxt, positions.get(key, -1))
+                note_beyond_end(key, hw, nxt, self._beyond)
+                out[key] = max(0, hw - nxt)
             elif hw == 0:
                 out[key] = 0
         return out

@@ -27,6 +27,7 @@ from monitor.config.kafka_client import kafka_client_options
 from monitor.config.schema import Config, TopicsConfig
 from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable
+from monitor.io.positions import note_beyond_end, note_rewind
 from monitor.runtime.ports import RECONNECT_BACKOFF_MAX_MS, TP, Assigned, Entry
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class KafkaSource:
         self._on_assigned = on_assigned
         self._next: dict[TP, int] = {}
         self._ends: dict[TP, int] = {}  # end offsets from the last probe
+        self._beyond: set[TP] = set()  # partitions logged with a next offset past their end
         kc = config.kafka
         options: dict[str, Any] = {
             "bootstrap_servers": list(kc.bootstrap_servers),
@@ -170,7 +172,9 @@ class KafkaSource:
                     ),
                 )
             )
-            self._next[(tp.topic, tp.partition)] = recs[-1].offset + 1
+            key = (tp.topic, tp.partition)
+            note_rewind(key, recs[0].offset, self._next.get(key))
+            self._next[key] = recs[-1].offset + 1
         return out
 
     def commit(self, offsets: Mapping[TP, int]) -> None:
@@ -228,6 +232,7 @@ class KafkaSource:
             nxt = self._next.get((tp.topic, tp.partition))
             if hw is not None and nxt is not None:
                 nxt = max(nxt, positions.get((tp.topic, tp.partition), -1))
+                note_beyond_end((tp.topic, tp.partition), int(hw), nxt, self._beyond)
                 out[(tp.topic, tp.partition)] = max(0, int(hw) - nxt)
             elif hw is not None and int(hw) == 0:
                 out[(tp.topic, tp.partition)] = 0

@@ -3,10 +3,12 @@ Apache Kafka."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
@@ -225,6 +227,21 @@ def test_a_topic_reader_reads_partitions_whole_then_follows_what_is_appended(bus
     assert reader.follow() == []
 
 
+def _ten_records(
+    library: str, broker: Broker, make_topics: Callable[..., TopicsConfig], kind: str
+) -> tuple[TopicsConfig, Config, Any]:
+    """Fresh topics with records v0..v9 on the ``kind`` topic; its config and source class."""
+    topics = make_topics()
+    config = _config(broker.bootstrap, topics, library, _client_for(broker))
+    source_class, sink_class = CLASSES[library]
+    snk = sink_class(config)
+    for i in range(10):
+        snk.produce(getattr(topics, kind), None, f"v{i}".encode())
+    snk.flush(10.0)
+    snk.close()
+    return topics, config, source_class
+
+
 @pytest.mark.integration
 @pytest.mark.brokers("tansu", "kafka")
 @pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
@@ -232,14 +249,7 @@ def test_a_group_member_with_on_assigned_resumes_at_the_committed_offset(
     library: str, broker: Broker, make_topics: Callable[..., TopicsConfig]
 ) -> None:
     """The samplers' mode: no seek to stored offsets; the callback hears every assignment."""
-    topics = make_topics()
-    config = _config(broker.bootstrap, topics, library, _client_for(broker))
-    source_class, sink_class = CLASSES[library]
-    snk = sink_class(config)
-    for i in range(10):
-        snk.produce(topics.labels, None, f"v{i}".encode())
-    snk.flush(10.0)
-    snk.close()
+    topics, config, source_class = _ten_records(library, broker, make_topics, "labels")
     first = source_class(config, dict, topics=[topics.labels])
     assert len(_drain(first, 10, topics.labels)) == 10
     first.commit({(topics.labels, 0): 6})
@@ -276,3 +286,39 @@ def test_the_aggregates_topic_gets_the_scored_topics_partitions(broker: Broker) 
     finally:
         admin.close()
     assert counts == {topics.scored: 3, topics.aggregates: 3, topics.requests: 1}
+
+
+@pytest.mark.integration
+@pytest.mark.brokers("tansu", "kafka")
+@pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
+def test_a_stored_offset_beyond_the_partitions_end_is_logged(
+    library: str,
+    broker: Broker,
+    make_topics: Callable[..., TopicsConfig],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A recreated topic: Kafka resets to its start, Tansu returns nothing; each is logged."""
+    topics, config, source_class = _ten_records(library, broker, make_topics, "scored")
+    tp = (topics.scored, 0)
+    src = source_class(config, lambda: {tp: 1000}, topics=[topics.scored])
+    events: list[str] = []
+    try:
+        with caplog.at_level(logging.WARNING, logger="monitor.io.positions"):
+            deadline = time.monotonic() + 20.0
+            offsets: list[int] = []
+            while not events and time.monotonic() < deadline:
+                offsets += [r.offset for r in src.poll(100, 0.3) if r.topic == topics.scored]
+                src.lag()
+                ours = [r for r in caplog.records if r.name == "monitor.io.positions"]
+                events = [getattr(r, "event", "") for r in ours]
+    finally:
+        src.close()
+    record = ours[0]
+    assert events in (["offset_reset"], ["position_beyond_end"]), events
+    assert (record.topic, record.partition) == tp  # type: ignore[attr-defined]
+    assert "move its data directory aside" in record.hint  # type: ignore[attr-defined]
+    if events == ["offset_reset"]:  # the broker refused the fetch: read again from the start
+        assert offsets[0] == 0 and record.expected_offset == 1000  # type: ignore[attr-defined]
+    else:  # nothing below the stored offset is read
+        assert offsets == [] and record.next_offset == 1000  # type: ignore[attr-defined]
+        assert record.end_offset == 10  # type: ignore[attr-defined]
