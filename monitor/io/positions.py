@@ -16,7 +16,11 @@ from monitor.runtime.ports import TP
 
 log = logging.getLogger(__name__)
 
-_HINT = (
+_REWIND_HINT = (
+    "the topic was recreated or its log truncated: its records from this offset on are counted "
+    "as new traffic"
+)
+_BEYOND_HINT = (
     "the topic was recreated or its log truncated; to start it over, stop the monitor and move "
     "its data directory aside (a new store reads every partition from its start)"
 )
@@ -33,7 +37,7 @@ def note_rewind(key: TP, first: int, expected: int | None) -> None:
                 "partition": key[1],
                 "expected_offset": expected,
                 "first_offset": first,
-                "hint": _HINT,
+                "hint": _REWIND_HINT,
             },
         )
 
@@ -53,6 +57,6 @@ def note_beyond_end(key: TP, end: int, nxt: int, seen: set[TP]) -> None:
                 "partition": key[1],
                 "next_offset": nxt,
                 "end_offset": end,
-                "hint": _HINT,
+                "hint": _BEYOND_HINT,
             },
         )
