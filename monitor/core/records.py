@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import operator
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -86,7 +87,7 @@ MAX_SEGMENT_CHARS = 128
 #: Deepest payload accepted. orjson reads up to 1,024 levels, but ``json.dumps`` recurses once
 #: per level within Python's recursion limit (1,000 frames): an audit request with a payload of
 #: 1,010 levels raised RecursionError and stopped the daemon, at every restart.
-MAX_PAYLOAD_DEPTH = 256
+MAX_PAYLOAD_DEPTH = 512
 MIN_TS = 946_684_800.0  # 2000-01-01T00:00:00Z
 # Event times more than this ahead of the clock are rejected (bad_timestamp). Kept tight on
 # purpose: the watermark is the max event time, so one record stamped hours ahead would move
@@ -198,6 +199,10 @@ def _show(value: Any) -> str:
     return type(value).__name__
 
 
+_VALUE_OF = operator.attrgetter("value")
+_NOT_OPENING = bytes(b for b in range(256) if b not in b"[{")
+
+
 def _depth(value: Any) -> int:
     """How many containers (objects, arrays) deep ``value`` is, level by level (no recursion)."""
     depth, level = 0, [value]
@@ -207,32 +212,47 @@ def _depth(value: Any) -> int:
     return depth
 
 
+def _spells_nonfinite(data: bytes) -> bool:
+    """Whether ``data`` holds the bytes NaN or Infinity (one byte first: memchr, ~50x faster)."""
+    return (b"N" in data and b"NaN" in data) or (b"I" in data and b"Infinity" in data)
+
+
 def _check_payload(rej: _Rejections, rows: Sequence[Any], records: Sequence[RawRecord]) -> None:
     """Reject a payload nested deeper than ``MAX_PAYLOAD_DEPTH`` or holding NaN or Infinity.
 
-    A level takes two bytes at least, so only values longer than twice the depth are walked.
+    A level takes an opening bracket, so only values with more than ``MAX_PAYLOAD_DEPTH`` of
+    them (and so more than twice as many bytes) are walked.
     ``json.loads`` reads NaN and Infinity, but they are not JSON (RFC 8259), and the audit
     request would hand them to the queue's other consumers: one C-level search of the batch's
-    bytes first, and only the values that spell one are re-encoded.
+    bytes first; a value that spells one is read again by orjson (strict, and much faster than an
+    encode), and only those it refuses are re-encoded.
     """
-    values = [r.value or b"" for r in records]
+    values = list(map(_VALUE_OF, records))
+    if None in values:  # tombstones (already rejected)
+        values = [v or b"" for v in values]
     sizes = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
     deep = np.zeros(len(rows), dtype=np.bool_)
-    for i in np.flatnonzero(sizes > 2 * MAX_PAYLOAD_DEPTH).tolist():
-        deep[i] = _depth(rows[i].get("payload")) > MAX_PAYLOAD_DEPTH
+    for i in np.flatnonzero(sizes > 2 * MAX_PAYLOAD_DEPTH).tolist():  # values over 1 KiB
+        opened = len(values[i].translate(None, _NOT_OPENING))  # one C-level pass
+        if opened > MAX_PAYLOAD_DEPTH:
+            deep[i] = _depth(rows[i].get("payload")) > MAX_PAYLOAD_DEPTH
     rej.add(
         deep,
         RejectReason.OUT_OF_RANGE,
         lambda _: f"field 'payload': nested more than {MAX_PAYLOAD_DEPTH} levels deep",
     )
-    joined = b"".join(values)
-    if b"NaN" not in joined and b"Infinity" not in joined:
+    if not _spells_nonfinite(b"".join(values)):
         return
     failing = np.zeros(len(rows), dtype=np.bool_)
     for i, (row, value) in enumerate(zip(rows, values, strict=True)):
         payload = row.get("payload")
-        if payload is None or (b"NaN" not in value and b"Infinity" not in value):
+        if payload is None or not _spells_nonfinite(value):
             continue
+        try:
+            orjson.loads(value)  # strict: read, it holds neither (e.g. "NaN" in a string)
+            continue
+        except orjson.JSONDecodeError:
+            pass
         try:
             json.dumps(payload, allow_nan=False)
         except ValueError:

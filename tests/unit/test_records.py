@@ -199,7 +199,7 @@ def test_bad_rfc3339_strings_are_rejected(text: str) -> None:
         ({"id": "a", "score": 0.5, "segment": "\x00"}, RejectReason.OUT_OF_RANGE, "field 'segment': contains a NUL"),
         (b'{"id": "a", "score": 0.5, "payload": {"x": [1, NaN]}}', RejectReason.BAD_TYPE, "field 'payload': NaN and Infinity are not JSON"),
         (b'{"id": "a", "score": 0.5, "payload": -Infinity}', RejectReason.BAD_TYPE, "field 'payload': NaN and Infinity"),
-        ({"id": "a", "score": 0.5, "payload": {"a": [{"b": 1}] * 3, "c": _nested(256)}}, RejectReason.OUT_OF_RANGE, "field 'payload': nested more than 256 levels deep"),
+        ({"id": "a", "score": 0.5, "payload": {"a": [{"b": 1}] * 3, "c": _nested(512)}}, RejectReason.OUT_OF_RANGE, "field 'payload': nested more than 512 levels deep"),
     ],
 )  # fmt: skip
 def test_each_reject_reason_with_its_detail(
@@ -221,15 +221,15 @@ def test_record_just_under_the_size_limit_is_accepted() -> None:
 
 
 def test_a_payload_as_deep_as_allowed_is_kept_and_its_request_encodes_deep_in_a_stack() -> None:
-    """256 levels pass, and their request encodes even 500 frames down the stack."""
-    value = json.dumps({"id": "a", "score": 0.5, "payload": _nested(256)}).encode()
+    """512 levels pass, and their request encodes even 400 frames down the stack."""
+    value = json.dumps({"id": "a", "score": 0.5, "payload": _nested(512)}).encode()
     batch, rejects = decode_scored(raw([value]), CONFIG, now=NOW)
     assert rejects == [] and len(batch) == 1
 
     def encode_at(frames: int) -> bytes:
         return json.dumps(batch.payload[0]).encode() if frames == 0 else encode_at(frames - 1)
 
-    assert encode_at(500).count(b"[") == 256
+    assert encode_at(400).count(b"[") == 512
     deeper = json.dumps({"id": "a", "score": 0.5, "payload": _nested(900)}).encode()
     assert one_reject(deeper).reason is RejectReason.OUT_OF_RANGE
 
