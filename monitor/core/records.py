@@ -246,7 +246,7 @@ def _check_payload(rej: _Rejections, rows: Sequence[Any], records: Sequence[RawR
     failing = np.zeros(len(rows), dtype=np.bool_)
     for i, (row, value) in enumerate(zip(rows, values, strict=True)):
         payload = row.get("payload")
-        if payload is None or not _spells_nonfinite(value):
+        if deep[i] or payload is None or not _spells_nonfinite(value):  # deep: rejected
             continue
         try:
             orjson.loads(value)  # strict: read, it holds neither (e.g. "NaN" in a string)

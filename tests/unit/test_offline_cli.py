@@ -376,15 +376,21 @@ def test_a_plan_that_draws_nothing_is_refused(
     assert "error: no item drawn (expected 1): raise --budget" in capsys.readouterr().err
 
 
+def _small_audit(
+    tmp_path: Path, seed: int, keep_pending: int = 0
+) -> tuple[Path, dict[str, int], Path, Path]:
+    """A 3,000-item pool, a plan of 60 labels for F1, its filled copy: pool, truth, plan, done."""
+    pool, truth, _ = _pool(tmp_path, 3000, 0.05, seed=seed)
+    plan, done = tmp_path / "plan.csv", tmp_path / "done.csv"
+    argv = ["plan", "--pool", str(pool), "--budget", "60", "--alpha", "0.5", "--out", str(plan)]
+    assert main(argv) == 0
+    _fill(plan, done, truth, keep_pending=keep_pending)
+    return pool, truth, plan, done
+
+
 def test_labels_written_back_by_pandas_read_as_labels(tmp_path: Path) -> None:
     """pandas writes a label column with empty (pending) cells as 1.0 / 0.0."""
-    pool, truth, _ = _pool(tmp_path, 3000, 0.05, seed=14)
-    plan, done = tmp_path / "plan.csv", tmp_path / "done.csv"
-    assert (
-        main(["plan", "--pool", str(pool), "--budget", "60", "--alpha", "0.5", "--out", str(plan)])
-        == 0
-    )
-    _fill(plan, done, truth, keep_pending=3)
+    _, truth, plan, done = _small_audit(tmp_path, seed=14, keep_pending=3)
     text = done.read_text().splitlines()
     floated = [text[0]] + [
         line[:-1] + ("1.0" if line.endswith("1") else "0.0") if line[-1:] in "01" else line
@@ -412,11 +418,7 @@ def test_offline_demo_names_an_out_dir_it_cannot_create(
 
 def test_a_reader_that_leaves_early_ends_estimate_quietly(tmp_path: Path) -> None:
     """``monitor estimate ... | head``: no BrokenPipeError traceback when the reader is gone."""
-    pool, truth, _ = _pool(tmp_path, 3000, 0.05, seed=15)
-    plan, done = tmp_path / "plan.csv", tmp_path / "done.csv"
-    argv = ["plan", "--pool", str(pool), "--budget", "60", "--alpha", "0.5", "--out", str(plan)]
-    assert main(argv) == 0
-    _fill(plan, done, truth)
+    pool, _, _, done = _small_audit(tmp_path, seed=15)
     reader = subprocess.Popen(["true"], stdin=subprocess.PIPE)  # reads nothing, exits
     reader.wait(timeout=10)
     estimate = subprocess.run(
@@ -435,11 +437,7 @@ def test_a_reader_that_leaves_early_ends_estimate_quietly(tmp_path: Path) -> Non
 def test_a_sidecar_count_written_as_a_float_is_the_same_pool(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pool, truth, _ = _pool(tmp_path, 3000, 0.05, seed=16)
-    plan, done = tmp_path / "plan.csv", tmp_path / "done.csv"
-    argv = ["plan", "--pool", str(pool), "--budget", "60", "--alpha", "0.5", "--out", str(plan)]
-    assert main(argv) == 0
-    _fill(plan, done, truth)
+    pool, _, plan, done = _small_audit(tmp_path, seed=16)
     side = sidecar_path(done)
     doc = json.loads(side.read_text())
     doc["meta"]["pool_size"] = 3000.0  # as a tool that reads JSON numbers as floats writes it
