@@ -13,6 +13,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -90,6 +91,10 @@ class LabelResult:
             src,
             v.get("model"),
         )
+
+
+#: What every request id ``request_id_for`` makes looks like: 32 lowercase hex characters.
+REQUEST_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def request_id_for(salt: str, model: str, record_id: str) -> str:

@@ -21,6 +21,7 @@ import numpy.typing as npt
 import orjson
 
 from monitor.core.messages import (
+    REQUEST_ID,
     AuditRequest,
     LabelResult,
     RawRecord,
@@ -643,8 +644,10 @@ def decode_labels(
     optional ``model`` string (one of the two is required; both may be given); ``label`` 0 or 1
     (false/true accepted); optional ``labeler`` and ``token`` strings; optional ``ts`` (seconds
     or RFC 3339 with offset, after 2000-01-01 and, when ``now`` is given, at most 5 min ahead).
-    Strings are 1-256 characters without NUL or unpaired surrogates. Whether the request exists
-    is decided later by the estimator, not here. Never raises for any record content.
+    Strings are 1-256 characters without NUL or unpaired surrogates. A ``request_id`` that is not
+    32 lowercase hex characters (the form of every id ``request_id_for`` makes) is
+    ``unknown_request`` at once; whether a well-formed one's request exists is decided later by
+    the estimator. Never raises for any record content.
     """
     n = len(records)
     objs = [_parse(r.value) for r in records]
@@ -663,6 +666,20 @@ def decode_labels(
         columns[name] = [d.get(name) for d in rows]
     for name, values in columns.items():
         _check_text(rej, values, name, MAX_ID_CHARS, required=False)
+    # no request can have such an id: refuse it now rather than park it for the grace period
+    rej.add(
+        np.fromiter(
+            (type(r) is str and REQUEST_ID.fullmatch(r) is None for r in request_ids),
+            dtype=np.bool_,
+            count=n,
+        ),
+        RejectReason.UNKNOWN_REQUEST,
+        lambda i: (
+            f"field 'request_id' {_show(request_ids[i])} is not an id this monitor issues "
+            "(32 lowercase hex characters): copy the audit request's request_id, or send the "
+            "record's 'id' (with 'model') instead"
+        ),
+    )
     raw_label = [d.get("label") for d in rows]
     rej.add(
         _none_mask(raw_label),

@@ -298,6 +298,9 @@ def test_unicode_ids_round_trip() -> None:
 # ---------------------------------------------------------------------------------- labels
 
 
+RID, RID2 = "0123456789abcdef" * 2, "f" * 32
+
+
 def labels(values: Sequence[bytes | dict[str, Any] | None]) -> list[RawRecord]:
     return raw(values, topic="audit-labels")
 
@@ -306,21 +309,21 @@ def test_labels_by_request_id_and_by_record_id() -> None:
     results, rejects = decode_labels(
         labels(
             [
-                {"request_id": "abc", "label": 1},
+                {"request_id": RID, "label": 1},
                 {"id": "rec-9", "model": "fraud", "label": False, "labeler": "ann",
                  "ts": "2024-03-01T12:00:00Z", "token": "t0k"},
-                {"request_id": "r", "id": "x", "label": 0, "ts": 1_709_294_400},
+                {"request_id": RID2, "id": "x", "label": 0, "ts": 1_709_294_400},
             ]
         ),
         now=NOW,
     )  # fmt: skip
     assert rejects == []
     first, second, third = results
-    assert (first.request_id, first.record_id, first.label, first.model) == ("abc", None, 1, None)
+    assert (first.request_id, first.record_id, first.label, first.model) == (RID, None, 1, None)
     assert first.ts is None and first.labeler is None and first.token is None
     assert (second.record_id, second.model, second.label) == ("rec-9", "fraud", 0)
     assert (second.labeler, second.token, second.ts) == ("ann", "t0k", 1_709_294_400.0)
-    assert (third.request_id, third.record_id, third.ts) == ("r", "x", 1_709_294_400.0)
+    assert (third.request_id, third.record_id, third.ts) == (RID2, "x", 1_709_294_400.0)
     assert [r.source.offset for r in results] == [100, 101, 102]
 
 
@@ -331,12 +334,14 @@ def test_labels_by_request_id_and_by_record_id() -> None:
         (None, RejectReason.MALFORMED_JSON, "tombstone"),
         (b"[]", RejectReason.NOT_AN_OBJECT, "expected a JSON object, got a list"),
         ({"label": 1}, RejectReason.MISSING_FIELD, "needs field 'request_id' or field 'id'"),
-        ({"request_id": "a"}, RejectReason.MISSING_FIELD, "field 'label' is missing"),
-        ({"request_id": "a", "label": 2}, RejectReason.OUT_OF_RANGE, "field 'label': expected 0 or 1, got 2"),
-        ({"request_id": "a", "label": "yes"}, RejectReason.BAD_TYPE, "field 'label': expected 0 or 1 (or false/true), got 'yes'"),
-        ({"request_id": "a", "label": 0.5}, RejectReason.BAD_TYPE, "got 0.5"),
+        ({"request_id": RID}, RejectReason.MISSING_FIELD, "field 'label' is missing"),
+        ({"request_id": RID, "label": 2}, RejectReason.OUT_OF_RANGE, "field 'label': expected 0 or 1, got 2"),
+        ({"request_id": RID, "label": "yes"}, RejectReason.BAD_TYPE, "field 'label': expected 0 or 1 (or false/true), got 'yes'"),
+        ({"request_id": RID, "label": 0.5}, RejectReason.BAD_TYPE, "got 0.5"),
         ({"request_id": 5, "label": 1}, RejectReason.BAD_TYPE, "field 'request_id': expected a string, got 5"),
         ({"request_id": "", "label": 1}, RejectReason.OUT_OF_RANGE, "field 'request_id': expected 1 to 256 characters, got 0"),
+        ({"request_id": "abc", "label": 1}, RejectReason.UNKNOWN_REQUEST, "field 'request_id' 'abc' is not an id this monitor issues (32 lowercase hex characters)"),
+        ({"request_id": RID.upper(), "id": "x", "label": 1}, RejectReason.UNKNOWN_REQUEST, "copy the audit request's request_id, or send the record's 'id'"),
         ({"id": "a" * 300, "label": 1}, RejectReason.OUT_OF_RANGE, "field 'id': expected 1 to 256 characters, got 300"),
         ({"id": "a", "model": 1, "label": 1}, RejectReason.BAD_TYPE, "field 'model': expected a string"),
         ({"id": "a", "labeler": ["x"], "label": 1}, RejectReason.BAD_TYPE, "field 'labeler': expected a string, got a list"),
@@ -359,10 +364,10 @@ def test_each_label_reject_reason(
 
 def test_label_order_is_kept() -> None:
     values: list[bytes | dict[str, Any] | None] = [
-        {"request_id": f"q{i}", "label": i % 2} if i % 3 else b"x" for i in range(30)
+        {"request_id": f"{i:032x}", "label": i % 2} if i % 3 else b"x" for i in range(30)
     ]
     results, rejects = decode_labels(labels(values))
-    assert [r.request_id for r in results] == [f"q{i}" for i in range(30) if i % 3]
+    assert [r.request_id for r in results] == [f"{i:032x}" for i in range(30) if i % 3]
     assert [r.record.offset for r in rejects] == [100 + i for i in range(30) if i % 3 == 0]
 
 
