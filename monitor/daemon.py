@@ -67,6 +67,7 @@ PROBE_EVERY_S = 2.0  # how often the broker is asked for end offsets (liveness, 
 PROBE_TIMEOUT_S = 2.0
 STALL_S = 3.0  # an iteration longer than poll + probe timeouts + this is a stall (not ready)
 WATCH_EVERY_S = 1.0
+UNASSIGNED_WARN_S = 60.0  # connected but given no partition this long: say so (once)
 
 
 GC_GEN0_THRESHOLD = 50_000  # allocations between young-generation collections (default 700)
@@ -97,6 +98,8 @@ class Daemon:
         self.stop = stop or threading.Event()
         self._state = "starting"
         self._beat = time.monotonic()  # end of the last successful iteration
+        self._unassigned_since: float | None = None  # start of the current unassigned spell
+        self._warned_unassigned = False
         # a step blocked on the broker (e.g. a flush waiting FLUSH_TIMEOUT_S) is not ready
         self.stall_s = engine.config.kafka.poll_timeout_ms / 1000.0 + PROBE_TIMEOUT_S + STALL_S
 
@@ -119,6 +122,35 @@ class Daemon:
             log.info("broker connected", extra=extra)
         else:
             log.warning("broker unavailable, retrying with backoff", extra=extra)
+
+    def _note_assignment(self, assigned: bool) -> None:
+        """Log once when the group has given this process no partition for a while.
+
+        While unassigned (joining the group, or a standby when the group has more members than
+        the topics have partitions) the probe has nothing to ask the broker, so the broker's
+        state is left as it was: "broker connected" is said only after a partition's end offsets
+        were read, and this warning says why ``/readyz`` stays 503 meanwhile.
+        """
+        if assigned:
+            self._unassigned_since, self._warned_unassigned = None, False
+        elif self._unassigned_since is None:
+            self._unassigned_since = time.monotonic()
+        elif (
+            not self._warned_unassigned
+            and time.monotonic() - self._unassigned_since > UNASSIGNED_WARN_S
+        ):
+            self._warned_unassigned = True
+            log.warning(
+                "no partition assigned",
+                extra={
+                    "event": "unassigned",
+                    "after_s": UNASSIGNED_WARN_S,
+                    "hint": "the consumer group gave this process none of its topics' partitions: "
+                    "normal for a standby when the group has more members than the scored topic "
+                    "has partitions; otherwise describe the group (kafka-consumer-groups.sh "
+                    "--describe --group GROUP) and read the broker's log",
+                },
+            )
 
     def run(self) -> None:
         """Loop until ``stop`` is set; never exits on broker errors."""
@@ -143,8 +175,11 @@ class Daemon:
                     engine.set_partitions(source.partitions_for(engine.config.kafka.topics.scored))
                     last_probe = now
                 self._beat = time.monotonic()
-                self._set_state("up")
-                engine.metrics.set_ready(source.assigned())
+                assigned = source.assigned()
+                if assigned:  # only then did the probe ask the broker something
+                    self._set_state("up")
+                self._note_assignment(assigned)
+                engine.metrics.set_ready(assigned)
                 backoff = BACKOFF_MIN_S
             except BrokerUnavailable as exc:
                 self._set_state("down", str(exc))

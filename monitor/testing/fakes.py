@@ -60,6 +60,7 @@ class FakeSource:
                 self.pos[(t, p)] = stored.get((t, p), 0)
         self.fail_polls = 0
         self.down = False
+        self.unassigned = False
 
     def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
         """Like a fetch: records from the partitions in turn, at most ``max_records`` in all."""
@@ -68,6 +69,8 @@ class FakeSource:
             msg = "fake broker down"
             raise BrokerUnavailable(msg)
         out: list[RawRecord] = []
+        if self.unassigned:
+            return out
         for (t, p), off in self.pos.items():
             take = self.log.topics[t][p][off : off + max_records - len(out)]
             out.extend(RawRecord(t, p, off + i, ts, k, v) for i, (k, v, ts) in enumerate(take))
@@ -92,8 +95,8 @@ class FakeSource:
         return {(t, p): len(self.log.topics[t][p]) - off for (t, p), off in self.pos.items()}
 
     def assigned(self) -> bool:
-        """Always assigned."""
-        return True
+        """Assigned every partition unless ``unassigned`` is set."""
+        return not self.unassigned
 
     def caught_up(self, topics: Collection[str]) -> bool:
         """Every partition of ``topics`` fully read."""
@@ -104,8 +107,8 @@ class FakeSource:
         return len(self.log.topics.get(topic, [[]]))
 
     def probe(self, timeout_s: float) -> None:
-        """Fails while ``down`` is set."""
-        if self.down:
+        """Fails while ``down`` is set and a partition is assigned (else it asks nothing)."""
+        if self.down and not self.unassigned:
             msg = "fake broker down"
             raise BrokerUnavailable(msg)
 

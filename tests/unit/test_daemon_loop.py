@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from monitor import daemon as daemon_module
 from monitor.cli import main
 from monitor.config.schema import Config, KafkaConfig, ModelConfig
 from monitor.daemon import Daemon
@@ -260,15 +261,20 @@ def test_a_payload_too_deep_to_encode_is_dead_lettered_not_a_crash(
     h.close()
 
 
+def _engine(data_dir: Path, workload: Workload) -> tuple[FakeLog, Store, CollectorRegistry, Engine]:
+    """A log holding ``workload`` and an engine over a fresh store, for a ``Daemon`` to run."""
+    log = FakeLog()
+    _fill(log, workload)
+    cfg = _config(data_dir)
+    store = Store(cfg.data_dir)
+    registry = CollectorRegistry()
+    return log, store, registry, Engine(cfg, store, Exporter(cfg, registry))
+
+
 def test_daemon_retries_with_backoff_logs_once_and_stops(
     tmp_path: Path, workload: Workload, caplog: pytest.LogCaptureFixture
 ) -> None:
-    log = FakeLog()
-    _fill(log, workload)
-    cfg = _config(tmp_path / "d")
-    store = Store(cfg.data_dir)
-    registry = CollectorRegistry()
-    engine = Engine(cfg, store, Exporter(cfg, registry))
+    log, store, registry, engine = _engine(tmp_path / "d", workload)
     attempts = {"n": 0}
     stop = threading.Event()
 
@@ -313,12 +319,7 @@ def test_unchanged_when_replayed_with_other_partitioning(
 def test_idle_daemon_notices_a_lost_broker_and_recovers(
     tmp_path: Path, workload: Workload, caplog: pytest.LogCaptureFixture
 ) -> None:
-    log = FakeLog()
-    _fill(log, workload)
-    cfg = _config(tmp_path / "idle")
-    store = Store(cfg.data_dir)
-    registry = CollectorRegistry()
-    engine = Engine(cfg, store, Exporter(cfg, registry))
+    log, store, registry, engine = _engine(tmp_path / "idle", workload)
     stop = threading.Event()
     sources: list[FakeSource] = []
 
@@ -347,6 +348,52 @@ def test_idle_daemon_notices_a_lost_broker_and_recovers(
     events = [getattr(r, "event", "") for r in caplog.records]
     assert ready == [1.0, 0.0, 1.0]
     assert events.count("broker_down") == 1 and events.count("broker_up") == 2
+    store.close()
+
+
+def test_unassigned_says_nothing_of_the_broker_and_warns_once(
+    tmp_path: Path,
+    workload: Workload,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the group assigns nothing the probe asks the broker nothing: no "broker connected"
+    (a broker down meanwhile went unnoticed and was logged up, then down again once assigned),
+    and one warning per unassigned spell."""
+    monkeypatch.setattr(daemon_module, "UNASSIGNED_WARN_S", 0.5)
+    log, store, registry, engine = _engine(tmp_path / "unassigned", workload)
+    stop = threading.Event()
+    sources: list[FakeSource] = []
+
+    def connect(stored: Callable[[], Mapping[tuple[str, int], int]]) -> tuple[FakeSource, FakeSink]:
+        sources.append(FakeSource(log, [TOPICS.scored, TOPICS.requests, TOPICS.labels], stored))
+        sources[-1].unassigned = sources[-1].down = True
+        return sources[-1], FakeSink(log)
+
+    seen: list[list[str]] = []
+
+    def events() -> list[str]:
+        return [str(getattr(r, "event", "")) for r in caplog.records]
+
+    def script() -> None:
+        time.sleep(1.5)
+        seen.append(events())
+        sources[0].unassigned = sources[0].down = False
+        time.sleep(1.0)
+        sources[0].unassigned = True
+        time.sleep(1.5)
+        stop.set()
+
+    driver = threading.Thread(target=script)
+    driver.start()
+    with caplog.at_level(logging.INFO, logger="monitor"):
+        Daemon(engine, connect, stop).run()
+    driver.join()
+    assert "broker_up" not in seen[0] and seen[0].count("unassigned") == 1
+    assert events().count("broker_up") == 1 and events().count("unassigned") == 2
+    assert "broker_down" not in events()
+    assert store.offsets()[(TOPICS.scored, 0)] == 4000
+    assert registry.get_sample_value("monitor_ready") == 0.0
     store.close()
 
 
