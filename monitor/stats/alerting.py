@@ -120,13 +120,6 @@ def upper_bound(est: Estimate, error: float) -> float:
     return _interval(est, model_se(est), 1.0 - 2.0 * error)[1]
 
 
-def lower_bound(est: Estimate, error: float) -> float:
-    """One-sided lower confidence bound on the model's value (NaN if undefined)."""
-    if not est.defined or math.isnan(est.se):
-        return math.nan
-    return _interval(est, model_se(est), 1.0 - 2.0 * error)[0]
-
-
 def likelihood_upper_bound(likelihood: float, log_se: float, n: int, error: float) -> float:
     """One-sided upper bound of the model likelihood: ``exp(log L + t_{n-1}(1 - error) se)``.
 

@@ -14,7 +14,6 @@ from monitor.stats.alerting import (
     drop_bound,
     likelihood_upper_bound,
     look_error,
-    lower_bound,
     upper_bound,
 )
 from monitor.stats.estimate import Estimate
@@ -57,14 +56,12 @@ def test_one_sided_bound_is_the_estimators_own_interval_at_level_1_minus_2e(
     est = estimate_falpha(sample, 0.5, 0.95)
     assert est.se_model > est.se  # no finite-population correction: wider
     for error in (0.05, 0.005):
-        lo, hi = interval_from_se(
+        hi = interval_from_se(
             est.value, est.se_model, est.n_labels, est.n_eff_model, 1 - 2 * error
-        )
+        )[1]
         assert upper_bound(est, error) == pytest.approx(hi, rel=1e-12)
-        assert lower_bound(est, error) == pytest.approx(lo, rel=1e-12)
     design_99 = estimate_falpha(sample, 0.5, 0.99)
     assert design_99.upper < upper_bound(est, 0.005) < upper_bound(est, 1e-5) <= 1.0
-    assert lower_bound(est, 1e-5) < design_99.lower
 
 
 def test_degenerate_estimate_uses_the_estimators_effective_size_not_the_kish_ess() -> None:
@@ -74,9 +71,14 @@ def test_degenerate_estimate_uses_the_estimators_effective_size_not_the_kish_ess
     pi = np.array([1.0] * 30 + [0.01] * 300)
     est = estimate_falpha(LabeledSample.poisson(np.full(330, 0.5), pred, label, pi), 0.0, 0.95)
     assert est.value == 1.0 and est.lower < 0.05
-    assert lower_bound(est, 0.025) < 0.05  # was 0.878 with Wilson on the Kish ESS of 30
+    # a healthy intrinsic recall of 0.70 is inside the calibration check's interval
+    outside, lower = disagreement(est, 0.70, 0.05)
+    assert not outside and lower < 0.05  # was 0.878 with Wilson on the Kish ESS of 30
     kish = Estimate(est.value, est.se, est.lower, est.upper, est.n_labels, est.ess, 0.95)
-    assert lower_bound(kish, 0.025) > 0.8  # the old behaviour, for estimates without n_eff
+    outside, lower = disagreement(kish, 0.70, 0.05)
+    assert outside and lower > 0.8  # the old behaviour, for estimates without n_eff
+    # the upper bound of the model's recall is 1, whichever size the Wilson interval rests on
+    assert upper_bound(est, 0.025) == upper_bound(kish, 0.025) == 1.0
 
 
 def test_likelihood_upper_bound_is_a_t_bound_on_the_log_scale() -> None:
@@ -89,7 +91,6 @@ def test_likelihood_upper_bound_is_a_t_bound_on_the_log_scale() -> None:
 def test_undefined_estimates_give_nan_bounds() -> None:
     missing = Estimate.missing(0.95)
     assert math.isnan(upper_bound(missing, 0.01))
-    assert math.isnan(lower_bound(missing, 0.01))
     assert math.isnan(drop_bound(missing, 0.8, 0.01, 0.01))
     outside, bound = disagreement(missing, 0.8, 0.01)
     assert outside is False
@@ -151,5 +152,5 @@ def test_fast_t_quantile_matches_the_estimators() -> None:
 
 def test_huge_standard_error_gives_the_whole_range_not_an_overflow() -> None:
     est = Estimate(0.5, 1e3, 0.0, 1.0, 40, 2.0, 0.95, 2.0, 1e3, 2.0)
-    assert lower_bound(est, 1e-5) == 0.0
     assert upper_bound(est, 1e-5) == 1.0
+    assert disagreement(est, 1e-9, 1e-5) == (False, 0.0)
