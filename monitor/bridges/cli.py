@@ -20,7 +20,7 @@ from monitor.bridges.labelstudio import LabelStudioBridge
 from monitor.bridges.ls_client import LabelStudioAuthError, LabelStudioError
 from monitor.bridges.ls_config import parse_labelstudio, state_path
 from monitor.config.load import load_config
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, MonitorError
 from monitor.logs import setup_logging
 
 
@@ -66,6 +66,9 @@ def run_labelstudio(args: argparse.Namespace) -> int:
         return 2
     except ConfigError:
         raise
+    except MonitorError as exc:
+        print(f"monitor queue labelstudio: error: {exc}", file=sys.stderr)
+        return 2
     stop = threading.Event()
 
     def _on_signal(signum: int, frame: FrameType | None) -> None:

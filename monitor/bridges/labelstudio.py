@@ -46,6 +46,7 @@ from monitor.bridges.ls_tasks import decide as decide_label
 from monitor.bridges.ls_tasks import project_fields, read_answer, task_body
 from monitor.config.kafka_client import kafka_client_options
 from monitor.config.schema import Config
+from monitor.core.messages import AuditRequest
 from monitor.errors import MonitorError
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,17 @@ _BACKOFF_MAX_S = 60.0
 
 
 def parse_request(value: bytes | None) -> dict[str, Any] | None:
-    """A request record's JSON, or None when it lacks a field the task needs."""
+    """A request record's JSON, or None when it is not a request the monitor could have written.
+
+    The fields a task shows must have their types, and the request must pass the daemon's own
+    check (``AuditRequest.from_json``: pi in (0, 1], score in [0, 1], finite times up to year
+    9999): a value Label Studio cannot store (NaN, Infinity) or show would otherwise make it
+    refuse the whole import, again at every retry, and stop the bridge.
+    """
     try:
         req = json.loads(value or b"")
-    except ValueError:
+        AuditRequest.from_json(value or b"")
+    except (ValueError, OverflowError, RecursionError):
         return None
     if not isinstance(req, dict):
         return None
@@ -143,7 +151,8 @@ class LabelStudioBridge:
         Raises:
             LabelStudioAuthError: the token is refused.
             LabelStudioUnavailable: Label Studio cannot be reached.
-            MonitorError: the Kafka side did not come up within ``ready_timeout_s``.
+            MonitorError: the HTTP port cannot be bound, or the Kafka side did not come up
+                within ``ready_timeout_s``.
         """
         user = self.client.whoami()
         log.info(
@@ -153,9 +162,18 @@ class LabelStudioBridge:
         self._ls_up = True
         self.metrics.up.set(1)
         self._state = BridgeState(self.state_file)
-        self._server = BridgeServer(
-            self.ls.listen_address, self.ls.port, self.metrics, self._healthy, self._is_ready
-        ).start()
+        try:
+            self._server = BridgeServer(
+                self.ls.listen_address, self.ls.port, self.metrics, self._healthy, self._is_ready
+            ).start()
+        except OSError as exc:
+            self.stop()
+            msg = (
+                f"cannot listen on {self.ls.listen_address}:{self.ls.port}: "
+                f"{exc.strerror or exc}; set labelstudio.port to a free port (0: any) or "
+                "labelstudio.listen_address to an address of this host"
+            )
+            raise MonitorError(msg) from None
         for model in sorted(set(self.config.models) | set(self.state.watermarks())):
             self._project(model)
         self._poll_all()
@@ -163,7 +181,11 @@ class LabelStudioBridge:
         self._thread.start()
         if not self._ready.wait(ready_timeout_s) or self.error is not None:
             self.stop()
-            msg = f"the bridge could not start consuming requests: {self.error}"
+            servers = ",".join(self.config.kafka.bootstrap_servers)
+            msg = (
+                f"the bridge could not start consuming requests from Kafka at {servers}: "
+                f"{self.error} (kafka.bootstrap_servers, or --bootstrap-servers)"
+            )
             raise MonitorError(msg)
         return self
 
@@ -264,12 +286,20 @@ class LabelStudioBridge:
         self.metrics.errors.inc()
         self.metrics.up.set(0)
         self._recheck = True
-        if self._ls_up:
-            log.warning(
-                "a Label Studio or Kafka call failed; retrying with backoff",
-                extra={"event": "labelstudio_down", "error": str(exc), "retry_in_s": backoff},
-            )
+        if not self._ls_up:
+            return
         self._ls_up = False
+        if type(exc) is LabelStudioError:  # answered, but refused: a retry alone will not do
+            log.error(
+                "Label Studio refused a call; retrying with backoff until what its answer names "
+                "is fixed (e.g. a project whose labeling config lost the bridge's fields)",
+                extra={"event": "labelstudio_refused", "error": str(exc), "retry_in_s": backoff},
+            )
+            return
+        log.warning(
+            "a Label Studio or Kafka call failed; retrying with backoff",
+            extra={"event": "labelstudio_down", "error": str(exc), "retry_in_s": backoff},
+        )
 
     def _step(self, consumer: Any, producer: Any) -> None:
         if self._recheck:
@@ -332,7 +362,11 @@ class LabelStudioBridge:
         for model, reqs in sorted(by_model.items()):
             project = self._project(model)
             wording = self.ls.wording_of(model)
-            ids = self.client.import_tasks(project, [task_body(r, wording) for r in reqs])
+            try:
+                ids = self.client.import_tasks(project, [task_body(r, wording) for r in reqs])
+            except LabelStudioNotFound:  # the project was deleted: find or create it again
+                self.projects.pop(model, None)
+                raise
             now = time.time()
             self.state.add_tasks(
                 [_row(r, project, tid, now) for r, tid in zip(reqs, ids, strict=True)]
@@ -410,9 +444,12 @@ class LabelStudioBridge:
                 if row.project_id != project:
                     continue
                 current = listed.get(row.task_id)
-                if current is None:
-                    self._gone(row)
-                    continue
+                if current is None:  # or a listing that skipped it, its pages shifting under
+                    try:  # a deletion: only Label Studio's 404 for the task itself says gone
+                        current = self.client.task(row.task_id)
+                    except LabelStudioNotFound:
+                        self._gone(row)
+                        continue
                 mark = (
                     current.get("updated_at"),
                     current.get("total_annotations"),

@@ -147,9 +147,11 @@ class LabelStudioClient:
 
         ``fields="all"``: with annotations; ``"task_only"``: without them, but with meta,
         ``updated_at`` (changed by every new, edited or deleted annotation) and the counts
-        ``total_annotations`` and ``cancelled_annotations``.
+        ``total_annotations`` and ``cancelled_annotations``. Pages are read until the answer's
+        ``total`` is reached or a page is empty: a server may cap the page size below the one
+        asked for (``TASK_API_PAGE_SIZE_MAX``), so a short page is not the last.
         """
-        page = 1
+        page, seen = 1, 0
         while True:
             query: dict[str, str | int] = {
                 "project": project_id,
@@ -163,7 +165,9 @@ class LabelStudioClient:
                 return
             tasks = body.get("tasks", [])
             yield from tasks
-            if len(tasks) < _PAGE:
+            seen += len(tasks)
+            total = body.get("total")
+            if not tasks or (isinstance(total, int) and seen >= total):
                 return
             page += 1
 

@@ -25,6 +25,8 @@ Every problem is reported at once, with its key path, as a ``ConfigError``.
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -56,7 +58,8 @@ _KEYS = (
 )
 _WORDING_KEYS = ("positive", "negative", "instructions")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
+#: Label Studio's longest project title
+MAX_TITLE = 50
 _EXAMPLE = "http://127.0.0.1:8080"
 
 
@@ -91,8 +94,16 @@ class LabelStudioConfig:
     group_id: str = "activeaudit-labelstudio"
 
     def title(self, model: str) -> str:
-        """The project title of ``model``."""
-        return self.project_title.replace("{model}", model)
+        """The project title of ``model``: ``project_title`` with ``{model}`` replaced.
+
+        Label Studio refuses titles over 50 characters, so a longer one keeps its first 41 and
+        ends with ``~`` and 8 hex digits of its hash (the same project at every start).
+        """
+        title = self.project_title.replace("{model}", model)
+        if len(title) <= MAX_TITLE:
+            return title
+        digest = hashlib.blake2b(title.encode("utf-8", "surrogatepass"), digest_size=4)
+        return f"{title[: MAX_TITLE - 9]}~{digest.hexdigest()}"
 
     def wording_of(self, model: str) -> Wording:
         """The wording for ``model`` (its own, else the section's)."""
@@ -107,11 +118,7 @@ class LabelStudioConfig:
         """The URL Label Studio posts webhooks to (``port``: the port actually bound)."""
         if self.webhook_url is not None:
             return self.webhook_url
-        host = self.listen_address
-        if host in ("0.0.0.0", "::", ""):
-            host = "127.0.0.1"
-        if ":" in host and not host.startswith("["):
-            host = f"[{host}]"
+        host = "127.0.0.1" if self.listen_address == "0.0.0.0" else self.listen_address
         return f"http://{host}:{port}/webhook"
 
     def token(self) -> str:
@@ -156,12 +163,17 @@ def parse_labelstudio(data: Any, source: str) -> LabelStudioConfig:
         annotators="majority" if annotators == "majority" else "first",
         majority_of=sec.integer("majority_of", base.majority_of, 2, 99),
         poll_interval_s=sec.duration("poll_interval_s", base.poll_interval_s),
-        listen_address=sec.text("listen_address", base.listen_address, _HOST, "an IP address"),
+        listen_address=_ipv4(sec, "listen_address", base.listen_address),
         port=sec.integer("port", base.port, 0, 65_535),
         webhook_url=hook,
         state_file=sec.text("state_file", base.state_file),
         group_id=sec.text("group_id", base.group_id),
     )
+    if "{model}" not in config.project_title:
+        problems.add(
+            sec.where("project_title"),
+            f"must contain {{model}} (one project per model), got {config.project_title!r}",
+        )
     if config.annotators == "majority" and config.majority_of % 2 == 0:
         problems.add(
             sec.where("majority_of"),
@@ -193,6 +205,21 @@ def _url(sec: Section, key: str, default: str | None) -> str | None:
         "must not contain credentials (user:password@); use token_env",
     )
     return checked or default
+
+
+def _ipv4(sec: Section, key: str, default: str) -> str:
+    """An IPv4 address the bridge's HTTP server can bind (it listens on IPv4 only)."""
+    value = sec.text(key, default)
+    try:
+        ipaddress.IPv4Address(value)
+    except ValueError:
+        sec.problems.add(
+            sec.where(key),
+            f"expected an IPv4 address such as 127.0.0.1 or 0.0.0.0 (the bridge listens on "
+            f"IPv4 only), got {value!r}",
+        )
+        return default
+    return value
 
 
 def _wording(sec: Section, base: Wording) -> Wording:

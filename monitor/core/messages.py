@@ -93,6 +93,10 @@ class LabelResult:
         )
 
 
+#: Latest time (seconds since the epoch) a request's ``ts`` or ``deadline`` may name: the end
+#: of year 9999, the last a calendar (and Label Studio's task view) can show.
+MAX_TIME = 253_402_300_799.0
+
 #: What every request id ``request_id_for`` makes looks like: 32 lowercase hex characters.
 REQUEST_ID = re.compile(r"[0-9a-f]{32}")
 
@@ -187,7 +191,14 @@ class AuditRequest:
             msg = f"not a request: {exc!r}"
             raise ValueError(msg) from exc
         phat_ok = req.phat is None or 0.0 <= req.phat <= 1.0
-        if not (0.0 < req.pi <= 1.0 and 0.0 <= req.score <= 1.0 and req.pred in (0, 1) and phat_ok):
+        times_ok = 0.0 <= req.ts <= MAX_TIME and 0.0 <= req.deadline <= MAX_TIME
+        if not (
+            0.0 < req.pi <= 1.0
+            and 0.0 <= req.score <= 1.0
+            and req.pred in (0, 1)
+            and phat_ok
+            and times_ok
+        ):
             msg = "request field out of range"
             raise ValueError(msg)
         return req

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +26,7 @@ from monitor.bridges.ls_client import (
 )
 from monitor.bridges.ls_server import LabelStudioServer
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
+from monitor.errors import MonitorError
 from monitor.ports import free_port
 from monitor.sim.embedded_broker import EmbeddedBroker
 from tests.integration.ls_helpers import (
@@ -249,6 +252,63 @@ def test_start_up_errors_are_clear(
     )
     assert out.returncode == 2
     assert "is not set" in out.stderr and "Access Token" in out.stderr
+
+    with socket.socket() as taken:  # the bridge's port in use: a message, not a traceback
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = ls_config(labelstudio, "x", port=taken.getsockname()[1])
+        with pytest.raises(MonitorError, match=r"cannot listen on 127\.0\.0\.1:\d+: .*in use"):
+            LabelStudioBridge(config, busy, tmp_path / "c", labelstudio.token).start()
+
+
+def test_a_bad_request_a_listing_that_skips_a_task_and_a_deleted_project_stop_nothing(
+    broker: EmbeddedBroker,
+    make_topics: Callable[..., TopicsConfig],
+    labelstudio: LabelStudioServer,
+    tmp_path: Path,
+    bridges: list[LabelStudioBridge],
+) -> None:
+    """A request Label Studio cannot store made it refuse every import (the bridge stalled);
+    a task missing from one listing (pages shifting under a deletion, or a server capping the
+    page size) was taken for deleted and its answer lost; a project deleted in Label Studio
+    stalled every import until a restart."""
+    topics = make_topics()
+    ls = ls_config(labelstudio, uuid.uuid4().hex[:8])
+    client = LabelStudioClient(labelstudio.url, labelstudio.token)
+    bridge = LabelStudioBridge(
+        _config(broker, topics), ls, tmp_path / "s.sqlite", labelstudio.token,
+        consumer_config=FAST_GROUP,
+    )  # fmt: skip
+    bridges.append(bridge.start())
+    title = ls.title("default")
+    reqs = [request(0), {**request(1), "pi": float("nan")}, request(2)]
+    produce(broker.bootstrap, topics.requests, reqs)
+    wait_for("2 tasks", lambda: len(project_tasks(client, title)) == 2)
+    assert metric(bridge, "labelstudio_bridge_requests_invalid_total") == 1
+    assert metric(bridge, "labelstudio_bridge_labelstudio_up") == 1
+
+    # one listing leaves a task out: it is asked for by id, not taken for deleted
+    by_rid = {t["meta"]["request_id"]: t["id"] for t in project_tasks(client, title)}
+    victim = by_rid[reqs[2]["request_id"]]
+    listing = bridge.client.tasks
+
+    def skipping(project_id: int, fields: str = "all") -> Iterator[dict[str, Any]]:
+        return (t for t in listing(project_id, fields) if t.get("id") != victim)
+
+    bridge.client.tasks = skipping  # type: ignore[method-assign]
+    annotate(client, victim, 0)
+    assert bridge.settle()
+    assert metric(bridge, "labelstudio_bridge_tasks_deleted_total", model="default") == 0
+    labels = read_labels(broker.bootstrap, topics.labels, 1)
+    assert [(x["request_id"], x["label"]) for x in labels] == [(reqs[2]["request_id"], 0)]
+    bridge.client.tasks = listing  # type: ignore[method-assign]
+
+    # the project deleted in Label Studio: the next import finds none and creates it again
+    old = next(p["id"] for p in client.projects() if p["title"] == title)
+    client.call("DELETE", f"/api/projects/{old}")
+    produce(broker.bootstrap, topics.requests, [request(3)])
+    wait_for("a task in a new project", lambda: len(project_tasks(client, title)) == 1, 90)
+    assert [p["id"] for p in client.projects() if p["title"] == title] != [old]
 
 
 def test_majority_of_three_annotators(

@@ -69,6 +69,20 @@ def test_settings_defaults_and_every_problem_reported() -> None:
         assert key in text
     with pytest.raises(ConfigError, match="must be odd"):
         parse_labelstudio({"labelstudio": {"annotators": "majority", "majority_of": 4}}, "m")
+    for address in ("[::1]", "::", "not-a-host", "999.1.1.1"):  # the server binds IPv4 only
+        with pytest.raises(ConfigError, match="expected an IPv4 address"):
+            parse_labelstudio({"labelstudio": {"listen_address": address}}, "m")
+    with pytest.raises(ConfigError, match=r"must contain \{model\} \(one project per model\)"):
+        parse_labelstudio({"labelstudio": {"project_title": "Audits"}}, "m")
+
+
+def test_titles_longer_than_label_studio_takes_are_shortened_the_same_way_every_time() -> None:
+    ls = LabelStudioConfig()
+    long_model = "card-not-present-fraud-detector-eu-west-v2-canary"
+    title = ls.title(long_model)
+    assert len(title) == 50 and title.startswith("Audit: card-not-present-fraud-detecto")
+    assert title == ls.title(long_model) != ls.title(long_model + "x")
+    assert ls.title("x" * 43) == "Audit: " + "x" * 43  # 50 characters: kept as it is
 
 
 def test_token_from_the_environment_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,7 +98,6 @@ def test_token_from_the_environment_never_shown(monkeypatch: pytest.MonkeyPatch)
 
 def test_hook_url_and_state_path(tmp_path: Path) -> None:
     assert LabelStudioConfig(listen_address="0.0.0.0").hook_url(9) == "http://127.0.0.1:9/webhook"
-    assert LabelStudioConfig(listen_address="::1").hook_url(9) == "http://[::1]:9/webhook"
     assert LabelStudioConfig(webhook_url="http://b/h").hook_url(9) == "http://b/h"
     assert state_path(LabelStudioConfig(), tmp_path) == tmp_path / "labelstudio-bridge.sqlite"
 
@@ -173,6 +186,17 @@ def test_requests_need_the_fields_a_task_shows() -> None:
         assert parse_request(json.dumps(req).encode()) is None
     assert parse_request(json.dumps(_req(pred=2)).encode()) is None
     assert parse_request(json.dumps(_req(token=5)).encode()) is None
+    # values Label Studio cannot store or show made it refuse every import, for good
+    for value in (
+        b'{"pi": NaN}',
+        b'{"score": Infinity}',
+        b'{"deadline": 1e300}',
+        b'{"ts": -Infinity}',
+        b'{"pi": 1.5}',
+        b'{"deadline": 1' + b"0" * 400 + b"}",
+    ):
+        patched = json.dumps(_req()).encode()[:-1] + b", " + value[1:]
+        assert parse_request(patched) is None, value
 
 
 def test_webhook_bodies_name_their_tasks() -> None:
