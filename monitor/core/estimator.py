@@ -7,7 +7,8 @@ is ``duplicate_label``, another value ``conflicting_label``; a label for a reque
 the model's watermark has passed is ``expired_request``; a label whose request is not known yet
 waits (parked, bounded) and becomes ``unknown_request`` after ``label_park_grace_s``. A label
 naming a record id or model other than its request's is ``unknown_request`` too, and with
-``labels.token_secret`` set a label must echo the request's HMAC token (``bad_token``).
+``labels.token_secret`` set a label must echo the request's HMAC token (``bad_token``, judged
+before a label is parked, so forged labels never take a parked one's place).
 
 Per (model, segment, window) the estimate is the Horvitz-Thompson ratio of seed 000 Eq. 4 with
 ``v = 1/pi`` (``monitor.stats.measures.measure_all``) over the labelled requests of the window's
@@ -281,6 +282,10 @@ class EstimatorService:
             rid = self._request_id(lab)
             state = self._requests.get(rid)
             if state is None:
+                bad = self._bad_token(rid, lab)
+                if bad is not None:  # judged before parking: a forged label takes no place
+                    rejects.append(bad)
+                    continue
                 item = ParkedLabel(rid, lab, now)
                 self._parked.setdefault(rid, []).append(item)
                 self._n_parked += 1
@@ -330,11 +335,21 @@ class EstimatorService:
                 del self._parked[rid]
         return out
 
+    def _bad_token(self, request_id: str, lab: LabelResult) -> Reject | None:
+        """``bad_token`` when a token secret is set and the label's token is wrong.
+
+        The token is the HMAC of ``request_id`` alone, so it is judged before the request is known.
+        """
+        secret = self.config.label_token_secret
+        if secret and not token_matches(secret, request_id, lab.token):
+            return Reject(RejectReason.BAD_TOKEN, "token does not match", lab.source)
+        return None
+
     def _apply(self, state: RequestState, lab: LabelResult) -> Reject | None:
         req = state.request
-        secret = self.config.label_token_secret
-        if secret and not token_matches(secret, req.request_id, lab.token):
-            return Reject(RejectReason.BAD_TOKEN, "token does not match", lab.source)
+        bad = self._bad_token(req.request_id, lab)
+        if bad is not None:
+            return bad
         if (lab.record_id is not None and lab.record_id != req.id) or (
             lab.model is not None and lab.model != req.model
         ):

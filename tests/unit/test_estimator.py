@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import numpy as np
@@ -128,6 +129,26 @@ def test_early_labels_park_then_match_and_overflow_is_bounded(rng: np.random.Gen
     states = [est.request(x.request_id) for x in r]
     assert [None if x is None else x.label for x in states] == [None, 1, 1, 1, None]
     assert est.take_label_counts() == {"default": 3}
+
+
+def test_forged_labels_are_refused_by_their_token_before_they_can_evict_a_parked_one(
+    rng: np.random.Generator,
+) -> None:
+    cfg = dataclasses.replace(CFG, label_token_secret="k" * 16)
+    s = make_stream(rng, 3000, span_s=3600)
+    res = SamplerService(cfg).process(s.batch(slice(None)))
+    est = EstimatorService(cfg, Clock())
+    est.apply_traffic(res.traffic)
+    genuine = res.requests[0]
+    src = RawRecord("labels", 0, 0, 0, None, b"{}")
+    early = LabelResult(genuine.request_id, None, 1, None, None, genuine.token, src)
+    assert est.handle_labels([early]) == [] and est.n_parked == 1  # its request comes later
+    forged = [_label(f"{i:032x}", 1, i + 1) for i in range(10)]  # no token; park limit 3
+    assert [r.reason for r in est.handle_labels(forged)] == [RejectReason.BAD_TOKEN] * 10
+    assert est.n_parked == 1
+    assert est.upsert_requests([genuine]) == []
+    state = est.request(genuine.request_id)
+    assert state is not None and state.label == 1
 
 
 def test_label_by_record_id(rng: np.random.Generator) -> None:
