@@ -291,6 +291,10 @@ def calibration_error(
     p = np.asarray(prob, dtype=np.float64).reshape(-1)
     y = np.asarray(label, dtype=np.float64).reshape(-1)
     w = np.asarray(v, dtype=np.float64).reshape(-1)
+    # the sums below in one order whatever the items' order: rounding differences of the sums
+    # could otherwise put a value whose middle lies on a bin edge on either side of it
+    order = np.lexsort((y, w, p))
+    p, y, w = p[order], y[order], w[order]
     total = float(w.sum())
     if p.size == 0 or not total > 0.0:
         return math.nan
