@@ -225,12 +225,21 @@ class Store:
         estimator: EstimatorChanges,
         offsets: Mapping[tuple[str, int], int],
         feed: FeedChanges | None = None,
+        documents: Mapping[str, Any] | None = None,
     ) -> None:
-        """Write every change and the next offsets in one transaction (all or nothing)."""
+        """Write every change and the next offsets in one transaction (all or nothing).
+
+        ``documents``: JSON documents (as ``put_json`` saves them) written in the same
+        transaction.
+        """
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
             self._write(db, sampler, estimator, offsets)
+            db.executemany(
+                "INSERT OR REPLACE INTO kv VALUES (?, ?)",
+                [(k, json.dumps(v, sort_keys=True)) for k, v in (documents or {}).items()],
+            )
             if feed is not None:
                 db.executemany(
                     "INSERT OR REPLACE INTO feed VALUES (?, ?, ?, ?)",

@@ -4,13 +4,16 @@ In a fixed order::
 
     poll -> decode -> sampler -> estimator (requests, labels, parked)
          -> produce requests + dead letters, flush
-         -> ONE store transaction (state + next offsets) -> Kafka commit -> metrics
+         -> ONE store transaction (state + next offsets) -> Kafka commit
+         -> refit of the maps the new labels are due (``_recalibrate``) -> metrics
 
 Nothing is committed before it is durable: requests and dead letters are acknowledged before
 the transaction, and the transaction before the Kafka commit. After a broker failure the
 ``Daemon`` calls ``rollback``: the in-memory state is reloaded from the store and the consumer
 seeks back to the stored offsets; the deterministic decisions then reproduce the same requests
-(idempotent by key and bytes).
+(idempotent by key and bytes). The models whose maps new labels are due to refit are stored in
+the step's transaction (``REFIT_DUE_KEY``) and cleared by the refit, so a crash between the two
+refits them at the restart, as the lost run would have.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ _TOPIC_PARTITION = attrgetter("topic", "partition")
 SNAPSHOT_EVERY_S = 1.0  # snapshots at most this often...
 SNAPSHOT_LABELS_S = 0.2  # ...or this often when labels arrived
 FLUSH_TIMEOUT_S = 30.0
+#: Store document: the models whose labels were committed but whose maps are not refitted yet
+REFIT_DUE_KEY = "refit_due"
 
 
 def split_poll(
@@ -160,6 +165,9 @@ class Engine:
             raise StoreError(msg) from exc
         if self.feed is not None:  # (again: a crash may have come between store and Kafka)
             self._maps_due = set(self.sampler.calibration)
+        due = self.store.get_json(REFIT_DUE_KEY)
+        if due:  # a crash came between the labels' commit and their refit: refit them now
+            self._recalibrate(str(m) for m in due)
         self._dirty = True
 
     def _recalibrate(self, models: Iterable[str]) -> None:
@@ -219,6 +227,7 @@ class Engine:
                 )
             if self.feed is not None:
                 self._maps_due.update(m for m in new if new[m] != cal.get(m))
+        self.store.put_json(REFIT_DUE_KEY, [])
 
     def _recover(self, reader: TopicReader) -> None:
         """Role estimator, before the first step: continue from the highest published versions.
@@ -386,6 +395,7 @@ class Engine:
         rejects.extend(self.estimator.expire_parked(requests_caught_up=caught_up))
         sampler_changes = self.sampler.take_changes()
         estimator_changes = self.estimator.take_changes()
+        labels_ok = self.estimator.take_label_counts()
         feed_changes = None
         if self.feed is not None:
             for model, horizon in estimator_changes.prune.items():
@@ -408,7 +418,9 @@ class Engine:
             sink.flush(FLUSH_TIMEOUT_S)
             if fp is not None:
                 fp.hit("flush")
-            self.store.commit(sampler_changes, estimator_changes, offsets, feed_changes)
+            # the models whose maps these labels are due to refit, durable with the labels
+            due = {REFIT_DUE_KEY: sorted(labels_ok)} if labels_ok else None
+            self.store.commit(sampler_changes, estimator_changes, offsets, feed_changes, due)
             self._dirty = True
             try:
                 source.commit(offsets)
@@ -419,7 +431,6 @@ class Engine:
                 )
             if fp is not None:
                 fp.hit("commit")
-        labels_ok = self.estimator.take_label_counts()
         if labels_ok:
             self._recalibrate(labels_ok)
         for model, cal in self.sampler.calibration.items():

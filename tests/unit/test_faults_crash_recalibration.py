@@ -212,6 +212,36 @@ def test_kills_while_the_map_changes_keep_requests_a_function_of_stored_controls
     h.close()
 
 
+def test_a_crash_between_the_labels_commit_and_their_refit_refits_at_the_restart(
+    tmp_path: Path, shared_workload: Workload, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The labels were durable, but the refit they were due ran only on labels accepted in the
+    same step: after a crash between the two the map stayed the old one until more labels
+    came, and the next hours' requests differed from an uninterrupted run's."""
+    monkeypatch.setattr(loop_tests, "_config", _recalibrating)
+    maps = {}
+    for name in ("uninterrupted", "killed"):
+        log = FakeLog()
+        arrivals = _Arrivals(log, shared_workload)
+        while arrivals.more():
+            pass
+        h = Harness(log, tmp_path / name)
+        h.drain()
+        _answer(log, shared_workload)
+        if name == "killed":  # right after the step that takes the labels has committed
+            h.engine.failpoint = Failpoint("commit", 1, action=_kill)
+            with pytest.raises(_Killed):
+                h.drain()
+            assert not h.engine.sampler.calibration  # the refit never ran
+            h.close()
+            h = Harness(log, tmp_path / name)
+        h.drain()
+        maps[name] = h.engine.sampler.calibration
+        h.close()
+    assert maps["uninterrupted"]["default"].version >= 1
+    assert maps["killed"] == maps["uninterrupted"]
+
+
 def test_the_map_is_durable_before_a_control_records_it(
     tmp_path: Path, shared_workload: Workload, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,7 +19,8 @@ ALLOWED: dict[str, set[str]] = {
     "testing": {"core", "errors", "runtime"},
     "offline": {"errors", "stats", "sim"},
     "sim": {"core", "config", "errors", "logs", "io", "stats", "bridges", "ports"},
-    "bridges": {"config", "errors", "logs", "ports"},  # talks to the topics and the tool only
+    # talks to the topics (their messages: core.messages) and the tool only
+    "bridges": {"config", "core", "errors", "logs", "ports"},
 }
 
 
