@@ -91,6 +91,7 @@ class EstimatorChanges:
     parked_removed: list[ParkedLabel] = field(default_factory=list)
     watermarks: dict[str, float] = field(default_factory=dict)
     prune: dict[str, int] = field(default_factory=dict)  # model -> first bucket kept
+    requests_removed: list[str] = field(default_factory=list)  # past the horizon and deadline
 
 
 class EstimatorService:
@@ -230,10 +231,12 @@ class EstimatorService:
             return
         self._pruned[model] = horizon
         old = [k for k in self._traffic if k[0] == model and k[2] < horizon]
+        # a request stays until its deadline too: a label may come for it until then
+        wm = self.watermark(model)
         stale = [
             r
             for r, s in self._requests.items()
-            if s.request.model == model and s.request.bucket < horizon
+            if s.request.model == model and s.request.bucket < horizon and s.request.deadline < wm
         ]
         if not old and not stale:
             return
@@ -243,6 +246,7 @@ class EstimatorService:
         for r in stale:
             del self._requests[r]
             self._changes.requests.pop(r, None)
+        self._changes.requests_removed.extend(stale)
         self._changes.prune[model] = horizon
 
     # ---------------------------------------------------------------- requests

@@ -347,7 +347,9 @@ class Store:
         )
         for m, horizon in estimator.prune.items():
             db.execute("DELETE FROM segment_traffic WHERE model=? AND bucket<?", (m, horizon))
-            db.execute("DELETE FROM requests WHERE model=? AND bucket<?", (m, horizon))
+        db.executemany(
+            "DELETE FROM requests WHERE request_id=?", [(r,) for r in estimator.requests_removed]
+        )
         db.executemany(
             "INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)",
             [(t, p, o) for (t, p), o in offsets.items()],

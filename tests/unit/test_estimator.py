@@ -117,6 +117,34 @@ def test_duplicate_conflicting_unknown_and_expired(rng: np.random.Generator) -> 
     assert exp.reason == RejectReason.EXPIRED_REQUEST
 
 
+def test_a_request_past_the_windows_waits_for_its_label_until_its_deadline(
+    rng: np.random.Generator,
+) -> None:
+    """Windows of 1 h and 24 h keep 48 h of requests, the deadline is 7 days: a label 50 h
+    after its record was unknown_request; it counts until the deadline, then expires."""
+    cfg = dataclasses.replace(
+        CFG, windows=WindowsConfig(3600, (("1h", 3600), ("24h", 86_400))), label_park_max=100
+    )
+    est = EstimatorService(cfg, Clock())
+
+    def traffic(start: float) -> SamplerResult:
+        s = make_stream(rng, 300, start=start, span_s=600.0)
+        s.ids = np.array([f"{start:.0f}-{i}" for i in range(300)])
+        res = SamplerService(cfg).process(s.batch(slice(None)))
+        est.apply_traffic(res.traffic)
+        return res
+
+    first = traffic(1_700_000_000.0).requests
+    est.upsert_requests(first)
+    traffic(first[0].ts + 50 * 3600.0)  # the watermark 50 h later: past every window
+    assert est.request(first[0].request_id) is not None
+    assert est.handle_labels([_label(first[0].request_id, 1, 0)]) == []
+    assert est.take_label_counts() == {"default": 1}
+    traffic(first[-1].deadline + 3600.0)  # every deadline passed: the requests are gone
+    assert est.request(first[1].request_id) is None
+    assert est.take_changes().requests_removed  # the store deletes them too
+
+
 def test_early_labels_park_then_match_and_overflow_is_bounded(rng: np.random.Generator) -> None:
     _, res, est, _ = _setup(rng)
     r = res.requests[:5]
