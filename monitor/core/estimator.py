@@ -4,7 +4,8 @@ Requests are upserted idempotently (from the requests topic, and directly from t
 the same process). A label is matched to its request by request id (or by record id, which
 gives ``blake2b(f"{salt}|{model}|{id}")``): the first valid label stands; the same value again
 is ``duplicate_label``, another value ``conflicting_label``; a label for a request whose deadline
-the model's watermark has passed is ``expired_request``; a label whose request is not known yet
+the model's watermark has passed, and written after the scored stream passed it
+(``_written_late``), is ``expired_request``; a label whose request is not known yet
 waits (parked, bounded) and becomes ``unknown_request`` after ``label_park_grace_s``. A label
 naming a record id or model other than its request's is ``unknown_request`` too, and with
 ``labels.token_secret`` set a label must echo the request's HMAC token (``bad_token``, judged
@@ -31,6 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +40,7 @@ import numpy.typing as npt
 from monitor.config.schema import Config, ModelConfig
 from monitor.core.messages import AuditRequest, LabelResult, Reject, request_id_for, token_matches
 from monitor.core.recalibration import label_window_buckets
+from monitor.core.records import ScoredBatch
 from monitor.core.sampler import retention_buckets
 from monitor.core.snapshot import Snapshot, WindowEstimate, WorstCase
 from monitor.core.windows import (
@@ -92,6 +95,7 @@ class EstimatorChanges:
     watermarks: dict[str, float] = field(default_factory=dict)
     prune: dict[str, int] = field(default_factory=dict)  # model -> first bucket kept
     requests_removed: list[str] = field(default_factory=list)  # past the horizon and deadline
+    first_written: bool = False  # ``EstimatorService.first_written`` changed
 
 
 class EstimatorService:
@@ -106,6 +110,7 @@ class EstimatorService:
         requests: Iterable[RequestState] = (),
         parked: Iterable[ParkedLabel] = (),
         watermarks: Mapping[str, float] | None = None,
+        first_written: Iterable[Sequence[Any]] = (),
     ) -> None:
         self.config = config
         self.clock = clock
@@ -122,6 +127,10 @@ class EstimatorService:
             self._parked.setdefault(item.request_id, []).append(item)
             self._n_parked += 1
         self._watermarks: dict[str, float] = dict(watermarks or {})
+        # (model, bucket) -> earliest Kafka timestamp (ms) of a scored record of the bucket
+        self._first_written: dict[tuple[str, int], int] = {
+            (str(m), int(b)): int(ms) for m, b, ms in first_written
+        }
         self._pruned: dict[str, int] = {}  # model -> horizon last pruned to
         self._changes = EstimatorChanges()
         self.labels_accepted: dict[str, int] = {}
@@ -205,6 +214,55 @@ class EstimatorService:
             return None
         return int(bucket_of(np.array([wm]), self.config.windows.bucket_s)[0]) - self.retention + 1
 
+    @property
+    def first_written(self) -> list[list[Any]]:
+        """``[model, bucket, ms]`` rows of ``note_written`` (for the store), sorted."""
+        return [[m, b, ms] for (m, b), ms in sorted(self._first_written.items())]
+
+    def note_written(self, batch: ScoredBatch) -> None:
+        """Per (model, bucket), the earliest Kafka timestamp of the scored records seen.
+
+        What ``_written_late`` compares a label's own Kafka timestamp with. A minimum over the
+        records, so it does not depend on how polls cut them; records without a timestamp
+        (``written_ms`` None or <= 0) are left out.
+        """
+        if batch.written_ms is None:
+            return
+        ok = batch.written_ms > 0
+        if not ok.any():
+            return
+        bucket = bucket_of(batch.ts[ok], self.config.windows.bucket_s)
+        written, models = batch.written_ms[ok], batch.model[ok]
+        for model in np.unique(models).tolist():
+            sel = models == model
+            order = np.argsort(bucket[sel], kind="stable")
+            b_sorted = bucket[sel][order]
+            starts = np.flatnonzero(np.r_[True, b_sorted[1:] != b_sorted[:-1]])
+            firsts = np.minimum.reduceat(written[sel][order], starts)
+            for b, ms in zip(b_sorted[starts].tolist(), firsts.tolist(), strict=True):
+                key = (str(model), int(b))
+                if ms < self._first_written.get(key, ms + 1):
+                    self._first_written[key] = int(ms)
+                    self._changes.first_written = True
+
+    def _written_late(self, req: AuditRequest, lab: LabelResult) -> bool:
+        """Whether ``lab`` was written after the scored stream passed ``req``'s deadline.
+
+        The watermark passing the deadline says so only when the topics are read in the order
+        they were written; after an outage or with lag, scored records written after the label
+        can be read before it (and all its on-time labels would expire). So where Kafka
+        timestamps are known, a label is late only if a scored record of a bucket after the
+        deadline's was written before it (``note_written``): within the deadline's own bucket
+        a label is on time. Without a label timestamp, or without the scored records' (role
+        ``estimator``, whose traffic comes as aggregates) the watermark alone decides, as before.
+        """
+        written = lab.source.timestamp_ms
+        known = [(b, ms) for (m, b), ms in self._first_written.items() if m == req.model]
+        if written <= 0 or not known:
+            return True
+        after = int(bucket_of(np.array([req.deadline]), self.config.windows.bucket_s)[0])
+        return any(b > after and ms <= written for b, ms in known)
+
     # ---------------------------------------------------------------- traffic
     def apply_traffic(self, deltas: Mapping[GroupKey, TrafficAggregate]) -> None:
         """Add per-(model, segment, bucket, partition) deltas; advance watermarks; prune."""
@@ -243,6 +301,9 @@ class EstimatorService:
         for k in old:
             del self._traffic[k]
             self._changes.traffic.pop(k, None)
+        for key in [k for k in self._first_written if k[0] == model and k[1] < horizon]:
+            del self._first_written[key]
+            self._changes.first_written = True
         for r in stale:
             del self._requests[r]
             self._changes.requests.pop(r, None)
@@ -366,7 +427,7 @@ class EstimatorService:
                 return Reject(RejectReason.DUPLICATE_LABEL, detail, lab.source)
             detail = f"request {req.request_id} already labelled {state.label}, got {lab.label}"
             return Reject(RejectReason.CONFLICTING_LABEL, detail, lab.source)
-        if self.watermark(req.model) > req.deadline:
+        if self.watermark(req.model) > req.deadline and self._written_late(req, lab):
             detail = f"request {req.request_id} passed its deadline"
             return Reject(RejectReason.EXPIRED_REQUEST, detail, lab.source)
         state.label = int(lab.label)

@@ -43,6 +43,7 @@ class ScoredBatch:
     ``ids``, ``model`` and ``segment`` are numpy unicode arrays; ``segment`` is "" when absent.
     ``ts`` is the event time in seconds since the Unix epoch (the Kafka timestamp when absent).
     ``payload`` holds the optional JSON payload passed through to auditors (None when absent).
+    ``written_ms`` is each record's Kafka timestamp (when it was written; None when unknown).
     """
 
     ids: npt.NDArray[np.str_]
@@ -54,6 +55,7 @@ class ScoredBatch:
     payload: list[Any]
     partition: npt.NDArray[np.int32]
     offset: npt.NDArray[np.int64]
+    written_ms: npt.NDArray[np.int64] | None = None
 
     def __len__(self) -> int:
         return int(self.score.shape[0])
@@ -73,6 +75,7 @@ class ScoredBatch:
             payload=payload,
             partition=self.partition[idx],
             offset=self.offset[idx],
+            written_ms=None if self.written_ms is None else self.written_ms[idx],
         )
 
 
@@ -631,6 +634,7 @@ def decode_scored(
         payload=[rows[i].get("payload") for i in kept],
         partition=np.array([records[i].partition for i in kept], dtype=np.int32),
         offset=np.array([records[i].offset for i in kept], dtype=np.int64),
+        written_ms=np.array([records[i].timestamp_ms for i in kept], dtype=np.int64),
     )
     return batch, rej.rejects(records)
 

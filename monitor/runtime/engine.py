@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from monitor.config.schema import Config
 from monitor.core import aggregates, recalibration
@@ -50,6 +50,8 @@ SNAPSHOT_LABELS_S = 0.2  # ...or this often when labels arrived
 FLUSH_TIMEOUT_S = 30.0
 #: Store document: the models whose labels were committed but whose maps are not refitted yet
 REFIT_DUE_KEY = "refit_due"
+#: Store document: per (model, bucket) the earliest Kafka timestamp of a scored record
+FIRST_WRITTEN_KEY = "first_written"
 
 
 def split_poll(
@@ -151,6 +153,7 @@ class Engine:
             requests=st.requests,
             parked=st.parked,
             watermarks=st.watermarks,
+            first_written=self.store.get_json(FIRST_WRITTEN_KEY) or (),
         )
         self.feed = TrafficFeed(st.feed) if self.role == "estimator" else None
         try:
@@ -375,6 +378,7 @@ class Engine:
                     },
                 )
             self.estimator.apply_traffic(res.traffic)
+            self.estimator.note_written(batch)
             rejects.extend(self.estimator.upsert_requests(produced))
         if self.feed is not None and by_topic[topics.aggregates]:
             states, bad = aggregates.decode_states(by_topic[topics.aggregates])
@@ -418,9 +422,12 @@ class Engine:
             sink.flush(FLUSH_TIMEOUT_S)
             if fp is not None:
                 fp.hit("flush")
-            # the models whose maps these labels are due to refit, durable with the labels
-            due = {REFIT_DUE_KEY: sorted(labels_ok)} if labels_ok else None
-            self.store.commit(sampler_changes, estimator_changes, offsets, feed_changes, due)
+            documents: dict[str, Any] = {}
+            if labels_ok:  # the models whose maps these labels are due to refit
+                documents[REFIT_DUE_KEY] = sorted(labels_ok)
+            if estimator_changes.first_written:
+                documents[FIRST_WRITTEN_KEY] = self.estimator.first_written
+            self.store.commit(sampler_changes, estimator_changes, offsets, feed_changes, documents)
             self._dirty = True
             try:
                 source.commit(offsets)

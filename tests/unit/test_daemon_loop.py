@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import functools
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -395,6 +399,53 @@ def test_unassigned_says_nothing_of_the_broker_and_warns_once(
     assert store.offsets()[(TOPICS.scored, 0)] == 4000
     assert registry.get_sample_value("monitor_ready") == 0.0
     store.close()
+
+
+def test_labels_written_before_their_deadline_count_however_late_they_are_read(
+    tmp_path: Path, workload: Workload, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an outage the scored records written after a label can be read before it: the
+    watermark then passed the deadlines first and every on-time label expired. A label is late
+    only if a scored record past its deadline was written (Kafka time) before it."""
+    short = functools.partial(_short_deadline, base=_config)
+    monkeypatch.setattr(sys.modules[__name__], "_config", short)
+    end = max(rec["ts"] for rec in workload.records())
+    later = {"id": "later", "score": 0.5, "ts": end + 3 * 3600.0, "model": "default"}
+
+    def run(name: str, label_ms: int, read_in_order: bool) -> collections.Counter[str]:
+        log = FakeLog()
+        log.create(TOPICS.scored)
+        for topic in (TOPICS.requests, TOPICS.labels, TOPICS.deadletter):
+            log.create(topic)
+        for rec in workload.records():
+            log.append(TOPICS.scored, json.dumps(rec).encode(), ts_ms=1_000)
+        h = Harness(log, tmp_path / name)
+        h.drain()
+        truth = dict(workload.truth_rows())
+        for _, value in log.records(TOPICS.requests):
+            req = json.loads(value)
+            label = {"request_id": req["request_id"], "label": truth[req["id"]]}
+            log.append(TOPICS.labels, json.dumps(label).encode(), ts_ms=label_ms)
+        if read_in_order:  # the labels are read before the record written after them
+            h.drain()
+        log.append(TOPICS.scored, json.dumps(later).encode(), ts_ms=3_000)
+        h.drain()
+        written = h.engine.estimator.first_written
+        h.close()
+        h = Harness(log, tmp_path / name)  # the timestamps are durable with the state
+        assert h.engine.estimator.first_written == written and written[-1][2] == 3_000
+        h.close()
+        dead = log.records(TOPICS.deadletter)
+        return collections.Counter(json.loads(v)["reason"] for _, v in dead)
+
+    in_order, caught_up = run("a", 2_000, True), run("b", 2_000, False)
+    assert in_order == caught_up  # (early requests' deadlines passed within the workload)
+    late = run("c", 4_000, False)  # written after the record that passed the rest's deadlines
+    assert late["expired_request"] > caught_up["expired_request"] > 0
+
+
+def _short_deadline(data_dir: Path, base: Callable[[Path], Config]) -> Config:
+    return dataclasses.replace(base(data_dir), label_deadline_s=2 * 3600.0)
 
 
 def test_check_config_and_run_errors_exit_2(
