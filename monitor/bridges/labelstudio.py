@@ -384,7 +384,23 @@ class LabelStudioBridge:
         title = self.ls.title(model)
         found = [p for p in self.client.projects() if p.get("title") == title]
         if found:
-            project_id = int(min(p["id"] for p in found))
+            project = min(found, key=lambda p: int(p["id"]))
+            project_id = int(project["id"])
+            asks = project.get("maximum_annotations")
+            if isinstance(asks, int) and asks < self.ls.answers_needed:
+                # a project created under annotators: first, now majority: ask for enough
+                self.client.update_project(
+                    project_id, {"maximum_annotations": self.ls.answers_needed}
+                )
+                log.info(
+                    "project asks for more answers",
+                    extra={
+                        "event": "project_updated",
+                        "model": model,
+                        "project": project_id,
+                        "maximum_annotations": self.ls.answers_needed,
+                    },
+                )
         else:
             fields = project_fields(title, self.ls.wording_of(model), self.ls.answers_needed)
             project_id = int(self.client.create_project(fields)["id"])

@@ -132,6 +132,10 @@ class LabelStudioClient:
         """POST /api/projects (title, label_config, expert_instruction, ...)."""
         return _obj(self.call("POST", "/api/projects", dict(fields)))
 
+    def update_project(self, project_id: int, fields: Mapping[str, Any]) -> JsonObj:
+        """PATCH /api/projects/{id} (e.g. ``maximum_annotations``)."""
+        return _obj(self.call("PATCH", f"/api/projects/{project_id}", dict(fields)))
+
     def import_tasks(self, project_id: int, tasks: Sequence[Mapping[str, Any]]) -> list[int]:
         """Import ``[{"data": ..., "meta": ...}]``; returns the new task ids in order."""
         path = f"/api/projects/{project_id}/import"

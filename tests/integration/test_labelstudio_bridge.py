@@ -6,6 +6,7 @@ projects (unique titles), consumer group and state file.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -25,6 +26,7 @@ from monitor.bridges.ls_client import (
     LabelStudioUnavailable,
 )
 from monitor.bridges.ls_server import LabelStudioServer
+from monitor.bridges.ls_tasks import project_fields
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.errors import MonitorError
 from monitor.ports import free_port
@@ -355,6 +357,20 @@ def test_majority_of_three_annotators(
     assert [(x["request_id"], x["label"], x["labeler"]) for x in labels] == [
         (reqs[0]["request_id"], 1, "labelstudio:majority-2-of-3")
     ]
+
+    # a project made under annotators: first is asked for three answers when the bridge
+    # starts with majority (else Label Studio closes each task after one)
+    first = ls_config(labelstudio, uuid.uuid4().hex[:8])
+    made = client.create_project(project_fields(first.title("default"), first.wording, 1))
+    again = LabelStudioBridge(
+        _config(broker, topics),
+        dataclasses.replace(first, annotators="majority", majority_of=3),
+        tmp_path / "again.sqlite",
+        labelstudio.token,
+        consumer_config=FAST_GROUP,
+    )
+    bridges.append(again.start())
+    assert client.call("GET", f"/api/projects/{made['id']}")["maximum_annotations"] == 3
 
 
 def test_cli_creates_tasks_and_stops_on_sigterm(
