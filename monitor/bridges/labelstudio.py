@@ -122,7 +122,7 @@ class LabelStudioBridge:
         self._next_poll = 0.0
         self._polls = 0  # full poll-and-expire passes of the loop
         self._emails: dict[str, str] = {}  # user id -> email, for the labels' "labeler"
-        self._marks: dict[int, tuple[Any, Any, Any]] = {}  # task id -> last change seen
+        self._marks: dict[int, str] = {}  # task id -> last change seen (``BridgeState.marks``)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -162,6 +162,7 @@ class LabelStudioBridge:
         self._ls_up = True
         self.metrics.up.set(1)
         self._state = BridgeState(self.state_file)
+        self._marks = self._state.marks()
         try:
             self._server = BridgeServer(
                 self.ls.listen_address, self.ls.port, self.metrics, self._healthy, self._is_ready
@@ -174,7 +175,8 @@ class LabelStudioBridge:
                 "labelstudio.listen_address to an address of this host"
             )
             raise MonitorError(msg) from None
-        for model in sorted(set(self.config.models) | set(self.state.watermarks())):
+        known = set(self.config.models) | set(self.state.watermarks()) | self._titled_models()
+        for model in sorted(known):
             self._project(model)
         self._poll_all()
         self._thread = threading.Thread(target=self._main, name="labelstudio-bridge", daemon=True)
@@ -377,6 +379,24 @@ class LabelStudioBridge:
                 extra={"event": "tasks_created", "model": model, "tasks": len(reqs)},
             )
 
+    def _titled_models(self) -> set[str]:
+        """Models whose project exists in Label Studio (its title is ``project_title``'s).
+
+        Read at start so that tasks imported just before a crash, for a model neither configured
+        nor in the state file yet, are adopted rather than imported again.
+        """
+        head, _, tail = self.ls.project_title.partition("{model}")
+        out = set()
+        for project in self.client.projects():
+            title = project.get("title")
+            if not isinstance(title, str) or len(title) <= len(head) + len(tail):
+                continue
+            if title.startswith(head) and title.endswith(tail):
+                model = title[len(head) : len(title) - len(tail)]
+                if self.ls.title(model) == title:
+                    out.add(model)
+        return out
+
     def _project(self, model: str) -> int:
         """The project of ``model``: found by title, else created; webhook registered."""
         if model in self.projects:
@@ -447,8 +467,9 @@ class LabelStudioBridge:
         """List every task of every project; adopt, notice deletions, read what changed.
 
         Annotations are read for each task whose ``(updated_at, answers, skips)`` changed
-        since the last look and that has any (every such task once after a start): Label
-        Studio moves a task's ``updated_at`` on every new, edited or deleted annotation.
+        since the last look and that has any: Label Studio moves a task's ``updated_at`` on
+        every new, edited or deleted annotation. The marks are kept in the state file, so a
+        restart reads only the tasks that changed while the bridge was down.
         """
         for model, project in sorted(self.projects.items()):
             listed: dict[int, dict[str, Any]] = {}
@@ -466,16 +487,14 @@ class LabelStudioBridge:
                     except LabelStudioNotFound:
                         self._gone(row)
                         continue
-                mark = (
-                    current.get("updated_at"),
-                    current.get("total_annotations"),
-                    current.get("cancelled_annotations"),
-                )
+                answers = (current.get("total_annotations"), current.get("cancelled_annotations"))
+                mark = json.dumps([current.get("updated_at"), *answers])
                 if producer is None or self._marks.get(row.task_id) == mark:
                     continue
-                if mark[1] or mark[2]:  # a task without any annotation has nothing to read
+                if any(answers):  # a task without any annotation has nothing to read
                     self._refresh(row.task_id, producer)
                 self._marks[row.task_id] = mark
+                self.state.set_mark(row.task_id, mark)
 
     def _adopt(self, model: str, project: int, tasks: Iterable[dict[str, Any]]) -> None:
         """Tasks Label Studio holds with a request id the state file lacks (lost answer)."""

@@ -24,6 +24,7 @@ from monitor.errors import MonitorError
 
 JsonObj = dict[str, Any]
 _PAGE = 100
+IMPORT_TIMEOUT_S = 120.0
 
 
 class LabelStudioError(MonitorError):
@@ -63,6 +64,7 @@ class LabelStudioClient:
         path: str,
         body: Any = None,
         query: Mapping[str, str | int] | None = None,
+        timeout_s: float | None = None,
     ) -> Any:
         """One request; returns the decoded JSON (None for an empty body)."""
         url = self.url + path
@@ -76,7 +78,7 @@ class LabelStudioClient:
             req.add_header("Content-Type", "application/json")
         where = f"{method} {self.url}{path}"
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+            with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as exc:
             text = exc.read()[:300].decode("utf-8", "replace")
@@ -139,7 +141,10 @@ class LabelStudioClient:
     def import_tasks(self, project_id: int, tasks: Sequence[Mapping[str, Any]]) -> list[int]:
         """Import ``[{"data": ..., "meta": ...}]``; returns the new task ids in order."""
         path = f"/api/projects/{project_id}/import"
-        out = _obj(self.call("POST", path, list(tasks), query={"return_task_ids": "true"}))
+        query = {"return_task_ids": "true"}
+        # an import Label Studio commits after the client gave up is imported again on retry
+        # (its tasks orphans): give a large import the time it takes
+        out = _obj(self.call("POST", path, list(tasks), query=query, timeout_s=IMPORT_TIMEOUT_S))
         ids = out.get("task_ids")
         if not isinstance(ids, list) or len(ids) != len(tasks):
             msg = f"import into project {project_id}: unexpected answer {str(out)[:200]}"

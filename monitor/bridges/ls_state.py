@@ -1,6 +1,6 @@
 """The bridge's durable memory: which request became which task, and what was published.
 
-One SQLite file (WAL, synchronous=FULL) with two tables:
+One SQLite file (WAL, synchronous=FULL) with three tables:
 
 ``tasks``: one row per request id ever seen: model, project and task id, token, pi, event
 time ``ts`` and ``deadline``, when the task was created (wall clock), its ``status`` (open,
@@ -8,6 +8,9 @@ answered, expired, deleted) and the label last published for it (NULL: none yet)
 
 ``annotations``: one row per Label Studio annotation read: its request, kind (``answer`` or
 ``declined``) and label, so each annotation is counted once across restarts.
+
+``marks``: per task, what the last poll that read its annotations saw of it (``updated_at`` and
+the answer counts), so a restart reads back only the tasks that changed since.
 
 A request id present here is never imported again (a replayed request or a restart after the
 offsets were reset); the start-up reconciliation also adds tasks that Label Studio has but this
@@ -46,6 +49,10 @@ CREATE TABLE IF NOT EXISTS annotations (
     request_id TEXT NOT NULL,
     kind TEXT NOT NULL,
     label INTEGER
+);
+CREATE TABLE IF NOT EXISTS marks (
+    task_id INTEGER PRIMARY KEY,
+    mark TEXT NOT NULL
 );
 """
 
@@ -172,6 +179,14 @@ class BridgeState:
             "INSERT OR REPLACE INTO annotations VALUES (?,?,?,?)",
             (annotation_id, request_id, kind, label),
         )
+
+    def marks(self) -> dict[int, str]:
+        """Per task id, the mark ``set_mark`` saved last."""
+        return {int(t): str(m) for t, m in self._db.execute("SELECT task_id, mark FROM marks")}
+
+    def set_mark(self, task_id: int, mark: str) -> None:
+        """What a poll saw of a task whose annotations it has read (``marks``)."""
+        self._db.execute("INSERT OR REPLACE INTO marks VALUES (?, ?)", (task_id, mark))
 
     def watermarks(self) -> dict[str, float]:
         """Per model, the newest event time of any request seen (the bridge's watermark)."""

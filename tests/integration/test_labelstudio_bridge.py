@@ -26,7 +26,7 @@ from monitor.bridges.ls_client import (
     LabelStudioUnavailable,
 )
 from monitor.bridges.ls_server import LabelStudioServer
-from monitor.bridges.ls_tasks import project_fields
+from monitor.bridges.ls_tasks import project_fields, task_body
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.errors import MonitorError
 from monitor.ports import free_port
@@ -206,6 +206,7 @@ def test_answers_declines_edits_and_expiry(
     # a request of the same model far later moves the watermark past every deadline
     late = request(9, deadline=T0 + 10 * 86_400)
     late["ts"] = T0 + 2 * 86_400
+    assert bridge.settle()  # every change read by a poll (a webhook's read keeps no mark)
     bridge.stop()
     bridge = LabelStudioBridge(
         _config(broker, topics),
@@ -214,10 +215,19 @@ def test_answers_declines_edits_and_expiry(
         labelstudio.token,
         consumer_config=FAST_GROUP,
     )
+    reads: list[int] = []  # tasks read back one by one: none changed while it was down
+    read_one = bridge.client.task
+
+    def counted(task_id: int) -> dict[str, Any]:
+        reads.append(task_id)
+        return read_one(task_id)
+
+    bridge.client.task = counted  # type: ignore[method-assign]
     bridges.append(bridge.start())
     produce(broker.bootstrap, topics.requests, [late])
     wait_for("6 tasks", lambda: len(bridge.state.known([late["request_id"]])) == 1)
     assert bridge.settle()  # the expiry check runs with the poll; run it now
+    assert reads == []
     # open before: task[2] (skipped) and task[4]; both are past their deadline now
     wait_for(
         "2 expired",
@@ -311,6 +321,36 @@ def test_a_bad_request_a_listing_that_skips_a_task_and_a_deleted_project_stop_no
     produce(broker.bootstrap, topics.requests, [request(3)])
     wait_for("a task in a new project", lambda: len(project_tasks(client, title)) == 1, 90)
     assert [p["id"] for p in client.projects() if p["title"] == title] != [old]
+
+
+def test_a_models_tasks_imported_before_a_crash_are_adopted_not_imported_again(
+    broker: EmbeddedBroker,
+    make_topics: Callable[..., TopicsConfig],
+    labelstudio: LabelStudioServer,
+    tmp_path: Path,
+    bridges: list[LabelStudioBridge],
+) -> None:
+    """A crash between Label Studio's answer to an import and the state file's write, for a
+    model neither configured nor in the state file yet: the restart read only those models'
+    projects, and the replayed request was imported again (the first task an orphan)."""
+    topics = make_topics()
+    ls = ls_config(labelstudio, uuid.uuid4().hex[:8])
+    client = LabelStudioClient(labelstudio.url, labelstudio.token)
+    req = request(0, model="fraud")
+    # what the lost run did before it died: the project and the task, nothing in the state file
+    made = client.create_project(project_fields(ls.title("fraud"), ls.wording_of("fraud"), 1))
+    client.import_tasks(made["id"], [task_body(req, ls.wording_of("fraud"))])
+    bridge = LabelStudioBridge(
+        _config(broker, topics), ls, tmp_path / "s.sqlite", labelstudio.token,
+        consumer_config=FAST_GROUP,
+    )  # fmt: skip
+    bridges.append(bridge.start())
+    assert metric(bridge, "labelstudio_bridge_tasks_adopted_total", model="fraud") == 1
+    produce(broker.bootstrap, topics.requests, [req])  # the replay
+    wait_for(
+        "the replay read", lambda: metric(bridge, "labelstudio_bridge_requests_repeated_total") == 1
+    )
+    assert len(project_tasks(client, ls.title("fraud"))) == 1
 
 
 def test_majority_of_three_annotators(

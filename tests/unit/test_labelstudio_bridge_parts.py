@@ -215,8 +215,10 @@ def test_state_survives_reopening(tmp_path: Path) -> None:
     state.add_tasks([row])  # again: ignored
     state.set_published("r1", 1)
     state.record_annotation(55, "r1", "answer", 1)
+    state.set_mark(10, '["2026-01-01T00:00:00Z", 1, 0]')
     state.close()
     state = BridgeState(path)
+    assert state.marks() == {10: '["2026-01-01T00:00:00Z", 1, 0]'}
     assert state.known(["r1", "r2", "r3"]) == {"r1", "r2"}
     got = state.by_task(10)
     assert got is not None and (got.status, got.published, got.token) == (ANSWERED, 1, "tok")
