@@ -133,10 +133,10 @@ def test_an_estimator_restarted_without_its_data_directory_publishes_maps_the_sa
     # (a broker hiccup may publish the recovered map again: never a version below it)
     assert after and min(after) >= published_before >= held, (after, published_before, held)
     assert max(after) > published_before
-    _wait(
+    _wait(  # the estimator has stopped on purpose: only the sampler must stay up
         "the sampler to take the last map published",
         lambda: max(_taken(sampler)) >= max(after),
-        procs,
+        [sampler],
     )
     assert not sampler.events("calibration_ignored")
     assert sampler.stop()[0] == 0, sampler.log_tail()
