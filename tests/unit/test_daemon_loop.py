@@ -275,6 +275,36 @@ def _engine(data_dir: Path, workload: Workload) -> tuple[FakeLog, Store, Collect
     return log, store, registry, Engine(cfg, store, Exporter(cfg, registry))
 
 
+Connect = Callable[[Callable[[], Mapping[tuple[str, int], int]]], tuple[FakeSource, FakeSink]]
+
+
+def _fake_connect(log: FakeLog, sources: list[FakeSource], *, unassigned: bool = False) -> Connect:
+    """A ``Connect`` that opens a fake source over ``log`` (kept in ``sources``) and sink;
+    ``unassigned``: the source starts with no partition and its broker down."""
+
+    def connect(stored: Callable[[], Mapping[tuple[str, int], int]]) -> tuple[FakeSource, FakeSink]:
+        sources.append(FakeSource(log, [TOPICS.scored, TOPICS.requests, TOPICS.labels], stored))
+        sources[-1].unassigned = sources[-1].down = unassigned
+        return sources[-1], FakeSink(log)
+
+    return connect
+
+
+def _run_scripted(
+    engine: Engine,
+    connect: Connect,
+    stop: threading.Event,
+    script: Callable[[], None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Run a ``Daemon`` until ``stop`` while ``script`` (which sets it) acts on another thread."""
+    driver = threading.Thread(target=script)
+    driver.start()
+    with caplog.at_level(logging.INFO, logger="monitor"):
+        Daemon(engine, connect, stop).run()
+    driver.join()
+
+
 def test_daemon_retries_with_backoff_logs_once_and_stops(
     tmp_path: Path, workload: Workload, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -326,11 +356,6 @@ def test_idle_daemon_notices_a_lost_broker_and_recovers(
     log, store, registry, engine = _engine(tmp_path / "idle", workload)
     stop = threading.Event()
     sources: list[FakeSource] = []
-
-    def connect(stored: Callable[[], Mapping[tuple[str, int], int]]) -> tuple[FakeSource, FakeSink]:
-        sources.append(FakeSource(log, [TOPICS.scored, TOPICS.requests, TOPICS.labels], stored))
-        return sources[-1], FakeSink(log)
-
     ready: list[float | None] = []
 
     def script() -> None:
@@ -344,11 +369,7 @@ def test_idle_daemon_notices_a_lost_broker_and_recovers(
         ready.append(registry.get_sample_value("monitor_ready"))
         stop.set()
 
-    driver = threading.Thread(target=script)
-    driver.start()
-    with caplog.at_level(logging.INFO, logger="monitor"):
-        Daemon(engine, connect, stop).run()
-    driver.join()
+    _run_scripted(engine, _fake_connect(log, sources), stop, script, caplog)
     events = [getattr(r, "event", "") for r in caplog.records]
     assert ready == [1.0, 0.0, 1.0]
     assert events.count("broker_down") == 1 and events.count("broker_up") == 2
@@ -368,12 +389,6 @@ def test_unassigned_says_nothing_of_the_broker_and_warns_once(
     log, store, registry, engine = _engine(tmp_path / "unassigned", workload)
     stop = threading.Event()
     sources: list[FakeSource] = []
-
-    def connect(stored: Callable[[], Mapping[tuple[str, int], int]]) -> tuple[FakeSource, FakeSink]:
-        sources.append(FakeSource(log, [TOPICS.scored, TOPICS.requests, TOPICS.labels], stored))
-        sources[-1].unassigned = sources[-1].down = True
-        return sources[-1], FakeSink(log)
-
     seen: list[list[str]] = []
 
     def events() -> list[str]:
@@ -388,11 +403,7 @@ def test_unassigned_says_nothing_of_the_broker_and_warns_once(
         time.sleep(1.5)
         stop.set()
 
-    driver = threading.Thread(target=script)
-    driver.start()
-    with caplog.at_level(logging.INFO, logger="monitor"):
-        Daemon(engine, connect, stop).run()
-    driver.join()
+    _run_scripted(engine, _fake_connect(log, sources, unassigned=True), stop, script, caplog)
     assert "broker_up" not in seen[0] and seen[0].count("unassigned") == 1
     assert events().count("broker_up") == 1 and events().count("unassigned") == 2
     assert "broker_down" not in events()
