@@ -245,26 +245,37 @@ def newest_maps(records: Iterable[tuple[bytes | None, bytes | None]]) -> dict[st
     return maps
 
 
-def decode_states(
-    records: Sequence[RawRecord],
-) -> tuple[list[tuple[PartKey, BucketState | None]], list[Reject]]:
+@dataclass
+class DecodedStates:
+    """What one poll of the aggregates topic holds for the estimator."""
+
+    states: list[tuple[PartKey, BucketState | None]]  # in log order, tombstones as None
+    bad: list[Reject]  # malformed records, states and maps alike
+    written: list[tuple[str, int, int]]  # (model, bucket, Kafka ms) of each state record
+
+
+def decode_states(records: Sequence[RawRecord]) -> DecodedStates:
     """Bucket states read from the aggregates topic (malformed ones are rejected).
 
     Calibration maps are the estimator's own records: checked (a malformed one is rejected like
-    a malformed state), never traffic.
+    a malformed state), never traffic. ``written`` gives each state record's Kafka timestamp:
+    when a sampler had read that bucket's traffic (the estimator's late-label rule).
     """
-    ok: list[tuple[PartKey, BucketState | None]] = []
-    bad: list[Reject] = []
+    out = DecodedStates([], [], [])
     for r in records:
         what = "a calibration map" if is_map(r.key) else "an aggregates state"
         try:
             if is_map(r.key):
                 decode_map(r.key, r.value)
-            else:
-                ok.append(decode(r.key, r.value))
+                continue
+            pk, state = decode(r.key, r.value)
         except (ValueError, OverflowError, RecursionError) as exc:
-            bad.append(Reject(decode_reason(exc), f"not {what}: {exc}"[:200], r))
-    return ok, bad
+            out.bad.append(Reject(decode_reason(exc), f"not {what}: {exc}"[:200], r))
+            continue
+        out.states.append((pk, state))
+        if state is not None:
+            out.written.append((state.model, state.bucket, r.timestamp_ms))
+    return out
 
 
 @dataclass

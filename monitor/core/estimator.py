@@ -216,34 +216,51 @@ class EstimatorService:
 
     @property
     def first_written(self) -> list[list[Any]]:
-        """``[model, bucket, ms]`` rows of ``note_written`` (for the store), sorted."""
+        """``[model, bucket, ms]`` rows of ``_note_written`` (for the store), sorted."""
         return [[m, b, ms] for (m, b), ms in sorted(self._first_written.items())]
 
-    def note_written(self, batch: ScoredBatch) -> None:
-        """Per (model, bucket), the earliest Kafka timestamp of the scored records seen.
+    def _note_written(
+        self,
+        model: npt.NDArray[Any],
+        bucket: npt.NDArray[np.int64],
+        written_ms: npt.NDArray[np.int64],
+    ) -> None:
+        """Per (model, bucket), the earliest Kafka timestamp at which its traffic was written.
 
-        What ``_written_late`` compares a label's own Kafka timestamp with. A minimum over the
-        records, so it does not depend on how polls cut them; records without a timestamp
-        (``written_ms`` None or <= 0) are left out.
+        What ``_written_late`` compares a label's own Kafka timestamp with: one entry per scored
+        record (role ``all`` and ``sampler``), or per aggregates state in role ``estimator``,
+        whose state records a sampler writes once it has read the bucket's records (later by
+        its lag, so there a label is late only once a sampler had passed its deadline). A
+        minimum over the entries, so it does not depend on how polls cut them; entries without
+        a timestamp (``written_ms <= 0``) are left out.
         """
-        if batch.written_ms is None:
-            return
-        ok = batch.written_ms > 0
+        ok = written_ms > 0
         if not ok.any():
             return
-        bucket = bucket_of(batch.ts[ok], self.config.windows.bucket_s)
-        written, models = batch.written_ms[ok], batch.model[ok]
-        for model in np.unique(models).tolist():
-            sel = models == model
+        bucket, written, models = bucket[ok], written_ms[ok], model[ok]
+        for name in np.unique(models).tolist():
+            sel = models == name
             order = np.argsort(bucket[sel], kind="stable")
             b_sorted = bucket[sel][order]
             starts = np.flatnonzero(np.r_[True, b_sorted[1:] != b_sorted[:-1]])
             firsts = np.minimum.reduceat(written[sel][order], starts)
             for b, ms in zip(b_sorted[starts].tolist(), firsts.tolist(), strict=True):
-                key = (str(model), int(b))
+                key = (str(name), int(b))
                 if ms < self._first_written.get(key, ms + 1):
                     self._first_written[key] = int(ms)
                     self._changes.first_written = True
+
+    def note_scored(self, batch: ScoredBatch) -> None:
+        """``_note_written`` for the scored records of ``batch`` (none without timestamps)."""
+        if batch.written_ms is not None:
+            bucket = bucket_of(batch.ts, self.config.windows.bucket_s)
+            self._note_written(batch.model, bucket, batch.written_ms)
+
+    def note_published(self, written: Sequence[tuple[str, int, int]]) -> None:
+        """``_note_written`` for a sampler's aggregates states: ``(model, bucket, Kafka ms)``."""
+        if written:
+            model, bucket, ms = zip(*written, strict=True)
+            self._note_written(np.array(model), np.array(bucket, np.int64), np.array(ms, np.int64))
 
     def _written_late(self, req: AuditRequest, lab: LabelResult) -> bool:
         """Whether ``lab`` was written after the scored stream passed ``req``'s deadline.
@@ -252,9 +269,10 @@ class EstimatorService:
         they were written; after an outage or with lag, scored records written after the label
         can be read before it (and all its on-time labels would expire). So where Kafka
         timestamps are known, a label is late only if a scored record of a bucket after the
-        deadline's was written before it (``note_written``): within the deadline's own bucket
-        a label is on time. Without a label timestamp, or without the scored records' (role
-        ``estimator``, whose traffic comes as aggregates) the watermark alone decides, as before.
+        deadline's was written before it (``_note_written``; in role ``estimator``: a sampler's
+        state of such a bucket): within the deadline's own bucket a label is on time. Without
+        a label timestamp, or without any written time of the model's traffic, the watermark
+        alone decides.
         """
         written = lab.source.timestamp_ms
         known = [(b, ms) for (m, b), ms in self._first_written.items() if m == req.model]

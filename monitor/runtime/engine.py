@@ -378,12 +378,13 @@ class Engine:
                     },
                 )
             self.estimator.apply_traffic(res.traffic)
-            self.estimator.note_written(batch)
+            self.estimator.note_scored(batch)
             rejects.extend(self.estimator.upsert_requests(produced))
         if self.feed is not None and by_topic[topics.aggregates]:
-            states, bad = aggregates.decode_states(by_topic[topics.aggregates])
-            rejects.extend(bad)
-            self.estimator.apply_traffic(self.feed.apply(states))
+            got = aggregates.decode_states(by_topic[topics.aggregates])
+            rejects.extend(got.bad)
+            self.estimator.apply_traffic(self.feed.apply(got.states))
+            self.estimator.note_published(got.written)
         if by_topic[topics.requests]:
             known, bad = decode_requests(by_topic[topics.requests], cfg)
             rejects.extend(bad)

@@ -117,12 +117,16 @@ class FakeSource:
 
 
 class FakeSink:
-    """Appends produced records to a ``FakeLog`` on flush; can be told to fail."""
+    """Appends produced records to a ``FakeLog`` on flush; can be told to fail.
+
+    Delivered records carry the Kafka timestamp ``ts_ms`` (0, none, unless set).
+    """
 
     def __init__(self, log_: FakeLog) -> None:
         self.log = log_
         self._queue: list[tuple[str, bytes | None, bytes | None, int]] = []
         self.fail_flushes = 0
+        self.ts_ms = 0
 
     def produce(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
@@ -138,7 +142,7 @@ class FakeSink:
             msg = "fake flush failed"
             raise BrokerUnavailable(msg)
         for topic, key, value, partition in self._queue:
-            self.log.append(topic, value, key, partition)
+            self.log.append(topic, value, key, partition, self.ts_ms)
         self._queue.clear()
 
     def close(self) -> None:

@@ -6,6 +6,8 @@ The same guarantee runs against the real broker and real processes in
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
 import math
 from collections.abc import Collection
@@ -71,7 +73,7 @@ def _log(w: Workload, seed: int = 0) -> FakeLog:
     return log
 
 
-def _answer(log: FakeLog, w: Workload, answered: set[str]) -> None:
+def _answer(log: FakeLog, w: Workload, answered: set[str], ts_ms: int = 0) -> None:
     """Label every request not answered yet, from the ground truth (once per request id)."""
     truth = dict(w.truth_rows())
     for _, value in log.records(TOPICS.requests):
@@ -80,7 +82,7 @@ def _answer(log: FakeLog, w: Workload, answered: set[str]) -> None:
             continue
         answered.add(req["request_id"])
         body = {"request_id": req["request_id"], "label": truth[req["id"]]}
-        log.append(TOPICS.labels, json.dumps(body).encode())
+        log.append(TOPICS.labels, json.dumps(body).encode(), ts_ms=ts_ms)
 
 
 class PartSource(FakeSource):
@@ -287,6 +289,43 @@ def test_estimator_dead_letters_a_forged_state_and_keeps_its_estimate(
     reasons = [json.loads(v)["reason"] for _, v in log.records(TOPICS.deadletter)]
     assert reasons == ["malformed_json", "bad_type"]
     store.close()
+
+
+def test_the_estimator_judges_late_labels_by_when_the_samplers_wrote_later_traffic(
+    workload: Workload, tmp_path: Path
+) -> None:
+    """The estimator reads the aggregates topic before the labels: after an outage, states of
+    traffic written after a label were read first, the watermark passed the deadlines and
+    on-time labels expired. A label is late only if a sampler's state of a bucket past its
+    deadline was written (Kafka time) before it."""
+    end = max(rec["ts"] for rec in workload.records())
+    later = {"id": "later", "score": 0.5, "ts": end + 3 * 3600.0, "model": "default"}
+
+    def run(name: str, label_ms: int, read_in_order: bool) -> dict[str, int]:
+        log = _log(workload)
+        cfg = dataclasses.replace(_config(tmp_path / name), label_deadline_s=2 * 3600.0)
+        sampler, src = _sampler(log, cfg, range(PARTITIONS))
+        sink = FakeSink(log)
+        sink.ts_ms = 1_000
+        _drain(sampler, src, sink)
+        _answer(log, workload, set(), ts_ms=label_ms)
+        store = Store(cfg.data_dir)
+        est = Engine(cfg, store, Exporter(cfg, CollectorRegistry()), role="estimator")
+        est_source = FakeSource(log, est.topics, store.offsets)
+        if read_in_order:  # the labels are read before the state written after them
+            _drain(est, est_source, FakeSink(log))
+        log.append(TOPICS.scored, json.dumps(later).encode())
+        sink.ts_ms = 3_000
+        _drain(sampler, src, sink)
+        _drain(est, est_source, FakeSink(log))
+        store.close()
+        dead = log.records(TOPICS.deadletter)
+        return collections.Counter(json.loads(v)["reason"] for _, v in dead)
+
+    in_order, caught_up = run("a", 2_000, True), run("b", 2_000, False)
+    assert in_order == caught_up  # (early requests' deadlines passed within the workload)
+    late = run("c", 4_000, False)  # written after the state that passed the rest's deadlines
+    assert late["expired_request"] > caught_up["expired_request"] > 0
 
 
 def test_two_samplers_and_an_estimator_equal_one_process(
