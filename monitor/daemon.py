@@ -129,7 +129,9 @@ class Daemon:
         While unassigned (joining the group, or a standby when the group has more members than
         the topics have partitions) the probe has nothing to ask the broker, so the broker's
         state is left as it was: "broker connected" is said only after a partition's end offsets
-        were read, and this warning says why ``/readyz`` stays 503 meanwhile.
+        were read, and this warning says why ``/readyz`` stays 503 meanwhile. A sampler is then
+        a standby: ready (a rolling update waits for its new pods' readiness, which a standby
+        would never reach), and the message is information, not a warning.
         """
         if assigned:
             self._unassigned_since, self._warned_unassigned = None, False
@@ -140,15 +142,17 @@ class Daemon:
             and time.monotonic() - self._unassigned_since > UNASSIGNED_WARN_S
         ):
             self._warned_unassigned = True
-            log.warning(
+            log.log(
+                logging.INFO if self.engine.standby_ok else logging.WARNING,
                 "no partition assigned",
                 extra={
                     "event": "unassigned",
                     "after_s": UNASSIGNED_WARN_S,
                     "hint": "the consumer group gave this process none of its topics' partitions: "
-                    "normal for a standby when the group has more members than the scored topic "
-                    "has partitions; otherwise describe the group (kafka-consumer-groups.sh "
-                    "--describe --group GROUP) and read the broker's log",
+                    "normal for a sampler when the group has more samplers than the scored topic "
+                    "has partitions (a standby); otherwise another process may consume with the "
+                    "same group id: describe the group (kafka-consumer-groups.sh --describe "
+                    "--group GROUP) and read the broker's log",
                 },
             )
 
@@ -179,7 +183,7 @@ class Daemon:
                 if assigned:  # only then did the probe ask the broker something
                     self._set_state("up")
                 self._note_assignment(assigned)
-                engine.metrics.set_ready(assigned)
+                engine.metrics.set_ready(assigned or engine.standby_ok)
                 backoff = BACKOFF_MIN_S
             except BrokerUnavailable as exc:
                 self._set_state("down", str(exc))
@@ -361,6 +365,9 @@ def _estimator_wiring(
         role=role,
         aggregates=reader,
     )
+    # the stored estimates and alert states at once: restarted while the broker is down, the
+    # process must not leave them out of /metrics (Prometheus would resolve firing alerts)
+    engine.maybe_publish()
     about = {"data_dir": str(config.data_dir), "models": sorted(config.models)}
     return engine, kafka_connect(config, engine.topics), about
 

@@ -27,9 +27,10 @@ SCHEMA_VERSION = 39
 UID = "activeaudit-monitor"
 OUTPUT = Path(__file__).resolve().parent / "dashboards" / "activeaudit-monitor.json"
 DATASOURCE: Json = {"type": "prometheus", "uid": "${datasource}"}
-# Selector of the chosen model and segment; "window" is added where a panel is per window.
-MS = 'model="$model",segment="$segment"'
-MSW = 'model="$model",segment="$segment",window="$window"'
+# Selector of the chosen model and segment; "window" is added where a panel is repeated per
+# window. A regex match on the segment: its "All" is "^$", the whole model's empty label value.
+MS = 'model="$model",segment=~"$segment"'
+MSW = 'model="$model",segment=~"$segment",window="$window"'
 GRID_WIDTH = 24
 
 
@@ -282,15 +283,18 @@ def label_panels() -> list[Json]:
         unit="percentunit",
         unit_range=(0.0, 1.0),
     )
-    answers = timeseries(
-        "Answer rate per prediction stratum",
-        "Answered / issued audit requests of the window, for predicted negatives and positives. "
-        "The estimate reweights each class of requests by its answer rate and assumes answers "
-        "are missing at random within a class: very different or low rates (auditors skipping "
-        "one stratum) make that assumption matter; compare with the worst-case bounds.",
-        targets((f"monitor_answer_rate{{{MSW}}}", "pred={{pred}}")),
-        unit="percentunit",
-        unit_range=(0.0, 1.0),
+    answers = per_window(
+        timeseries(
+            "Answer rate per prediction stratum ($window)",
+            "Answered / issued audit requests of the window, for predicted negatives and "
+            "positives. The estimate reweights each class of requests by its answer rate and "
+            "assumes answers are missing at random within a class: very different or low rates "
+            "(auditors skipping one stratum) make that assumption matter; compare with the "
+            "worst-case bounds.",
+            targets((f"monitor_answer_rate{{{MSW}}}", "pred={{pred}}")),
+            unit="percentunit",
+            unit_range=(0.0, 1.0),
+        )
     )
     pending = timeseries(
         "Pending share of the window's weight",
@@ -300,18 +304,20 @@ def label_panels() -> list[Json]:
         unit="percentunit",
         unit_range=(0.0, 1.0),
     )
-    worst = timeseries(
-        "F-measure: worst case over unanswered labels",
-        "The estimate with its confidence interval, and the lowest and highest value the "
-        "estimate could take whatever the unanswered labels turn out to be (no assumption on "
-        "why they are missing).",
-        targets(
-            (f"monitor_f_measure{{{MSW}}}", "estimate"),
-            (f"monitor_f_measure_worst_case_lower{{{MSW}}}", "worst case low"),
-            (f"monitor_f_measure_worst_case_upper{{{MSW}}}", "worst case high"),
-        ),
-        unit="percentunit",
-        unit_range=(0.0, 1.0),
+    worst = per_window(
+        timeseries(
+            "F-measure: worst case over unanswered labels ($window)",
+            "The estimate with its confidence interval, and the lowest and highest value the "
+            "estimate could take whatever the unanswered labels turn out to be (no assumption on "
+            "why they are missing).",
+            targets(
+                (f"monitor_f_measure{{{MSW}}}", "estimate"),
+                (f"monitor_f_measure_worst_case_lower{{{MSW}}}", "worst case low"),
+                (f"monitor_f_measure_worst_case_upper{{{MSW}}}", "worst case high"),
+            ),
+            unit="percentunit",
+            unit_range=(0.0, 1.0),
+        )
     )
     latency = timeseries(
         "Label latency (median, 90th percentile)",
@@ -501,13 +507,20 @@ def template_variables() -> list[Json]:
         query_var(
             "model", "Model", "label_values(monitor_label_budget_per_hour, model)", multi=False
         ),
-        # segment="" is the model as a whole (exported as an empty label value).
-        query_var(
-            "segment",
-            "Segment",
-            'label_values(monitor_window_records{model="$model"}, segment)',
-            multi=False,
-        ),
+        # segment="" is the model as a whole, exported as an empty label value, which
+        # label_values never lists: "All" (the default) selects it by the regex "^$"
+        {
+            **query_var(
+                "segment",
+                "Segment",
+                'label_values(monitor_window_records{model="$model"}, segment)',
+                multi=False,
+            ),
+            "includeAll": True,
+            "allValue": "^$",
+            "current": {"selected": True, "text": "All", "value": "$__all"},
+            "description": "All: the model as a whole; a value: that segment alone.",
+        },
         query_var(
             "window",
             "Window",

@@ -1,11 +1,14 @@
 """Forwarding of alert states to Alertmanager's v2 API, off the caller's thread.
 
 ``POST {url}/api/v2/alerts`` with a JSON list of ``{labels, annotations, startsAt, endsAt}``:
-labels ``alertname`` (the alert name), ``severity``, ``model``, ``segment``, ``window`` and
-``source="activeaudit-monitor"``; annotations ``summary``, ``description``, ``bound`` and
-``threshold``. A firing alert's ``endsAt`` lies ``3 * resend_s`` ahead and is pushed again every
-``resend_s`` (Alertmanager resolves an alert whose ``endsAt`` has passed, so a dead daemon's
-alerts resolve on their own); an alert that stops firing is sent once with ``endsAt`` = now.
+labels ``alertname`` (the name of the Prometheus rule that reports the same decision,
+``RULE_NAMES``), ``alert`` (the daemon's name), ``severity``, ``model``, ``segment``, ``window``
+and ``source="activeaudit-monitor"``; annotations ``summary``, ``description``, ``bound``,
+``threshold`` and ``runbook_url``. Named as the rules name them, a pushed alert and the rule's
+fall into one Alertmanager group and the shipped inhibitions apply to both. A firing alert's
+``endsAt`` lies ``3 * resend_s`` ahead and is pushed again every ``resend_s`` (Alertmanager
+resolves an alert whose ``endsAt`` has passed, so a dead daemon's alerts resolve on their own);
+an alert that stops firing is sent once with ``endsAt`` = now.
 """
 
 from __future__ import annotations
@@ -24,6 +27,14 @@ from monitor.core.alerts import AlertStatus
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, str, str]
+
+#: The rule in deploy/prometheus/rules/alerts.yaml that reports each decision of the daemon
+RULE_NAMES = {
+    "f_below_floor": "MonitorFMeasureBelowFloor",
+    "f_dropped": "MonitorFMeasureDropped",
+    "model_untrustworthy": "MonitorModelUntrustworthy",
+}
+RUNBOOK = "https://github.com/activeaudit/activeaudit-monitor/blob/main/README.md#alert-"
 
 
 def _fmt(x: float) -> str:
@@ -92,9 +103,11 @@ class AlertmanagerPusher:
             self._cond.notify()
 
     def _payload(self, s: AlertStatus, starts: float, ends: float) -> dict[str, Any]:
+        name = RULE_NAMES.get(s.alert, s.alert)
         annotations = {
             "summary": f"{s.alert} for model {s.model} on window {s.window}",
             "description": s.description,
+            "runbook_url": RUNBOOK + name.lower(),
         }
         if not math.isnan(s.bound):
             annotations["bound"] = _fmt(s.bound)
@@ -102,7 +115,8 @@ class AlertmanagerPusher:
             annotations["threshold"] = _fmt(s.threshold)
         out: dict[str, Any] = {
             "labels": {
-                "alertname": s.alert,
+                "alertname": name,
+                "alert": s.alert,
                 "severity": s.severity,
                 "model": s.model,
                 "segment": s.segment,

@@ -395,20 +395,24 @@ class Exporter:
         )
         self._lag = Gauge(
             "monitor_consumer_lag",
-            "Records between the consumer position and the end of the partition",
+            "Records between the consumer position and the end of the partition, per "
+            "partition assigned to this process",
             ["topic", "partition"],
             registry=r,
         )
+        self._lag_keys: set[tuple[str, int]] = set()
         budget = Gauge(
             "monitor_label_budget_per_hour",
-            "Configured audit label budget",
+            "Configured audit label budget (labels per hour)",
             ["model"],
             registry=r,
         )
         for model in models:
             budget.labels(model=model).set(config.models[model].labels_per_hour)
         self._ready_gauge = Gauge(
-            "monitor_ready", "1 once connected and state loaded, else 0", registry=r
+            "monitor_ready",
+            "1 once connected and state loaded and consuming (a sampler: or a standby), else 0",
+            registry=r,
         )
         info = Gauge(
             "monitor_build_info", "Version of the running monitor", ["version"], registry=r
@@ -482,9 +486,17 @@ class Exporter:
         """Record the wall time of one processed batch."""
         self._batch.observe(seconds)
 
-    def set_lag(self, topic: str, partition: int, lag: int) -> None:
-        """Set the consumer lag of one topic-partition."""
-        self._lag.labels(topic=topic, partition=str(partition)).set(lag)
+    def set_lags(self, lags: Mapping[tuple[str, int], int]) -> None:
+        """Set the consumer lag of each topic-partition in ``lags`` and drop the others' series.
+
+        ``lags`` holds the partitions assigned now: one a rebalance moved to another process
+        must not keep exporting the lag it had then (summed per topic, it counted twice).
+        """
+        for topic, partition in self._lag_keys - lags.keys():
+            self._lag.remove(topic, str(partition))
+        for (topic, partition), lag in lags.items():
+            self._lag.labels(topic=topic, partition=str(partition)).set(lag)
+        self._lag_keys = set(lags)
 
     def set_ready(self, ready: bool) -> None:
         """Flip readiness (``/readyz`` and ``monitor_ready``)."""

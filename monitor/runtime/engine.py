@@ -104,6 +104,8 @@ class Engine:
     ``_recover``), so a lost data directory does not restart them at 1.
     """
 
+    standby_ok = False  # given no partition, it has nothing to do: not ready
+
     def __init__(
         self,
         config: Config,
@@ -449,8 +451,7 @@ class Engine:
         latencies = self.estimator.take_label_latencies()
         if latencies:
             self.metrics.observe_label_latency(latencies)
-        for (t, p), v in lag.items():
-            self.metrics.set_lag(t, p, v)
+        self.metrics.set_lags(lag)
         if raw:
             self.metrics.observe_batch(time.monotonic() - started)
             log.info(

@@ -114,7 +114,7 @@ class Metrics(Protocol):
     def count_maps_ignored(self, model: str, reason: str) -> None: ...  # noqa: D102
     def set_calibration(self, model: str, calibration: Calibration) -> None: ...  # noqa: D102
     def observe_batch(self, seconds: float) -> None: ...  # noqa: D102
-    def set_lag(self, topic: str, partition: int, lag: int) -> None: ...  # noqa: D102
+    def set_lags(self, lags: Mapping[TP, int]) -> None: ...  # noqa: D102
     def set_ready(self, ready: bool) -> None: ...  # noqa: D102
 
 
@@ -123,6 +123,7 @@ class Loop(Protocol):
 
     config: Config
     metrics: Metrics
+    standby_ok: bool  # ready while the group assigns it no partition (samplers: a standby)
 
     def offsets(self) -> Mapping[TP, int]: ...  # noqa: D102
     def set_partitions(self, n: int) -> None: ...  # noqa: D102

@@ -53,7 +53,12 @@ FLUSH_EVERY_S = 0.5  # flush and commit at most this often while records keep co
 
 
 class SamplerEngine:
-    """The decisions of the scored partitions this process is assigned, one poll at a time."""
+    """The decisions of the scored partitions this process is assigned, one poll at a time.
+
+    A sampler the group gives no partition is a standby: ready, waiting to take some over.
+    """
+
+    standby_ok = True
 
     def __init__(
         self,
@@ -259,8 +264,7 @@ class SamplerEngine:
         if self._stale:  # assigned since the last step: these records wait for the rebuild
             self._resync(source)
             return 0
-        for (t, p), v in source.lag().items():
-            self.metrics.set_lag(t, p, v)
+        self.metrics.set_lags(source.lag())
         if self._follow:  # only maps are wanted from what follows
             self._follow_maps(self.aggregates.follow())
         if not raw:

@@ -707,7 +707,7 @@ def _report(
         f"audit requests {requests:,}; the audit team dropped {team.dropped:,} and answered "
         f"{team.flipped:,} wrongly on purpose"
     )
-    missing = m.total("monitor_labels_missing", window=WINDOWS[-1][0])
+    missing = m.total("monitor_labels_missing", window=WINDOWS[-1][0], segment="")
     rejected = m.total("monitor_invalid_records_total")
     print(
         f"requests past their deadline without a label: {int(missing):,}; "

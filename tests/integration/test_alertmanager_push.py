@@ -108,13 +108,15 @@ def test_firing_then_resolved_alert_reaches_alertmanager(alertmanager: str) -> N
         assert len(alerts) == 1, alerts
         alert = alerts[0]
         assert alert["labels"] == {
-            "alertname": "f_below_floor",
+            "alertname": "MonitorFMeasureBelowFloor",  # as the rule names it: one group
+            "alert": "f_below_floor",
             "severity": "critical",
             "model": "fraud",
             "segment": "eu",
             "window": "24h",
             "source": "activeaudit-monitor",
         }
+        assert alert["annotations"]["runbook_url"].endswith("#alert-monitorfmeasurebelowfloor")
         assert alert["annotations"]["bound"] == "0.610"
         assert alert["annotations"]["threshold"] == "0.650"
         assert "upper bound" in alert["annotations"]["description"]

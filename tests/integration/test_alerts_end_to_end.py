@@ -23,8 +23,9 @@ once the labels are in, the daemon has decided (upper bound above the floor) on 
 windows (6h, 24h); after the drift the daemon's ``f_below_floor`` becomes active with a bound
 below the floor, Prometheus fires MonitorFMeasureBelowFloor (critical, its description filled
 from the daemon's evidence), Alertmanager receives it and routes it to ``pager``, and it also
-receives the daemon's own push (alertname ``f_below_floor``) for every window active in the
-daemon, with no failed push.
+receives the daemon's own push (alertname ``MonitorFMeasureBelowFloor`` with
+``source="activeaudit-monitor"``) for every window active in the daemon, with no failed push,
+and routes it to ``pager`` as well.
 
 Case 2 (no degradation, same seed): once every record and label is processed, no quality alert
 is active in the daemon, which did decide (upper bound above the floor on both windows);
@@ -520,12 +521,16 @@ def test_degradation_fires_in_the_daemon_prometheus_and_alertmanager(
                 and a["state"] == "firing"
             ]
 
-        def alertmanager_has(name: str) -> Callable[[], list[dict[str, Any]]]:
+        def alertmanager_has(name: str, *, pushed: bool) -> Callable[[], list[dict[str, Any]]]:
+            """The alerts ``name`` in Alertmanager: pushed by the daemon, or from the rules."""
+
             def check() -> list[dict[str, Any]]:
                 return [
                     a
                     for a in am_alerts(run.alertmanager.url)
-                    if a["labels"].get("alertname") == name and a["labels"].get("model") == MODEL
+                    if a["labels"].get("alertname") == name
+                    and a["labels"].get("model") == MODEL
+                    and (a["labels"].get("source") == "activeaudit-monitor") == pushed
                 ]
 
             return check
@@ -542,10 +547,10 @@ def test_degradation_fires_in_the_daemon_prometheus_and_alertmanager(
                 ) / 3600.0
             if "daemon" in first and "prometheus" not in first and prometheus_fires():
                 first["prometheus"] = run.elapsed()
-            routed = alertmanager_has("MonitorFMeasureBelowFloor")
+            routed = alertmanager_has("MonitorFMeasureBelowFloor", pushed=False)
             if "prometheus" in first and "alertmanager" not in first and routed():
                 first["alertmanager"] = run.elapsed()
-            pushed = alertmanager_has("f_below_floor")
+            pushed = alertmanager_has("MonitorFMeasureBelowFloor", pushed=True)
             if "daemon" in first and "push" not in first and pushed():
                 first["push"] = run.elapsed()
 
@@ -614,7 +619,7 @@ def test_degradation_fires_in_the_daemon_prometheus_and_alertmanager(
 
         routed = poll(
             "MonitorFMeasureBelowFloor did not reach Alertmanager",
-            alertmanager_has("MonitorFMeasureBelowFloor"),
+            alertmanager_has("MonitorFMeasureBelowFloor", pushed=False),
             60,
             lambda: f"{am_alerts(run.alertmanager.url)}\n{prom_alerts(run.prometheus.url)}",
         )
@@ -622,9 +627,9 @@ def test_degradation_fires_in_the_daemon_prometheus_and_alertmanager(
         assert routed[0]["labels"]["severity"] == "critical"
         assert [r["name"] for r in routed[0]["receivers"]] == ["pager"]
 
-        # the daemon's own push (alertmanager.url): same decision, named by the daemon
+        # the daemon's own push (alertmanager.url): the same decision under the rule's name
         def pushed_all() -> list[dict[str, Any]]:
-            found = alertmanager_has("f_below_floor")()
+            found = alertmanager_has("MonitorFMeasureBelowFloor", pushed=True)()
             return found if {a["labels"]["window"] for a in found} >= set(windows) else []
 
         pushed = poll(

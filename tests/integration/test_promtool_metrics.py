@@ -82,8 +82,7 @@ def test_promtool_accepts_the_exposition(promtool: Path) -> None:
     exporter.set_calibration("fraud", Calibration(2, PlattMap(0.1, 0.3), 0.2, (("eu", IDENTITY),)))
     for seconds in (0.004, 0.03, 0.2):
         exporter.observe_batch(seconds)
-    exporter.set_lag("predictions", 0, 12)
-    exporter.set_lag("audit-labels", 0, 0)
+    exporter.set_lags({("predictions", 0): 12, ("audit-labels", 0): 0})
     exporter.set_ready(True)
     text = generate_latest(exporter.registry)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import json
@@ -25,8 +26,10 @@ from monitor.errors import BrokerUnavailable, StoreError
 from monitor.io.exporter import Exporter
 from monitor.io.store import Store
 from monitor.runtime.engine import Engine
+from monitor.runtime.ports import Loop
+from monitor.runtime.sampler_role import SamplerEngine
 from monitor.sim.workload import Workload, WorkloadSpec, generate
-from monitor.testing.fakes import FakeLog, FakeSink, FakeSource
+from monitor.testing.fakes import FakeLog, FakeSink, FakeSource, FakeTopicReader
 
 TOPICS = Config().kafka.topics
 
@@ -291,7 +294,7 @@ def _fake_connect(log: FakeLog, sources: list[FakeSource], *, unassigned: bool =
 
 
 def _run_scripted(
-    engine: Engine,
+    engine: Loop,
     connect: Connect,
     stop: threading.Event,
     script: Callable[[], None],
@@ -410,6 +413,64 @@ def test_unassigned_says_nothing_of_the_broker_and_warns_once(
     assert store.offsets()[(TOPICS.scored, 0)] == 4000
     assert registry.get_sample_value("monitor_ready") == 0.0
     store.close()
+
+
+def test_a_restart_exports_the_stored_estimates_and_alerts_before_it_reaches_the_broker(
+    tmp_path: Path, workload: Workload
+) -> None:
+    """Restarted while the broker is down, the daemon exported no estimate and no alert state
+    (they came with the first step), so Prometheus resolved the alerts that were firing."""
+    log = FakeLog()
+    _fill(log, workload)
+    h = Harness(log, tmp_path)
+    h.drain()
+    _answer(log, workload)
+    h.drain()
+    time.sleep(0.25)  # snapshots are published at most every 0.2 s after labels
+    h.engine.shutdown(None, None)
+    h.close()
+    window = {"model": "default", "segment": "", "window": "24h"}
+    before = h.value("monitor_f_measure", **window, alpha="0.5")
+    assert before is not None
+    registry = CollectorRegistry()
+    with contextlib.ExitStack() as cleanup:  # no step: nothing was asked of a broker
+        daemon_module._estimator_wiring(
+            h.config, Exporter(h.config, registry), None, "all", cleanup
+        )
+        f = registry.get_sample_value("monitor_f_measure", {**window, "alpha": "0.5"})
+        assert f == before
+        alert = {**window, "alert": "model_untrustworthy"}
+        assert registry.get_sample_value("monitor_alert_active", alert) == 0.0
+
+
+def test_a_sampler_given_no_partition_is_a_ready_standby(
+    tmp_path: Path,
+    workload: Workload,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More samplers than partitions: the ones given nothing wait as standbys, ready (a rolling
+    update waits for its new pods' readiness, which a full group never gave), their spell logged
+    as information. ``--role all`` given nothing stays not ready (the test above)."""
+    monkeypatch.setattr(daemon_module, "UNASSIGNED_WARN_S", 0.2)
+    log = FakeLog()
+    _fill(log, workload)
+    cfg = _config(tmp_path)
+    registry = CollectorRegistry()
+    engine = SamplerEngine(cfg, Exporter(cfg, registry), FakeTopicReader(log, TOPICS.aggregates))
+    stop = threading.Event()
+    ready: list[float | None] = []
+
+    def script() -> None:
+        time.sleep(1.0)
+        ready.append(registry.get_sample_value("monitor_ready"))
+        stop.set()
+
+    _run_scripted(engine, _fake_connect(log, [], unassigned=True), stop, script, caplog)
+    assert ready == [1.0]
+    spells = [r for r in caplog.records if getattr(r, "event", "") == "unassigned"]
+    assert [r.levelno for r in spells] == [logging.INFO]
+    assert not log.records(TOPICS.requests)  # it decided nothing
 
 
 def test_labels_written_before_their_deadline_count_however_late_they_are_read(

@@ -27,9 +27,10 @@ from monitor.cli import build_parser
 from monitor.cli import main as cli_main
 from monitor.config.load import load_config
 from monitor.config.schema import Config, ModelConfig
-from monitor.core.alerts import AlertStatus
+from monitor.core.alerts import ALERT_SEVERITY, AlertStatus
 from monitor.core.snapshot import Snapshot, WindowEstimate, WorstCase
 from monitor.daemon import config_overrides
+from monitor.io.alertmanager import RULE_NAMES
 from monitor.io.exporter import Exporter
 from monitor.runtime.engine import FLUSH_TIMEOUT_S
 from monitor.stats.estimate import Confusion, Estimate
@@ -50,6 +51,7 @@ EXPECTED_ALERTS = {
     "MonitorNoLabelsArriving": "warning",
     "MonitorLabelBudgetExhausted": "warning",
     "MonitorInvalidRecords": "warning",
+    "MonitorLabelsRejected": "warning",
     "MonitorCalibrationMapsIgnored": "warning",
     "MonitorFMeasureBelowFloor": "critical",
     "MonitorFMeasureDropped": "warning",
@@ -76,9 +78,9 @@ def deploy_yaml_files() -> list[Path]:
 
 
 def k8s_objects() -> dict[str, dict[str, Any]]:
-    """Kubernetes manifests by kind (one object per kind in deploy/kubernetes)."""
+    """Kubernetes manifests by kind (one object per kind in deploy/kubernetes and its base)."""
     objects: dict[str, dict[str, Any]] = {}
-    for path in sorted(K8S.glob("*.yaml")):
+    for path in sorted([*K8S.glob("*.yaml"), *(K8S / "base").glob("*.yaml")]):
         for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
             if doc and doc.get("kind") != "Kustomization":
                 assert doc["kind"] not in objects, f"two {doc['kind']} objects"
@@ -203,7 +205,7 @@ def exported_metric_names() -> set[str]:
     exporter.count_labels({"fraud": 2})
     exporter.observe_label_latency({"fraud": [600.0]})
     exporter.observe_batch(0.02)
-    exporter.set_lag("predictions", 0, 12)
+    exporter.set_lags({("predictions", 0): 12})
     exporter.set_ready(True)
     return {sample.name for family in registry.collect() for sample in family.samples}
 
@@ -234,9 +236,10 @@ def test_the_kit_is_complete() -> None:
         "grafana/dashboards/activeaudit-monitor.json",
         "compose.yaml",
         "config/monitor.compose.yaml",
-        "kubernetes/statefulset.yaml",
-        "kubernetes/configmap.yaml",
-        "kubernetes/service.yaml",
+        "kubernetes/base/kustomization.yaml",
+        "kubernetes/base/statefulset.yaml",
+        "kubernetes/base/configmap.yaml",
+        "kubernetes/base/service.yaml",
         "kubernetes/secret.example.yaml",
     ):
         assert (DEPLOY / rel).is_file(), rel
@@ -363,13 +366,13 @@ def test_alert_rules_are_the_documented_set_with_metadata() -> None:
 
 
 def test_quality_alerts_mirror_the_daemon_decisions() -> None:
+    """Each decision has its rule, and the daemon's own push names it as the rule does (one
+    Alertmanager group, the same routing and inhibitions)."""
     by_name = {rule["alert"]: rule for rule in alert_rules()}
-    for name, alert in (
-        ("MonitorFMeasureBelowFloor", "f_below_floor"),
-        ("MonitorFMeasureDropped", "f_dropped"),
-        ("MonitorModelUntrustworthy", "model_untrustworthy"),
-    ):
+    assert set(RULE_NAMES) == set(ALERT_SEVERITY)
+    for alert, name in RULE_NAMES.items():
         assert f'monitor_alert_active{{alert="{alert}"}}' in by_name[name]["expr"], name
+        assert by_name[name]["labels"]["severity"] == ALERT_SEVERITY[alert], name
     assert f'up{{job="{JOB}"}}' in by_name["MonitorDown"]["expr"]
     assert "absent(" in by_name["MonitorDown"]["expr"]
 
@@ -616,10 +619,23 @@ def pod_args(container: dict[str, Any], pod_name: str) -> list[str]:
     return [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], a) for a in container["args"]]
 
 
+def test_kustomizations_resolve_without_a_cycle() -> None:
+    """Every resource of a kustomization exists, and none is a directory holding the
+    kustomization itself (kustomize refuses it: "cycle detected"; the overlay once lived inside
+    its base)."""
+    for path in K8S.rglob("kustomization.yaml"):
+        for resource in load_yaml(path)["resources"]:
+            target = (path.parent / resource).resolve()
+            assert target.exists(), f"{path}: {resource} does not exist"
+            if target.is_dir():
+                assert (target / "kustomization.yaml").is_file(), f"{path}: {resource}"
+                assert not path.parent.resolve().is_relative_to(target), f"{path}: {resource}"
+
+
 def test_scale_out_overlay_runs_samplers_beside_one_estimator() -> None:
     overlay = K8S / "scale-out"
     kustomization = load_yaml(overlay / "kustomization.yaml")
-    assert kustomization["resources"] == ["../", "sampler-deployment.yaml"]
+    assert kustomization["resources"] == ["../base", "sampler-deployment.yaml"]
     base = k8s_objects()
     sts = base["StatefulSet"]
     (patch,) = kustomization["patches"]

@@ -196,7 +196,8 @@ def test_process_counters_histogram_and_gauges(exporter: Exporter) -> None:
     exporter.count_segments_folded({"spam": 4})
     exporter.observe_batch(0.02)
     exporter.observe_batch(3.0)
-    exporter.set_lag("predictions", 2, 1234)
+    exporter.set_lags({("predictions", 1): 5, ("predictions", 2): 1234})
+    exporter.set_lags({("predictions", 2): 1234})  # partition 1 moved to another process
     assert get("monitor_records_total", {"model": "fraud"}) == 750
     assert get("monitor_records_total", {"model": "spam"}) == 20
     assert get("monitor_audit_requests_total", {"model": "fraud"}) == 3
@@ -212,6 +213,7 @@ def test_process_counters_histogram_and_gauges(exporter: Exporter) -> None:
     assert get("monitor_batch_seconds_bucket", {"le": "0.025"}) == 1
     assert get("monitor_batch_seconds_bucket", {"le": "+Inf"}) == 2
     assert get("monitor_consumer_lag", {"topic": "predictions", "partition": "2"}) == 1234
+    assert get("monitor_consumer_lag", {"topic": "predictions", "partition": "1"}) is None
     assert get("monitor_label_budget_per_hour", {"model": "fraud"}) == 12.0
     assert get("monitor_label_budget_per_hour", {"model": "spam"}) == 3.5
     assert get("monitor_build_info", {"version": __version__}) == 1
