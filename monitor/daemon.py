@@ -255,7 +255,10 @@ def register(sub: Any) -> None:
         "e.g. the StatefulSet pod name; not for the samplers of a Deployment",
     )
     run.add_argument(
-        "--create-topics", action="store_true", help="create missing topics at start-up"
+        "--create-topics",
+        action="store_true",
+        help="create missing topics at start-up (the requests and labels topics keep their "
+        "records 30 days, or twice the label deadline if longer)",
     )
     run.add_argument(
         "--role",

@@ -347,13 +347,24 @@ class KafkaSink:
             self._producer.close(timeout=5)
 
 
+#: the requests and labels topics keep their records this long at least (30 days)
+KEEP_MIN_MS = 30 * 86_400_000
+
+
 def create_topics(config: Config, scored_partitions: int = 1) -> list[str]:
-    """Create the daemon's topics if absent; returns the names created."""
+    """Create the daemon's topics if absent; returns the names created.
+
+    The requests and labels topics keep their records for 30 days or twice the label deadline,
+    whichever is longer (a broker's default, often 7 days, is the deadline itself: an estimator
+    rebuilt from the topics, or the Label Studio bridge, would miss requests still open).
+    """
+    keep_ms = max(KEEP_MIN_MS, int(2_000 * config.label_deadline_s))
     return ensure_topics(
         list(config.kafka.bootstrap_servers),
         config.kafka.topics,
         scored_partitions,
         kafka_client_options(config.kafka, "admin"),
+        retention_ms=keep_ms,
     )
 
 
@@ -362,13 +373,16 @@ def ensure_topics(
     topics: TopicsConfig,
     partitions: int = 1,
     client_options: Mapping[str, Any] | None = None,
+    *,
+    retention_ms: int | None = None,
 ) -> list[str]:
     """Create whichever of ``topics`` is absent; returns the names created.
 
     The scored topic gets ``partitions`` partitions, the others one (Tansu would default to
     three), but the aggregates topic as many as the scored topic has (a scored partition's
     buckets go to aggregates partition ``partition % n``: fewer spread no load); it is compacted
-    (``AGGREGATES_TOPIC_CONFIG``).
+    (``AGGREGATES_TOPIC_CONFIG``). ``retention_ms``: the requests and labels topics' retention
+    (the broker's default when None).
     """
     try:
         admin = KafkaAdminClient(**{"bootstrap_servers": bootstrap, **(client_options or {})})
@@ -391,7 +405,11 @@ def ensure_topics(
         ):
             if name in existing:
                 continue
-            conf = dict(AGGREGATES_TOPIC_CONFIG) if name == topics.aggregates else None
+            conf: dict[str, str] | None = None
+            if name == topics.aggregates:
+                conf = dict(AGGREGATES_TOPIC_CONFIG)
+            elif name in (topics.requests, topics.labels) and retention_ms is not None:
+                conf = {"retention.ms": str(retention_ms)}
             try:
                 admin.create_topics([NewTopic(name, parts, 1, topic_configs=conf)])
                 created.append(name)

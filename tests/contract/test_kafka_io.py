@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
-from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.core.messages import RawRecord
@@ -286,6 +286,33 @@ def test_the_aggregates_topic_gets_the_scored_topics_partitions(broker: Broker) 
     finally:
         admin.close()
     assert counts == {topics.scored: 3, topics.aggregates: 3, topics.requests: 1}
+
+
+@pytest.mark.integration
+@pytest.mark.brokers("kafka")  # Tansu describes no topic configuration
+def test_created_requests_and_labels_topics_keep_their_records_past_the_deadline(
+    broker: Broker,
+) -> None:
+    """``--create-topics`` gives the requests and labels topics the retention asked for (the
+    broker's default, often 7 days, is the label deadline itself)."""
+    topics = TopicsConfig().tagged(uuid.uuid4().hex[:8])
+    ensure_topics(broker.bootstrap, topics, retention_ms=5_184_000_000)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        kept = {
+            name: _topic_config(admin, name).get("retention.ms")
+            for name in (topics.requests, topics.labels, topics.deadletter)
+        }
+    finally:
+        admin.close()
+    assert kept[topics.requests] == kept[topics.labels] == "5184000000"
+    assert kept[topics.deadletter] is None  # the broker's default
+
+
+def _topic_config(admin: KafkaAdminClient, topic: str) -> dict[str, str]:
+    """The keys of a topic's configuration that differ from the broker's defaults."""
+    found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    return {k: str(v["value"]) for k, v in found["topic"][topic].items()}
 
 
 @pytest.mark.integration

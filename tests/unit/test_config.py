@@ -142,7 +142,7 @@ default_model: fraud
         ({"estimation": {"level": 1.0}}, r"^estimation\.level: must be in \(0, 1\), got 1$"),
         ({"labels": {"deadline_s": 0}}, r"^labels\.deadline_s: must be > 0, got 0$"),
         ({"labels": {"max_parked": -1}}, r"^labels\.max_parked: must be >= 0, got -1$"),
-        ({"labels": {"token_secret": "short"}}, r"^labels\.token_secret: expected a string of at least 16 characters, got a string$"),
+        ({"labels": {"token_secret": "short"}}, r"^labels\.token_secret: expected a string of at least 16 characters, got 5 characters$"),
         ({"kafka": {"bootstrap_servers": "host"}}, r'^kafka\.bootstrap_servers\[0\]: expected "host:port", got \'host\''),
         ({"kafka": {"bootstrap_servers": ["h:1", "h:99999"]}}, r"^kafka\.bootstrap_servers\[1\]: port must be in \[1, 65535\], got 99999$"),
         ({"kafka": {"bootstrap_servers": 9092}}, r'^kafka\.bootstrap_servers: expected "host:port" or a list of them, got 9092$'),
