@@ -59,9 +59,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     inputs = {p: "a labelled plan given to --labelled" for p in args.labelled}
     _check_out(args.out, {**inputs, args.pool: "the pool"})
     pool = read_pool(args.pool, args.threshold)
-    known = None
-    if args.labelled:
-        known = known_labels([(p, read_plan(p)) for p in args.labelled])
+    earlier = [(p, read_plan(p)) for p in args.labelled]
+    known = known_labels(earlier) if earlier else None
     plan = make_plan(
         pool,
         alpha=args.alpha,
@@ -73,6 +72,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         known=known,
         pool_path=args.pool,
     )
+    check_pool(pool, earlier, args.pool)  # a next round is drawn from the earlier ones' pool
     write_plan(args.out, plan)
     if plan.design == "poisson":
         what = f"{len(plan)} items to audit (expected {args.budget})"

@@ -21,7 +21,7 @@ from monitor.errors import InputFileError
 from monitor.offline.assisted import Assisted
 from monitor.offline.plan import measure_name
 from monitor.offline.poolfile import Plan, Pool, sidecar_path, whole_number
-from monitor.offline.rounds import RoundShare
+from monitor.offline.rounds import RoundShare, answered_sample
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import intrinsic_falpha, intrinsic_falpha_se
 from monitor.stats.measures import Measures, measure_all
@@ -46,12 +46,15 @@ class PlanEstimate:
 
 
 def plan_sample(plan: Plan) -> LabeledSample:
-    """The labelled part of a plan as a sample (one row per draw for with-replacement)."""
+    """The labelled part of a plan as a sample (one row per draw for with-replacement).
+
+    Poisson: pending rows are a second phase of sampling (``rounds.answered_sample``). With
+    replacement every draw is already weighted as one of n (fpc 1): the labelled draws are a
+    random subsample of them when a row is not pending because of its label.
+    """
     lab = plan.labelled
     if plan.design == "poisson":
-        return LabeledSample.poisson(
-            plan.score[lab], plan.pred[lab], plan.label[lab], plan.prob[lab]
-        )
+        return answered_sample(plan)
     rep = plan.draws[lab]
     return LabeledSample.with_replacement(
         np.repeat(plan.score[lab], rep),
@@ -138,8 +141,9 @@ def estimate_plan(
     pending = int(np.count_nonzero(~plan.labelled))
     if pending:
         warnings.append(
-            f"{pending} of {len(plan)} plan items are still pending; the estimate assumes the "
-            "labelled ones are not chosen by their outcome"
+            f"{pending} of {len(plan)} plan items are still pending; the labelled ones stand "
+            "for them within each prediction and band of selection probability, which assumes "
+            "an item is not left pending because of its label"
         )
     zero = _meta_int(plan, "zero_probability_items", path) or 0
     if zero:

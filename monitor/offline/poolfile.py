@@ -22,6 +22,7 @@ comment lines may carry trailing empty cells (a spreadsheet round trip adds them
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import os
@@ -307,6 +308,7 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
     else:
         draws = np.ones(len(table.lines), dtype=np.int64)
     _check_weights(check, design, prob, weight, table.meta.get("budget"))
+    _check_rows(spath, ids, table.meta)
     label_code = check.choice(  # 0.0 and 1.0: as pandas writes a column with empty cells
         "label",
         {"0": 0, "1": 1, "0.0": 0, "1.0": 1, "": 2},
@@ -316,6 +318,34 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
     labelled = label_code != 2
     label = np.where(labelled, label_code, 0).astype(np.int8)
     return Plan(design, ids, score, pred, prob, weight, draws, label, labelled, table.meta)
+
+
+def ids_digest(ids: npt.NDArray[np.str_]) -> str:
+    """SHA-256 of a plan's sorted ids, one per line: which rows it holds, in any order."""
+    return hashlib.sha256("\n".join(sorted(ids.tolist())).encode("utf-8")).hexdigest()
+
+
+def _check_rows(path: str, ids: npt.NDArray[np.str_], meta: Mapping[str, str]) -> None:
+    """Refuse a plan whose rows are not those it was written with (sidecar ``planned_rows``).
+
+    A deleted row would vanish from the estimate unnoticed (a pending row is one with an empty
+    label, never a missing one) and an added one would count with a weight never drawn.
+    """
+    want = meta.get("planned_ids_sha256")
+    if want is None or ids_digest(ids) == want:
+        return
+    rows = meta.get("planned_rows", "?")
+    what = (
+        f"holds {len(ids)} rows, but {rows} were planned"
+        if rows != str(len(ids))
+        else "holds other ids than those planned (an edited id, or a row replaced)"
+    )
+    msg = (
+        f"{path}: {what}; restore the plan's rows as monitor plan wrote them (leave a row's "
+        "label empty while it is pending, never delete it; ids must keep their exact text, "
+        "leading zeros included)"
+    )
+    raise InputFileError(msg)
 
 
 PLAN_COLUMNS_DOC = "id,score,pred,pi|q,weight[,draws],label"
@@ -462,6 +492,8 @@ def write_plan(path: str | os.PathLike[str], plan: Plan) -> None:
     """
     target = Path(path)
     meta = {k: _json_value(v) for k, v in plan.meta.items() if k != "format"}
+    meta["planned_rows"] = len(plan)
+    meta["planned_ids_sha256"] = ids_digest(plan.ids)
     doc = {
         "about": "activeaudit-monitor audit plan: what monitor estimate needs beyond the rows",
         "format": PLAN_FORMAT,

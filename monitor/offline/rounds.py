@@ -29,6 +29,7 @@ from monitor.errors import InputFileError
 from monitor.offline.poolfile import Plan, Pool, sidecar_path
 from monitor.stats.beta_calibration import CalibrationMap
 from monitor.stats.design import recalibrate, recalibrated_weights, rounds_mixture
+from monitor.stats.response import response_sample
 from monitor.stats.sample import LabeledSample
 
 
@@ -44,6 +45,21 @@ class Known:
     sample: LabeledSample
     last_round: int
     threshold: str = ""
+
+
+def answered_sample(plan: Plan) -> LabeledSample:
+    """The labelled rows of a Poisson plan, its pending rows taken as a second phase.
+
+    Within each answer class (prediction x band of pi, pooled when sparse:
+    ``monitor.stats.response``) the labelled rows stand for the pending ones: a label carries
+    ``1 / (pi r_c)`` with finite-population correction ``1 - pi r_c``, r_c the class's labelled
+    share of its weight. Leaving the pending rows out instead made a plan whose predicted
+    positives all had pi = 1 a census of its labelled half (a point interval) and, in rounds,
+    pulled the estimate toward the earlier rounds' exact labels. With every row labelled this is
+    ``LabeledSample.poisson`` of them. It assumes a row is not pending because of its label.
+    """
+    label = np.where(plan.labelled, plan.label, -1)
+    return response_sample(plan.score, plan.pred, label, plan.prob, np.zeros(len(plan), np.int64))
 
 
 def require_sidecar(plan: Plan, path: str) -> None:
@@ -236,8 +252,14 @@ def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> Rounds:
             if overlap.any():
                 msg = f"{pa}: item '{p.ids[overlap][0]}' was labelled in an earlier round"
                 raise InputFileError(msg)
-        lab = p.labelled
-        samples.append(LabeledSample.poisson(p.score[lab], p.pred[lab], p.label[lab], p.prob[lab]))
+        if i == len(ordered) - 1 and not p.labelled.any():
+            msg = (
+                f"{pa}: round {numbers[-1]} has no label yet, so it cannot estimate the rest of "
+                "the pool: label some of its rows, or estimate from the earlier rounds alone "
+                "(leave this file out)"
+            )
+            raise InputFileError(msg)
+        samples.append(answered_sample(p))
         first = i == 0 and len(ordered) > 1
         shares.append(0.0 if first or why else _planned_labels(p, pa))
     total = sum(shares)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +59,13 @@ def test_two_rounds_from_the_command_line(
     assert main(["estimate", "--labels", str(two_done)]) == 2
     err = capsys.readouterr().err
     assert re.search(r"planned with \d+ labelled items of earlier rounds", err), err
+    # a next round is drawn from the pool of the earlier ones (another pool was taken)
+    rows = pool.read_text().splitlines()
+    other = tmp_path / "other.csv"
+    other.write_text("\n".join([*rows, "u_new,0.5"]) + "\n")
+    again = ["plan", "--pool", str(other), "--alpha", "0.5", "--budget", "200"]
+    assert main([*again, "--labelled", str(one_done), "--out", str(tmp_path / "r2b.csv")]) == 2
+    assert "but " + str(one_done) + " was planned from a pool" in capsys.readouterr().err
 
 
 def test_three_rounds_as_the_readme_schedules_them(
@@ -318,3 +326,30 @@ def test_a_late_label_of_an_item_chosen_again_names_it(
     assert main(["estimate", "--labels", str(one_done), str(two_done)]) == 2
     err = capsys.readouterr().err
     assert f"clear the late label of item '{late}': this round chose it again" in err, err
+
+
+def test_pending_rows_are_a_second_phase_not_left_out() -> None:
+    """Every predicted positive at pi = 1, two of four labelled: they were taken as all of them
+    (precision a point interval, [0.5, 0.5]); they stand for the pending two now."""
+    score = np.array([0.9, 0.8, 0.7, 0.95, 0.1, 0.2, 0.05, 0.3])
+    ids = np.array(list("abcdefgh"), dtype=np.str_)
+    pool = Pool(ids, score, (score >= 0.5).astype(np.int8), False)
+    plan = make_plan(pool, alpha=0.5, budget=8, seed=0)
+    assert (plan.prob[plan.pred == 1] == 1.0).all()
+    answered = {"a": 1, "b": 0, "e": 0, "f": 1}
+    done = np.array([i in answered for i in plan.ids.tolist()])
+    label = np.array([answered.get(i, 0) for i in plan.ids.tolist()], dtype=np.int8)
+    labelled = replace(plan, label=label, labelled=done)
+    precision = estimate_plan(labelled, "plan.csv", None, 0.95).measures.precision
+    assert precision.value == 0.5 and precision.lower < 0.2 and precision.upper > 0.8
+    whole = replace(labelled, labelled=np.ones(len(plan), np.bool_))  # nothing pending
+    assert estimate_plan(whole, "plan.csv", None, 0.95).measures.precision.se == 0.0
+
+
+def test_a_latest_round_without_any_label_is_refused() -> None:
+    pool, label = _pool(2000, seed=5)
+    truth = dict(zip(pool.ids.tolist(), label.tolist(), strict=True))
+    r1 = _answer(make_plan(pool, alpha=0.5, budget=40, seed=1, defensive=0.5), truth)
+    r2 = make_plan(pool, alpha=0.5, budget=60, seed=2, known=known_labels([("r1.csv", r1)]))
+    with pytest.raises(InputFileError, match=r"r2\.csv: round 2 has no label yet"):
+        rounds_sample([("r1.csv", r1), ("r2.csv", r2)])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from monitor.errors import InputFileError
-from monitor.offline.poolfile import Plan, read_plan, read_pool, write_plan
+from monitor.offline.poolfile import Plan, ids_digest, read_plan, read_pool, write_plan
 
 
 def _write(tmp_path: Path, name: str, text: str | bytes) -> Path:
@@ -143,13 +143,34 @@ def test_plan_round_trip_is_exact(tmp_path: Path, design: str) -> None:
         np.testing.assert_array_equal(getattr(back, name), getattr(plan, name), err_msg=name)
     if design == "with-replacement":
         np.testing.assert_array_equal(back.draws, plan.draws)
-    assert dict(back.meta) == {"format": "2", **plan.meta}
+    rows = {"planned_rows": str(len(plan)), "planned_ids_sha256": ids_digest(plan.ids)}
+    assert dict(back.meta) == {"format": "2", **plan.meta, **rows}
     text = path.read_text()
     header = text.splitlines()[0]  # a plain CSV: the header first, no comment line
     assert "#" not in text
     column = "pi" if design == "poisson" else "q"
     assert header == f"id,score,pred,{column},weight,draws,label"
     assert "\na,0.1,0," in text and text.rstrip("\n").splitlines()[-1].startswith("c,")
+
+
+def test_rows_deleted_added_or_edited_after_planning_are_refused(tmp_path: Path) -> None:
+    """A deleted row vanished from the estimate and an added one counted with a weight never
+    drawn; the sidecar records which rows were planned (in any order: sorting is fine)."""
+    path = tmp_path / "plan.csv"
+    write_plan(path, _plan())
+    header, *rows = path.read_text().splitlines()
+    edits = {
+        "held 2 rows": [header, *rows[1:]],
+        "held 4 rows": [header, *rows, rows[0].replace("a,", "z,", 1)],
+        "other ids": [header, rows[0].replace("a,", "A,", 1), *rows[1:]],
+    }
+    for why, lines in edits.items():
+        path.write_text("\n".join(lines) + "\n")
+        with pytest.raises(InputFileError, match=r"plan\.csv: holds ") as err:
+            read_plan(path)
+        assert ("holds 2 rows, but 3" in str(err.value)) == (why == "held 2 rows")
+    path.write_text("\n".join([header, *reversed(rows)]) + "\n")
+    assert sorted(read_plan(path).ids.tolist()) == sorted(_plan().ids.tolist())
 
 
 def test_plan_survives_a_spreadsheet(tmp_path: Path) -> None:
