@@ -75,7 +75,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     check_pool(pool, earlier, args.pool)  # a next round is drawn from the earlier ones' pool
     write_plan(args.out, plan)
     if plan.design == "poisson":
-        what = f"{len(plan)} items to audit (expected {args.budget})"
+        expected = float(plan.meta["expected_labels"])  # below the budget when the pool is small
+        what = f"{len(plan)} item{'' if len(plan) == 1 else 's'} to audit (expected {expected:g})"
     else:
         what = f"{len(plan)} distinct items to audit for {args.budget} draws"
     print(f"{args.out}: {what} out of {len(pool)} in {args.pool}")

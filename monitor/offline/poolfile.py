@@ -112,7 +112,10 @@ def _rows(path: str) -> Iterator[tuple[int, list[str]]]:
                 msg = f"{path}, line {reader.line_num}: not valid CSV ({exc})"
                 raise InputFileError(msg) from exc
     except UnicodeDecodeError as exc:
-        msg = f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})"
+        msg = (
+            f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); save it as "
+            '"CSV UTF-8" (a spreadsheet\'s plain CSV may use another encoding)'
+        )
         raise InputFileError(msg) from exc
     except OSError as exc:
         msg = f"{path}: cannot read: {exc.strerror or exc}"
@@ -142,7 +145,7 @@ def _read_table(path: str, required: Sequence[str], expected_header: str) -> _Ta
         if header is None:
             header, header_line = [cell.strip().lower() for cell in row], line
             for i, name in enumerate(header):
-                if name in header[:i]:
+                if name and name in header[:i]:  # unnamed (empty) columns: spreadsheets add them
                     msg = f"{path}, line {line}: duplicate column '{name}' in the header"
                     raise InputFileError(msg)
             for name in required:
@@ -152,6 +155,10 @@ def _read_table(path: str, required: Sequence[str], expected_header: str) -> _Ta
                         f"{path}, line {line}: missing column '{name}' "
                         f"(expected a header with columns {expected_header}, got '{got}')"
                     )
+                    if ";" in got and "," not in got:
+                        msg += (
+                            "; the file looks separated by semicolons: save it as comma-separated"
+                        )
                     raise InputFileError(msg)
             width = len(header)
             continue

@@ -74,6 +74,14 @@ def test_read_pool_accepts_spreadsheet_csv(tmp_path: Path) -> None:
         ),
         ("id,score,id\na,0.1,b\n", r"line 1: duplicate column 'id' in the header"),
         (
+            "id;score\na;0,9\n",
+            r"got 'id;score'\); the file looks separated by semicolons: save it as comma-separated",
+        ),
+        (
+            b"id,score\ncaf\xe9,0.1\n",
+            r"pool\.csv: not UTF-8 text \(byte 12: .*\); save it as \"CSV UTF-8\"",
+        ),
+        (
             "id,score,pred\na,0.1,0\nb,0.9,yes\n",
             r"line 3, column 'pred': expected a prediction 0 or 1, got 'yes'",
         ),
@@ -82,10 +90,17 @@ def test_read_pool_accepts_spreadsheet_csv(tmp_path: Path) -> None:
         ("id,score\n", r"pool\.csv, line 1: no data rows after the header"),
     ],
 )
-def test_read_pool_errors_name_file_line_column(tmp_path: Path, text: str, match: str) -> None:
+def test_read_pool_errors_name_file_line_column(
+    tmp_path: Path, text: str | bytes, match: str
+) -> None:
     path = _write(tmp_path, "pool.csv", text)
     with pytest.raises(InputFileError, match=match):
         read_pool(path)
+
+
+def test_unnamed_empty_columns_of_a_spreadsheet_are_ignored(tmp_path: Path) -> None:
+    pool = read_pool(_write(tmp_path, "pool.csv", "id,score,,\na,0.1,,\nb,0.7,,\n"))
+    assert pool.ids.tolist() == ["a", "b"] and pool.score.tolist() == [0.1, 0.7]
 
 
 def test_first_error_in_file_order_wins_across_columns(tmp_path: Path) -> None:
