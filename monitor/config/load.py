@@ -291,11 +291,11 @@ def _token_secret(problems: Problems, labels: Section) -> str | None:
     if secret is None:
         return None
     if not isinstance(secret, str) or len(secret) < _MIN_TOKEN_SECRET:
-        length = f"{len(secret)} characters" if isinstance(secret, str) else None
+        shown = (
+            f"got {len(secret)} characters" if isinstance(secret, str) else got(secret, secret=True)
+        )
         problems.add(
-            where,
-            f"expected a string of at least {_MIN_TOKEN_SECRET} characters, "
-            f"{'got ' + length if length else got(secret, secret=True)}",
+            where, f"expected a string of at least {_MIN_TOKEN_SECRET} characters, {shown}"
         )
         return None
     return secret
