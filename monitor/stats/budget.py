@@ -306,8 +306,14 @@ class Control:
         return self if j == 0 else self.refreshes[j - 1].control
 
     def refreshed(self, offset: int, control: Control, base: Base | None = None) -> Control:
-        """This control with ``control`` in force from ``offset`` on (``base``: see Refresh)."""
-        return replace(self, refreshes=(*self.refreshes, Refresh(offset, control, base)))
+        """This control with ``control`` in force from ``offset`` on (``base``: see Refresh).
+
+        Refreshes at ``offset`` or beyond are dropped first: the partition's log restarted
+        below them (a topic deleted and recreated, or truncated), so they no longer mark
+        positions of it, and the refreshes stay in increasing offset order (``in_force``).
+        """
+        kept = tuple(r for r in self.refreshes if r.offset < offset)
+        return replace(self, refreshes=(*kept, Refresh(offset, control, base)))
 
 
 #: ``(n, sum_qstar, sum_pi, sum_uncapped)`` of a bucket's aggregate (fixed point,

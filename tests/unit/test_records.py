@@ -197,8 +197,10 @@ def test_bad_rfc3339_strings_are_rejected(text: str) -> None:
         ({"id": "a", "score": 0.5, "segment": 5}, RejectReason.BAD_TYPE, "field 'segment': expected a string, got 5"),
         ({"id": "a", "score": 0.5, "segment": "s" * 129}, RejectReason.OUT_OF_RANGE, "field 'segment': expected 0 to 128 characters, got 129"),
         ({"id": "a", "score": 0.5, "segment": "\x00"}, RejectReason.OUT_OF_RANGE, "field 'segment': contains a NUL"),
-        (b'{"id": "a", "score": 0.5, "payload": {"x": [1, NaN]}}', RejectReason.BAD_TYPE, "field 'payload': NaN and Infinity are not JSON"),
-        (b'{"id": "a", "score": 0.5, "payload": -Infinity}', RejectReason.BAD_TYPE, "field 'payload': NaN and Infinity"),
+        (b'{"id": "a", "score": 0.5, "payload": {"x": [1, NaN]}}', RejectReason.BAD_TYPE, "field 'payload': NaN, Infinity and numbers beyond"),
+        (b'{"id": "a", "score": 0.5, "payload": -Infinity}', RejectReason.BAD_TYPE, "field 'payload': NaN, Infinity"),
+        (b'{"id": "a", "score": 0.5, "payload": {"amount": 1e400}}', RejectReason.BAD_TYPE, "beyond a double's range"),
+        (b'{"id": "a", "score": 0.5, "payload": [-1e0000999]}', RejectReason.BAD_TYPE, "beyond a double's range"),
         ({"id": "a", "score": 0.5, "payload": {"a": [{"b": 1}] * 3, "c": _nested(512)}}, RejectReason.OUT_OF_RANGE, "field 'payload': nested more than 512 levels deep"),
     ],
 )  # fmt: skip
@@ -209,6 +211,17 @@ def test_each_reject_reason_with_its_detail(
     assert reject.reason is reason
     assert detail in reject.detail, reject.detail
     assert reject.record.offset == 100
+
+
+def test_large_exponents_that_fit_a_double_are_kept() -> None:
+    """The cheap search for overflowing numbers only picks candidates: 1e300, an exponent
+    with leading zeros and "e400" in a string are payloads like any other."""
+    values = [
+        b'{"id": "a", "score": 0.5, "payload": {"x": 1e300, "y": 2E-0000005}}',
+        b'{"id": "b", "score": 0.5, "payload": "model e400 / run 1e999"}',
+    ]
+    batch, rejects = decode_scored(raw(values), CONFIG, now=NOW)
+    assert rejects == [] and batch.payload[0] == {"x": 1e300, "y": 2e-5}
 
 
 def test_record_just_under_the_size_limit_is_accepted() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,12 @@ from monitor.core.messages import AuditRequest
 from monitor.core.sampler import SamplerService
 from monitor.core.windows import GroupKey, TrafficAggregate, bucket_of
 from monitor.errors import ConfigError
-from monitor.stats.budget import MIN_REFRESH_SPAN_S, control_for_bucket
+from monitor.stats.budget import (
+    MIN_REFRESH_SPAN_S,
+    control_for_bucket,
+    refreshes_to_list,
+    with_refreshes,
+)
 from tests.unit.engine_streams import Stream, make_stream
 
 HOUR0 = 1_700_000_000 - 1_700_000_000 % 3600
@@ -203,3 +209,21 @@ def test_a_refresh_extrapolates_from_the_span_of_its_records() -> None:
     assert math.isclose(
         control_for_bucket(**kw, covered_s=0.0).kappa, 20.0 / (1000 * 3600 / MIN_REFRESH_SPAN_S)
     )
+
+
+def test_a_log_that_restarts_mid_bucket_keeps_the_refreshes_in_order(
+    rng: np.random.Generator,
+) -> None:
+    """The scored topic deleted and recreated mid-bucket: its offsets start at 0 again. The
+    refreshes were appended below the earlier ones and the stored control could not be read
+    back ("refreshes must be in increasing offset order": every restart exited 1)."""
+    s = make_stream(rng, 4500, start=HOUR0, span_s=3000.0)  # one bucket
+    s.offset[3000:] = np.arange(1500)  # the recreated topic's records
+    polls = [np.arange(3000), np.arange(3000, 4500)]  # the old log, then the new one
+    sampler, _, _ = _run(_config(100, labels=600.0, expected=3600.0), s, polls)
+    ctl = sampler.control("default", 0, int(bucket_of(s.ts[:1], 3600)[0]))
+    assert ctl is not None
+    # refreshes at 100, 200, 400, 800, 1600 of the old log; the new log's at 200 replaces
+    # those from 200 on (was appended after 1600)
+    assert [r.offset for r in ctl.refreshes] == [100, 200]
+    assert with_refreshes(replace(ctl, refreshes=()), refreshes_to_list(ctl)) == ctl
