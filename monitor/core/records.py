@@ -277,8 +277,10 @@ def _check_payload(rej: _Rejections, rows: Sequence[Any], records: Sequence[RawR
     rej.add(
         failing,
         RejectReason.BAD_TYPE,
-        lambda _: "field 'payload': NaN, Infinity and numbers beyond a double's range (e.g. "
-        "1e400) are not JSON a consumer can read back; send null or a string instead",
+        lambda _: (
+            "field 'payload': NaN, Infinity and numbers beyond a double's range (e.g. "
+            "1e400) are not JSON a consumer can read back; send null or a string instead"
+        ),
     )
 
 

@@ -475,7 +475,10 @@ def control_for_bucket(
     """The control of the next bucket from the aggregate of the latest earlier bucket.
 
     ``g`` falls back to ``G_PRIOR`` when the intrinsic F is undefined (e.g. no predicted
-    positive and zero scores); ``mean_qstar`` to 1 when it is not positive. With a calibration
+    positive and zero scores). An intrinsic F of 1 (every score exactly 0 or 1 and equal to the
+    prediction: a model that claims to be right about each record) or a ``mean_qstar`` that is
+    not positive gives a uniform control: q* (seed 000, Cor. 2) is 0 for every record at G = 1,
+    and mixing it in left q = lam, a tenth of the budget. With a calibration
     map, pass the recalibrated sums (``sum f p_hat``, ``sum p_hat``) as ``pred_score_total`` and
     ``score_total``.
 
@@ -494,7 +497,8 @@ def control_for_bucket(
     g = intrinsic_falpha_from_sums(pred_score_total, float(n_pred), score_total, alpha)
     if not math.isfinite(g):
         g = G_PRIOR
-    mq = mean_qstar if math.isfinite(mean_qstar) and mean_qstar > 0 else 1.0
+    degenerate = g >= 1.0 or not (math.isfinite(mean_qstar) and mean_qstar > 0)
+    mq = math.nan if degenerate else mean_qstar
     if covered_s is None:
         start = prev_bucket * bucket_s
         covered = start + bucket_s - max(float(start), ts_min)

@@ -227,3 +227,22 @@ def test_a_log_that_restarts_mid_bucket_keeps_the_refreshes_in_order(
     # those from 200 on (was appended after 1600)
     assert [r.offset for r in ctl.refreshes] == [100, 200]
     assert with_refreshes(replace(ctl, refreshes=()), refreshes_to_list(ctl)) == ctl
+
+
+def test_scores_of_exactly_0_and_1_are_sampled_uniformly_at_the_budget(
+    rng: np.random.Generator,
+) -> None:
+    """A rules engine or a thresholded model: every score is its prediction. G is 1 and q* 0
+    for every record, so q* mixed with the defensive share left q = lam: about a tenth of the
+    budget (10 and 7 requests an hour against 60). Uniform sampling spends it."""
+    s = make_stream(rng, 12_000, start=HOUR0, span_s=12 * 3600.0)
+    s.score = (s.score >= 0.5).astype(np.float64)
+    s.pred = s.score.astype(np.int8)
+    _, reqs, _ = _run(_config(0, labels=60.0, expected=1000.0), s, [np.arange(len(s))])
+    hours = np.bincount([r.bucket - int(bucket_of(s.ts[:1], 3600)[0]) for r in reqs])
+    assert 40 <= hours[1:].mean() <= 80, hours.tolist()
+    assert control_for_bucket(  # G = 1: a uniform control
+        n=1000, n_pred=50, pred_score_total=50.0, score_total=50.0, mean_qstar=0.01,
+        ts_min=HOUR0, prev_bucket=HOUR0 // 3600, alpha=0.5, labels_per_hour=60.0,
+        bucket_s=3600, n_partitions=1,
+    ).uniform  # fmt: skip
