@@ -165,7 +165,22 @@ class Store:
         return dict(self._offsets)
 
     def load(self) -> LoadedState:
-        """Read the whole state back."""
+        """Read the whole state back; ``StoreError`` naming the fix when a row is unreadable."""
+        try:
+            return self._load()
+        except (ValueError, TypeError, KeyError, OverflowError, sqlite3.Error) as exc:
+            raise self._unreadable(exc) from exc
+
+    def _unreadable(self, exc: BaseException) -> StoreError:
+        msg = (
+            f"the state store {self.data_dir / DB_NAME} holds a record that cannot be read "
+            f"({type(exc).__name__}: {str(exc)[:200]}); restore the data directory from a "
+            "backup, or move it aside to start over (the monitor then reads every partition "
+            "from its start; its windows and labels restart)"
+        )
+        return StoreError(msg)
+
+    def _load(self) -> LoadedState:
         st = LoadedState(offsets=self.offsets())
         db = self._db
         for m, p, b, agg in db.execute("SELECT model, partition, bucket, agg FROM sampler_traffic"):
@@ -205,8 +220,11 @@ class Store:
 
     def get_json(self, key: str) -> Any:
         """A JSON document saved with ``put_json`` (None when absent)."""
-        row = self._db.execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
-        return None if row is None else json.loads(row[0])
+        try:
+            row = self._db.execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
+            return None if row is None else json.loads(row[0])
+        except (ValueError, TypeError, sqlite3.Error) as exc:
+            raise self._unreadable(exc) from exc
 
     # ------------------------------------------------------------------ write
     def put_json(self, key: str, value: Any) -> None:

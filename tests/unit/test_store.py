@@ -128,3 +128,32 @@ def test_a_store_with_the_old_table_names_opens_with_its_traffic(
     store.close()
     assert before.sampler_traffic and after.sampler_traffic == before.sampler_traffic
     assert before.segment_traffic and after.segment_traffic == before.segment_traffic
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value"),
+    [
+        ("requests", "body", "{"),
+        ("requests", "body", '{"a": 1}'),
+        ("sampler_traffic", "agg", "[1, 2]"),
+        ("kv", "value", "{"),
+    ],
+)
+def test_an_unreadable_row_is_a_store_error_naming_the_fix(
+    tmp_path: Path, rng: np.random.Generator, table: str, column: str, value: str
+) -> None:
+    """A row damaged on disk gave a traceback and exit 1 at every start (JSONDecodeError,
+    KeyError); the store now says which file and what to do (exit 2 from the command line)."""
+    s = make_stream(rng, 2000, span_s=3600)
+    sampler, est = SamplerService(CFG), EstimatorService(CFG)
+    store = Store(tmp_path)
+    res = sampler.process(s.batch(slice(0, None)))
+    est.apply_traffic(res.traffic)
+    est.upsert_requests(res.requests)
+    store.commit(sampler.take_changes(), est.take_changes(), {("scored", 0): len(s)})
+    store.put_json("alerts", {"ok": 1})
+    store._db.execute(f"UPDATE {table} SET {column} = ?", (value,))
+    with pytest.raises(StoreError, match=r"monitor\.sqlite holds a record that cannot be read"):
+        store.load()
+        store.get_json("alerts")
+    store.close()
