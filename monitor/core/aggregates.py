@@ -59,13 +59,18 @@ Two readers:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from monitor.config.schema import Config
 from monitor.core.messages import RawRecord, Reject, decode_reason
+from monitor.core.records import MAX_FUTURE_S
 from monitor.core.sampler import PartKey, SamplerChanges, SamplerService
-from monitor.core.windows import GroupKey, TrafficAggregate
+from monitor.core.windows import GroupKey, TrafficAggregate, bucket_of
+from monitor.errors import RejectReason
 from monitor.stats.budget import (
     NO_CALIBRATION,
     Calibration,
@@ -245,21 +250,88 @@ def newest_maps(records: Iterable[tuple[bytes | None, bytes | None]]) -> dict[st
     return maps
 
 
+#: the largest count or fixed-point sum a state may carry (int64 with room to add states up)
+MAX_SUM = 2**62
+
+
+@dataclass(frozen=True)
+class StateCheck:
+    """What a state read by the estimator must agree with (``state_problem``)."""
+
+    config: Config
+    now: float  # wall clock, Unix seconds
+    horizons: Mapping[str, int]  # per model, the oldest bucket still in its windows
+
+
+def state_problem(
+    pk: PartKey, state: BucketState | None, check: StateCheck
+) -> tuple[RejectReason, str] | None:
+    """Why the estimator must not apply a well-formed state (None: it may).
+
+    A sampler writes only states of configured models, of partitions numbered from 0, with
+    counts and sums that are non-negative integers and event times inside the state's bucket,
+    not ahead of the clock; a tombstone only for a bucket past the windows (a sampler prunes
+    it). Anything else would change or wipe the estimates: an event time far ahead moved the
+    watermark and pruned every request, a tombstone of a live bucket made its next state
+    count twice.
+    """
+    model, partition, bucket = pk
+    if model not in check.config.models:
+        return RejectReason.UNKNOWN_MODEL, f"a state of model {model!r}, which is not configured"
+    if partition < 0:
+        return RejectReason.OUT_OF_RANGE, f"a state of partition {partition}"
+    if state is None:
+        horizon = check.horizons.get(model)
+        if horizon is not None and bucket >= horizon:
+            return (
+                RejectReason.OUT_OF_RANGE,
+                f"a tombstone of bucket {bucket}, still in the windows",
+            )
+        return None
+    bucket_s = check.config.windows.bucket_s
+    for segment, agg in state.segments.items():
+        ints = (
+            *(agg.n, agg.n_pred, agg.sum_score, agg.sum_pred_score, agg.sum_qstar),
+            *(agg.n_requested, agg.sum_pi, agg.sum_phat, agg.sum_pred_phat, agg.sum_uncapped),
+        )
+        if not all(0 <= x < MAX_SUM for x in ints) or bool((agg.hist < 0).any()):
+            return RejectReason.OUT_OF_RANGE, f"segment {segment!r}: a count or sum out of range"
+        if agg.n_pred > agg.n or agg.n_requested > agg.n or int(agg.hist.sum()) != agg.n:
+            return RejectReason.OUT_OF_RANGE, f"segment {segment!r}: counts that do not add up"
+        if agg.n == 0:
+            continue
+        times = [agg.ts_min, agg.ts_max]
+        if not all(math.isfinite(t) for t in times) or agg.ts_min > agg.ts_max:
+            return RejectReason.BAD_TIMESTAMP, f"segment {segment!r}: event times not finite"
+        if set(bucket_of(np.array(times), bucket_s).tolist()) != {bucket}:
+            return (
+                RejectReason.BAD_TIMESTAMP,
+                f"segment {segment!r}: event times outside bucket {bucket}",
+            )
+        if agg.ts_max > check.now + MAX_FUTURE_S:
+            return (
+                RejectReason.BAD_TIMESTAMP,
+                f"segment {segment!r}: event times ahead of the clock",
+            )
+    return None
+
+
 @dataclass
 class DecodedStates:
     """What one poll of the aggregates topic holds for the estimator."""
 
     states: list[tuple[PartKey, BucketState | None]]  # in log order, tombstones as None
-    bad: list[Reject]  # malformed records, states and maps alike
+    bad: list[Reject]  # malformed or implausible records, states and maps alike
     written: list[tuple[str, int, int]]  # (model, bucket, Kafka ms) of each state record
 
 
-def decode_states(records: Sequence[RawRecord]) -> DecodedStates:
-    """Bucket states read from the aggregates topic (malformed ones are rejected).
+def decode_states(records: Sequence[RawRecord], check: StateCheck) -> DecodedStates:
+    """Bucket states read from the aggregates topic (malformed or implausible ones rejected).
 
     Calibration maps are the estimator's own records: checked (a malformed one is rejected like
-    a malformed state), never traffic. ``written`` gives each state record's Kafka timestamp:
-    when a sampler had read that bucket's traffic (the estimator's late-label rule).
+    a malformed state), never traffic. A well-formed state that ``state_problem`` finds wrong
+    is rejected with its reason. ``written`` gives each state record's Kafka timestamp: when a
+    sampler had read that bucket's traffic (the estimator's late-label rule).
     """
     out = DecodedStates([], [], [])
     for r in records:
@@ -271,6 +343,10 @@ def decode_states(records: Sequence[RawRecord]) -> DecodedStates:
             pk, state = decode(r.key, r.value)
         except (ValueError, OverflowError, RecursionError) as exc:
             out.bad.append(Reject(decode_reason(exc), f"not {what}: {exc}"[:200], r))
+            continue
+        problem = state_problem(pk, state, check)
+        if problem is not None:
+            out.bad.append(Reject(problem[0], f"not applied: {problem[1]}"[:200], r))
             continue
         out.states.append((pk, state))
         if state is not None:

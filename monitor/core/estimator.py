@@ -208,6 +208,15 @@ class EstimatorService:
                 total += agg.hist
         return [int(c) for c in total]
 
+    def horizons(self) -> dict[str, int]:
+        """Per model with traffic, the oldest bucket its windows and labels still keep."""
+        out = {}
+        for model in self._watermarks:
+            horizon = self._horizon(model)
+            if horizon is not None:
+                out[model] = horizon
+        return out
+
     def _horizon(self, model: str) -> int | None:
         wm = self._watermarks.get(model)
         if wm is None:
@@ -640,7 +649,7 @@ class _TrafficTable:
             ],
             dtype=np.int64,
         ).reshape(-1, 6)
-        self.hist = np.array([a.hist for a in aggs], dtype=np.int64).reshape(len(aggs), -1)
+        self.hist = np.array([a.hist for a in aggs], dtype=np.int64).reshape(len(aggs), SCORE_BINS)
 
     def total(self, segment: str, buckets: range) -> TrafficAggregate:
         """Sum over ``buckets`` of one segment ("" = all segments)."""

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 
 from monitor.config.schema import Config, ModelConfig, WindowsConfig
-from monitor.core.estimator import EstimatorService
+from monitor.core.estimator import EstimatorService, _TrafficTable
 from monitor.core.messages import AuditRequest, LabelResult, RawRecord
 from monitor.core.recalibration import label_window_buckets
 from monitor.core.sampler import SamplerResult, SamplerService
+from monitor.core.windows import TrafficAggregate
 from monitor.errors import RejectReason
 from monitor.stats.measures import measure_all
 from monitor.stats.response import response_sample, worst_case_bounds
@@ -273,3 +274,8 @@ def test_a_window_whose_labels_reject_the_scores_widens_f_and_recall(
         assert (got.lower, got.upper) == (min(own.lower, lower), max(own.upper, upper))
         assert got.lower < own.lower  # the false negatives the design may have missed
     assert row.precision == direct.precision  # no false negative enters precision
+
+
+def test_a_model_without_traffic_sums_to_nothing() -> None:
+    """Every bucket of a model pruned: the snapshot crashed on the empty table's reshape."""
+    assert _TrafficTable({}).total("", range(0, 5)) == TrafficAggregate.zero()

@@ -12,6 +12,7 @@ import json
 import math
 from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -284,10 +285,33 @@ def test_estimator_dead_letters_a_forged_state_and_keeps_its_estimate(
     log.append(TOPICS.aggregates, b"not json", key)
     log.append(TOPICS.aggregates, json.dumps({**stale, "bucket": 1}).encode(), key)
     log.append(TOPICS.aggregates, value, key)  # a replay: through not beyond the applied one
+    # well-formed but impossible: each changed or wiped the estimates (a far event time moved
+    # the watermark and pruned every request; a tombstone of a live bucket made it count twice)
+    ahead = {**stale, "through": stale["through"] + 1}
+    (segment, agg), *_ = stale["segments"].items()
+    forged: list[dict[str, Any]] = [
+        {"model": "ghost"},
+        {"segments": {segment: [*agg[:9], 1e11, *agg[10:]]}},  # event time ahead
+        {"segments": {segment: [10**30, *agg[1:]]}},
+        {"segments": {segment: [agg[0], -1, *agg[2:]]}},
+    ]
+    for change in forged:
+        body = {**ahead, **change}
+        k = json.dumps([body["model"], body["partition"], body["bucket"]]).encode()
+        log.append(TOPICS.aggregates, json.dumps(body).encode(), k)
+    log.append(TOPICS.aggregates, None, key)  # a tombstone of a bucket in the windows
     _drain(est, est_source, FakeSink(log))
     assert _estimates(est.estimator.snapshot()) == before
     reasons = [json.loads(v)["reason"] for _, v in log.records(TOPICS.deadletter)]
-    assert reasons == ["malformed_json", "bad_type"]
+    assert reasons == [
+        "malformed_json",
+        "bad_type",
+        "unknown_model",
+        "bad_timestamp",
+        "out_of_range",
+        "out_of_range",
+        "out_of_range",
+    ]
     store.close()
 
 
