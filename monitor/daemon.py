@@ -395,14 +395,17 @@ def _sampler_wiring(
 
 
 def _stop_on_signals() -> threading.Event:
-    """An event set by SIGTERM or SIGINT: the loop finishes its step, closes and exits 0."""
+    """An event set by SIGTERM, SIGINT or SIGHUP: the loop finishes its step, closes, exits 0.
+
+    SIGHUP (a closed terminal; no configuration reload) ended the process at once otherwise.
+    """
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_signal)
     return stop
 
 

@@ -186,8 +186,15 @@ def client_settings(problems: Problems, value: Any) -> ClientSettings:
             expected = _expected_client_type(default)
             problems.add(where, f"expected {expected}, {got(item, secret=hidden)}")
             continue
+        if key == "compression_type" and checked not in _CODECS:
+            problems.add(where, f"expected one of {', '.join(_CODECS)}, {got(checked)}")
+            continue
         out[key] = checked
     return ClientSettings(out, secret)
+
+
+# the codecs kafka-python's producer knows (it refuses another one only once connected)
+_CODECS = ("gzip", "snappy", "lz4", "zstd")
 
 
 _BAD = object()

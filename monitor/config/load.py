@@ -93,6 +93,10 @@ _MODEL_KEYS = (
     "estimator",
     "alerts",
 )
+#: the largest rate (labels or records an hour): the fixed-point sums of a bucket stay in int64
+MAX_RATE = 1e9
+#: the longest label deadline: a year (a request's deadline must stay a time, to year 9999)
+MAX_DEADLINE_S = 366 * 86_400.0
 _LABEL_KEYS = ("deadline_s", "token_secret", "park_grace_s", "max_parked")
 
 # command-line override -> (key path in the file, flag named in messages)
@@ -256,7 +260,7 @@ def _build(problems: Problems, data: Mapping[str, Any]) -> Config:
         models=models,
         default_model=_default_model(problems, top.get("default_model"), models),
         level=estimation.number("level", base.level, 0.0, 1.0, lo_open=True, hi_open=True),
-        label_deadline_s=labels.duration("deadline_s", base.label_deadline_s),
+        label_deadline_s=labels.duration("deadline_s", base.label_deadline_s, hi=MAX_DEADLINE_S),
         salt=sampling.text("salt", base.salt),
         max_segments_per_model=sampling.integer(
             "max_segments_per_model", base.max_segments_per_model, 1
@@ -457,9 +461,10 @@ def _model(problems: Problems, name: str, spec: Any, path: str) -> ModelConfig:
             alpha = 1.0 / (1.0 + beta * beta)
     if "labels_per_hour" in sec and "labels_per_day" in sec:
         problems.add(path, "set labels_per_hour or labels_per_day, not both")
-    per_hour = sec.number("labels_per_hour", base.labels_per_hour, 0.0, lo_open=True)
+    per_hour = sec.number("labels_per_hour", base.labels_per_hour, 0.0, MAX_RATE, lo_open=True)
     if "labels_per_day" in sec and "labels_per_hour" not in sec:
-        per_hour = sec.number("labels_per_day", 24 * per_hour, 0.0, lo_open=True) / 24.0
+        per_day = sec.number("labels_per_day", 24 * per_hour, 0.0, 24 * MAX_RATE, lo_open=True)
+        per_hour = per_day / 24.0
     alerts = _alerts(problems, sec.get("alerts"), sec.where("alerts"))
     recalibrate = _flag(problems, sec, "recalibrate", base.recalibrate)
     segment_maps = _flag(problems, sec, "segment_maps", base.segment_maps)
@@ -477,7 +482,7 @@ def _model(problems: Problems, name: str, spec: Any, path: str) -> ModelConfig:
         labels_per_hour=per_hour,
         defensive=sec.number("defensive", base.defensive, 0.0, 1.0, lo_open=True),
         expected_records_per_hour=sec.number(
-            "expected_records_per_hour", base.expected_records_per_hour, 0.0, lo_open=True
+            "expected_records_per_hour", base.expected_records_per_hour, 1e-3, MAX_RATE
         ),
         recalibrate=recalibrate,
         segment_maps=segment_maps,

@@ -257,7 +257,13 @@ class Section:
         return value
 
     def duration(
-        self, key: str, default: float, *, integer: bool = False, positive: bool = True
+        self,
+        key: str,
+        default: float,
+        *,
+        integer: bool = False,
+        positive: bool = True,
+        hi: float | None = None,
     ) -> float:
         """Seconds from a number or a duration string (see ``parse_duration``)."""
         if key not in self.values:
@@ -269,7 +275,7 @@ class Section:
                 where, f'expected seconds or a duration like "30m", "1h", "7d", {got(value)}'
             )
             return default
-        if not in_range(self.problems, where, seconds, 0.0, None, lo_open=positive):
+        if not in_range(self.problems, where, seconds, 0.0, hi, lo_open=positive):
             return default
         if integer and not seconds.is_integer():
             self.problems.add(

@@ -16,6 +16,7 @@ down.
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import socket
@@ -544,10 +545,11 @@ class Exporter:
                 host, port, self.wsgi_app(), server_class=server_class, handler_class=_QuietHandler
             )
         except OSError as exc:
-            msg = (
-                f"metrics.port: cannot listen on {host}:{port} "
-                f"({exc.strerror or exc}); is another process using the port?"
-            )
+            if exc.errno == errno.EADDRINUSE:
+                why = "metrics.port", "another process is using the port"
+            else:  # e.g. EADDRNOTAVAIL: an address of no interface of this machine
+                why = "metrics.listen_address", "use an address of this machine, or 0.0.0.0"
+            msg = f"{why[0]}: cannot listen on {host}:{port} ({exc.strerror or exc}); {why[1]}"
             raise ConfigError(msg) from exc
         thread = threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="metrics-http"

@@ -16,17 +16,17 @@ import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
-from typing import Any
+from typing import Any, TypeVar
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import KafkaConfigurationError, KafkaError, TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata
 
 from monitor.config.kafka_client import kafka_client_options
 from monitor.config.schema import Config, TopicsConfig
 from monitor.core.messages import RawRecord
-from monitor.errors import BrokerUnavailable
+from monitor.errors import BrokerUnavailable, ConfigError
 from monitor.io.positions import note_beyond_end, note_rewind
 from monitor.runtime.ports import RECONNECT_BACKOFF_MAX_MS, TP, Assigned, Entry
 
@@ -69,6 +69,23 @@ class _Seeker(ConsumerRebalanceListener):  # type: ignore[misc]
         self.source.seek_assigned(assigned)
 
 
+_Client = TypeVar("_Client")
+
+
+def _client(factory: Callable[..., _Client], options: Mapping[str, Any], what: str) -> _Client:
+    """``factory(**options)``; settings kafka-python refuses are a ``ConfigError`` (exit 2).
+
+    ``kafka.client`` is checked for known keys and types only: a value kafka-python refuses
+    (``compression_type: zzz``, a ``request_timeout_ms`` below what another setting needs) was
+    retried as a broker outage forever, or crashed the process.
+    """
+    try:
+        return factory(**options)
+    except (KafkaConfigurationError, ValueError) as exc:
+        msg = f"kafka.client: kafka-python refused the {what} settings: {exc}"
+        raise ConfigError(msg) from exc
+
+
 class KafkaSource:
     """One consumer over the daemon's input topics (see module docstring).
 
@@ -106,7 +123,7 @@ class KafkaSource:
         }
         options.update(kafka_client_options(kc, "consumer"))
         try:
-            self._consumer = KafkaConsumer(**options)
+            self._consumer = _client(KafkaConsumer, options, "consumer")
             t = kc.topics
             subscribed = list(topics or (t.scored, t.requests, t.labels))
             # Know the topics' partitions before the first JoinGroup. Apache Kafka answers that
@@ -308,7 +325,7 @@ class KafkaSink:
         }
         options.update(kafka_client_options(config.kafka, "producer"))
         try:
-            self._producer = KafkaProducer(**options)
+            self._producer = _client(KafkaProducer, options, "producer")
         except KafkaError as exc:
             msg = "cannot connect the producer"
             raise BrokerUnavailable.on(msg, exc) from exc
@@ -385,7 +402,8 @@ def ensure_topics(
     (the broker's default when None).
     """
     try:
-        admin = KafkaAdminClient(**{"bootstrap_servers": bootstrap, **(client_options or {})})
+        options = {"bootstrap_servers": bootstrap, **(client_options or {})}
+        admin = _client(KafkaAdminClient, options, "admin client")
     except KafkaError as exc:
         msg = "cannot connect the admin client"
         raise BrokerUnavailable.on(msg, exc) from exc
@@ -451,7 +469,7 @@ class KafkaTopicReader:
             "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
         }
         options.update(kafka_client_options(self.config.kafka, "consumer"))
-        return KafkaConsumer(**options)
+        return _client(KafkaConsumer, options, "consumer")
 
     def read(self, select: Callable[[int], Collection[int]]) -> list[Entry]:
         """Every record of the partitions ``select(n)`` of the topic, in log order."""

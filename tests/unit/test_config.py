@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka import KafkaConsumer
 
 from monitor.cli import build_parser
 from monitor.config.kafka_client import confluent_client_options, kafka_client_options
@@ -16,6 +17,7 @@ from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.config.validate import parse_duration
 from monitor.daemon import config_overrides
 from monitor.errors import ConfigError
+from monitor.io.kafka_io import _client
 
 REFERENCE = Path(__file__).resolve().parents[2] / "config" / "monitor.yaml"
 
@@ -107,12 +109,14 @@ default_model: fraud
         ({"models": {"m": {"alpha": -0.1}}}, r"^models\.m\.alpha: must be in \[0, 1\], got -0\.1$"),
         ({"models": {"m": {"beta": -1}}}, r"^models\.m\.beta: must be >= 0, got -1$"),
         ({"models": {"m": {"alpha": 0.5, "beta": 1}}}, r"^models\.m: set alpha or beta, not both"),
-        ({"models": {"m": {"labels_per_hour": -5}}}, r"^models\.m\.labels_per_hour: must be > 0, got -5$"),
-        ({"models": {"m": {"labels_per_day": 0}}}, r"^models\.m\.labels_per_day: must be > 0, got 0$"),
+        ({"models": {"m": {"labels_per_hour": -5}}}, r"^models\.m\.labels_per_hour: must be in \(0, 1000000000\], got -5$"),
+        ({"models": {"m": {"labels_per_hour": 1e12}}}, r"^models\.m\.labels_per_hour: must be in \(0, 1000000000\], got 1000000000000$"),
+        ({"models": {"m": {"labels_per_day": 0}}}, r"^models\.m\.labels_per_day: must be in \(0, 24000000000\], got 0$"),
         ({"models": {"m": {"labels_per_day": 5, "labels_per_hour": 1}}}, r"^models\.m: set labels_per_hour or labels_per_day"),
         ({"models": {"m": {"threshold": 1.01}}}, r"^models\.m\.threshold: must be in \[0, 1\], got 1\.01$"),
         ({"models": {"m": {"defensive": 0}}}, r"^models\.m\.defensive: must be in \(0, 1\], got 0$"),
-        ({"models": {"m": {"expected_records_per_hour": 0}}}, r"^models\.m\.expected_records_per_hour: must be > 0"),
+        ({"models": {"m": {"expected_records_per_hour": 0}}}, r"^models\.m\.expected_records_per_hour: must be in \[0\.001, 1000000000\]"),
+        ({"models": {"m": {"expected_records_per_hour": 1e-300}}}, r"^models\.m\.expected_records_per_hour: must be in \[0\.001,"),
         ({"models": {"m": {"estimator": "greg"}}}, r"^models\.m\.estimator: expected one of ratio, model_assisted, got 'greg' \(a string\)$"),
         ({"models": {"m": {"estimator": 1}}}, r"^models\.m\.estimator: expected a non-empty string, got 1"),
         ({"models": {"m": {"alpha": ".5"}}}, r"^models\.m\.alpha: expected a number, got '\.5' \(a string\)$"),
@@ -140,7 +144,9 @@ default_model: fraud
         ({"windows": {"report": {}}}, r"^windows\.report: must list at least one window$"),
         ({"windows": {"report": {"1h": "zz"}}}, r"^windows\.report\.1h: expected a positive whole duration"),
         ({"estimation": {"level": 1.0}}, r"^estimation\.level: must be in \(0, 1\), got 1$"),
-        ({"labels": {"deadline_s": 0}}, r"^labels\.deadline_s: must be > 0, got 0$"),
+        ({"labels": {"deadline_s": 0}}, r"^labels\.deadline_s: must be in \(0, 31622400\], got 0$"),
+        ({"labels": {"deadline_s": 1e19}}, r"^labels\.deadline_s: must be in \(0, 31622400\], got 1e\+19$"),
+        ({"kafka": {"client": {"compression_type": "zzz"}}}, r"^kafka\.client\.compression_type: expected one of gzip, snappy, lz4, zstd, got 'zzz' \(a string\)$"),
         ({"labels": {"max_parked": -1}}, r"^labels\.max_parked: must be >= 0, got -1$"),
         ({"labels": {"token_secret": "short"}}, r"^labels\.token_secret: expected a string of at least 16 characters, got 5 characters$"),
         ({"kafka": {"bootstrap_servers": "host"}}, r'^kafka\.bootstrap_servers\[0\]: expected "host:port", got \'host\''),
@@ -522,3 +528,11 @@ def test_tagged_topics_suffix_every_name() -> None:
         deadletter="monitor-deadletter-t1",
         aggregates="audit-aggregates-t1",
     )
+
+
+def test_client_settings_kafka_python_refuses_stop_the_start_with_a_config_error() -> None:
+    """A consistent-looking value kafka-python refuses was retried as a broker outage forever
+    (``broker_down``, "cannot connect the consumer: KafkaConfigurationError ...")."""
+    options = {"bootstrap_servers": ["127.0.0.1:1"], "request_timeout_ms": 1}
+    with pytest.raises(ConfigError, match=r"^kafka\.client: kafka-python refused the consumer"):
+        _client(KafkaConsumer, options, "consumer")

@@ -11,6 +11,7 @@ error: see tests/integration/test_faults_deploy.py (waits, not ready, does not e
 from __future__ import annotations
 
 import contextlib
+import errno
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from monitor.cli import main
+from monitor.io import exporter as exporter_module
 from monitor.ports import free_port
 
 GOOD = """
@@ -77,6 +79,21 @@ def test_metrics_port_taken(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         text = GOOD.format(port=free_port(), data=tmp_path / "data")
         code, line = _run_cli(tmp_path, capsys, text, "--metrics-port", str(port))
     assert code == 2 and f"127.0.0.1:{port}" in line and "metrics.port" in line, line
+
+
+def test_a_listen_address_of_no_interface_names_that_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bind's own error (EADDRNOTAVAIL) blamed metrics.port and asked about other processes."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
+
+    monkeypatch.setattr(exporter_module, "make_server", refuse)
+    text = GOOD.format(port=free_port(), data=tmp_path / "data")
+    code, line = _run_cli(tmp_path, capsys, text)
+    assert code == 2 and line.startswith("monitor run: error: metrics.listen_address: "), line
+    assert "use an address of this machine, or 0.0.0.0" in line, line
 
 
 def test_data_dir_that_cannot_be_created(
