@@ -270,7 +270,8 @@ def state_problem(
 
     A sampler writes only states of configured models, of partitions numbered from 0, with
     counts and sums that are non-negative integers and event times inside the state's bucket,
-    not ahead of the clock; a tombstone only for a bucket past the windows (a sampler prunes
+    not ahead of the clock (beyond the samplers' own allowance, twice over for clocks that
+    differ between hosts); a tombstone only for a bucket past the windows (a sampler prunes
     it). Anything else would change or wipe the estimates: an event time far ahead moved the
     watermark and pruned every request, a tombstone of a live bucket made its next state
     count twice.
@@ -308,7 +309,7 @@ def state_problem(
                 RejectReason.BAD_TIMESTAMP,
                 f"segment {segment!r}: event times outside bucket {bucket}",
             )
-        if agg.ts_max > check.now + MAX_FUTURE_S:
+        if agg.ts_max > check.now + 2 * MAX_FUTURE_S:  # the samplers' allowance + clock skew
             return (
                 RejectReason.BAD_TIMESTAMP,
                 f"segment {segment!r}: event times ahead of the clock",
