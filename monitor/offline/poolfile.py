@@ -257,7 +257,14 @@ class _Checker:
         return ids
 
 
-_BINARY = {"0": 0, "1": 1}
+# 0/1 as spreadsheets and data-frame libraries write them too: a checkbox (TRUE/FALSE), a
+# boolean column (True/False), a number column with empty cells (0.0/1.0)
+_BINARY = {
+    **dict.fromkeys(("0", "0.0", "false", "False", "FALSE"), 0),
+    **dict.fromkeys(("1", "1.0", "true", "True", "TRUE"), 1),
+}
+# what R and pandas write for a missing value, read as an empty cell (pending)
+_MISSING = ("NA", "NaN", "nan")
 _SCORE = "a score in [0, 1]"
 
 
@@ -316,9 +323,9 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
         draws = np.ones(len(table.lines), dtype=np.int64)
     _check_weights(check, design, prob, weight, table.meta.get("budget"))
     _check_rows(spath, ids, table.meta)
-    label_code = check.choice(  # 0.0 and 1.0: as pandas writes a column with empty cells
+    label_code = check.choice(
         "label",
-        {"0": 0, "1": 1, "0.0": 0, "1.0": 1, "": 2},
+        {**_BINARY, "": 2, **dict.fromkeys(_MISSING, 2)},
         "a label 0 or 1 (or empty while pending)",
     )
     check.raise_first()

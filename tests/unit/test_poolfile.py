@@ -289,3 +289,16 @@ def test_empty_labels_are_pending_not_errors(tmp_path: Path) -> None:
     assert plan.labelled.tolist() == [False, True]
     assert plan.label.tolist() == [0, 1]
     assert plan.draws.tolist() == [1, 1]
+
+
+def test_labels_as_spreadsheets_and_data_frames_write_them(tmp_path: Path) -> None:
+    """A checkbox column (TRUE/FALSE), a boolean one (True/False), and R's or pandas' missing
+    value (NA, NaN) for a row still pending were refused."""
+    rows = "".join(
+        f"r{i},0.7,True,0.5,2.0,1,{label}\n"
+        for i, label in enumerate(["TRUE", "FALSE", "True", "false", "NA", "NaN", "1.0", ""])
+    )
+    plan = read_plan(_write(tmp_path, "plan.csv", _plan_text(rows)))
+    assert plan.label[plan.labelled].tolist() == [1, 0, 1, 0, 1]
+    assert plan.labelled.tolist() == [True] * 4 + [False, False, True, False]
+    assert plan.pred.tolist() == [1] * 8
