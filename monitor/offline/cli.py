@@ -117,7 +117,13 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         sample, plan, path = rounds.sample, rounds.latest, rounds.path
         cal_map = recalibrate(rounds.earlier.sample).cal_map  # the map that chose it
         result = estimate_plan(plan, path, args.alpha, args.level, sample)
-        result = replace(result, rounds=rounds.shares, warnings=result.warnings + rounds.warnings)
+        pending = sum(int(np.count_nonzero(~p.labelled)) for _, p in plans)  # every round's
+        result = replace(
+            result,
+            rounds=rounds.shares,
+            warnings=result.warnings + rounds.warnings,
+            pending=pending,
+        )
     missing = [p for p, pl in plans if not pl.meta]
     if missing:
         result.warnings.append(

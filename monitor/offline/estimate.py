@@ -172,7 +172,10 @@ def estimate_json(result: PlanEstimate, plan: Plan) -> dict[str, Any]:
         "se": _num(m.f.se),
         "labels": result.labels,
         "pending": result.pending,
-        "draws": int(plan.draws[plan.labelled].sum()),
+        # Poisson: one draw per label, of every round; with replacement: one plan, its draws
+        "draws": result.labels
+        if plan.design == "poisson"
+        else int(plan.draws[plan.labelled].sum()),
         "design": plan.design,
     }
     for name, est in (("precision", m.precision), ("recall", m.recall)):

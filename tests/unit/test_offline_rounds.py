@@ -54,6 +54,7 @@ def test_two_rounds_from_the_command_line(
     _fill(two, two_done, truth)
     result = _estimate_json(capsys, "--labels", str(one_done), str(two_done))
     assert result["labels"] == len(first) + len(second)
+    assert result["draws"] == result["labels"] and result["pending"] == 0  # every round's
     assert _num(result, "ci_low") <= true_f1 <= _num(result, "ci_high")
     # the files of the rounds must all be given, one plan per round
     assert main(["estimate", "--labels", str(two_done)]) == 2
