@@ -84,9 +84,14 @@ def kafka_client_options(
     """The ``kafka.client`` settings that apply to one kafka-python client class.
 
     A key valid for the consumer only (``session_timeout_ms``) is left out of the producer's
-    settings and vice versa, since kafka-python rejects unknown settings.
+    settings and vice versa, since kafka-python rejects unknown settings. ``compression_type:
+    none`` (librdkafka's word) is kafka-python's None.
     """
-    return {k: v for k, v in kafka.client.items() if k in _client_defaults(role)}
+    return {
+        k: None if (k, v) == ("compression_type", "none") else v
+        for k, v in kafka.client.items()
+        if k in _client_defaults(role)
+    }
 
 
 LIBRARIES = ("kafka-python", "confluent-kafka")
@@ -193,8 +198,8 @@ def client_settings(problems: Problems, value: Any) -> ClientSettings:
     return ClientSettings(out, secret)
 
 
-# the codecs kafka-python's producer knows (it refuses another one only once connected)
-_CODECS = ("gzip", "snappy", "lz4", "zstd")
+# the codecs both clients know (kafka-python refuses another one only once connected)
+_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 _BAD = object()

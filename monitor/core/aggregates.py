@@ -260,7 +260,6 @@ class StateCheck:
 
     config: Config
     now: float  # wall clock, Unix seconds
-    horizons: Mapping[str, int]  # per model, the oldest bucket still in its windows
 
 
 def state_problem(
@@ -271,23 +270,15 @@ def state_problem(
     A sampler writes only states of configured models, of partitions numbered from 0, with
     counts and sums that are non-negative integers and event times inside the state's bucket,
     not ahead of the clock (beyond the samplers' own allowance, twice over for clocks that
-    differ between hosts); a tombstone only for a bucket past the windows (a sampler prunes
-    it). Anything else would change or wipe the estimates: an event time far ahead moved the
-    watermark and pruned every request, a tombstone of a live bucket made its next state
-    count twice.
+    differ between hosts). Anything else would change or wipe the estimates: an event time far
+    ahead moved the watermark and pruned every request.
     """
     model, partition, bucket = pk
     if model not in check.config.models:
         return RejectReason.UNKNOWN_MODEL, f"a state of model {model!r}, which is not configured"
     if partition < 0:
         return RejectReason.OUT_OF_RANGE, f"a state of partition {partition}"
-    if state is None:
-        horizon = check.horizons.get(model)
-        if horizon is not None and bucket >= horizon:
-            return (
-                RejectReason.OUT_OF_RANGE,
-                f"a tombstone of bucket {bucket}, still in the windows",
-            )
+    if state is None:  # a sampler prunes at its own horizon, which may be within the windows
         return None
     bucket_s = check.config.windows.bucket_s
     for segment, agg in state.segments.items():

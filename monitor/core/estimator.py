@@ -208,15 +208,6 @@ class EstimatorService:
                 total += agg.hist
         return [int(c) for c in total]
 
-    def horizons(self) -> dict[str, int]:
-        """Per model with traffic, the oldest bucket its windows and labels still keep."""
-        out = {}
-        for model in self._watermarks:
-            horizon = self._horizon(model)
-            if horizon is not None:
-                out[model] = horizon
-        return out
-
     def _horizon(self, model: str) -> int | None:
         wm = self._watermarks.get(model)
         if wm is None:

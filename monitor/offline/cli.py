@@ -117,7 +117,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         sample, plan, path = rounds.sample, rounds.latest, rounds.path
         cal_map = recalibrate(rounds.earlier.sample).cal_map  # the map that chose it
         result = estimate_plan(plan, path, args.alpha, args.level, sample)
-        pending = sum(int(np.count_nonzero(~p.labelled)) for _, p in plans)  # every round's
+        done = {i for _, p in plans for i in p.ids[p.labelled].tolist()}
+        pending = len({i for _, p in plans for i in p.ids[~p.labelled].tolist()} - done)
         result = replace(
             result,
             rounds=rounds.shares,

@@ -431,7 +431,11 @@ def refreshes_to_list(ctl: Control) -> list[object]:
 
 
 def with_refreshes(ctl: Control, v: object) -> Control:
-    """``ctl`` with the refreshes written by :func:`refreshes_to_list`; ``ValueError`` if bad."""
+    """``ctl`` with the refreshes written by :func:`refreshes_to_list`; ``ValueError`` if bad.
+
+    A list out of offset order (a recreated topic's, as earlier versions stored it) reads as it
+    is written now: each refresh replaces those at or beyond its offset (``Control.refreshed``).
+    """
     if not isinstance(v, list):
         msg = "a control's refreshes are a list of [offset, g, kappa, mean_q*(, ...)]"
         raise ValueError(msg)
@@ -439,9 +443,6 @@ def with_refreshes(ctl: Control, v: object) -> Control:
     for r in v:
         if not isinstance(r, list) or not r or type(r[0]) is not int:
             msg = "a refresh is [offset, g, kappa, mean_q*(, calibration(, extra))]"
-            raise ValueError(msg)
-        if out.refreshes and r[0] <= out.refreshes[-1].offset:
-            msg = "a control's refreshes must be in increasing offset order"
             raise ValueError(msg)
         control, base = _control_and_base(r[1:])
         out = out.refreshed(r[0], control, base)

@@ -146,7 +146,7 @@ default_model: fraud
         ({"estimation": {"level": 1.0}}, r"^estimation\.level: must be in \(0, 1\), got 1$"),
         ({"labels": {"deadline_s": 0}}, r"^labels\.deadline_s: must be in \(0, 31622400\], got 0$"),
         ({"labels": {"deadline_s": 1e19}}, r"^labels\.deadline_s: must be in \(0, 31622400\], got 1e\+19$"),
-        ({"kafka": {"client": {"compression_type": "zzz"}}}, r"^kafka\.client\.compression_type: expected one of gzip, snappy, lz4, zstd, got 'zzz' \(a string\)$"),
+        ({"kafka": {"client": {"compression_type": "zzz"}}}, r"^kafka\.client\.compression_type: expected one of none, gzip, snappy, lz4, zstd, got 'zzz' \(a string\)$"),
         ({"labels": {"max_parked": -1}}, r"^labels\.max_parked: must be >= 0, got -1$"),
         ({"labels": {"token_secret": "short"}}, r"^labels\.token_secret: expected a string of at least 16 characters, got 5 characters$"),
         ({"kafka": {"bootstrap_servers": "host"}}, r'^kafka\.bootstrap_servers\[0\]: expected "host:port", got \'host\''),
@@ -536,3 +536,9 @@ def test_client_settings_kafka_python_refuses_stop_the_start_with_a_config_error
     options = {"bootstrap_servers": ["127.0.0.1:1"], "request_timeout_ms": 1}
     with pytest.raises(ConfigError, match=r"^kafka\.client: kafka-python refused the consumer"):
         _client(KafkaConsumer, options, "consumer")
+
+
+def test_compression_none_is_each_librarys_own_spelling() -> None:
+    config = parse_config({"kafka": {"client": {"compression_type": "none"}}}, "t")
+    assert kafka_client_options(config.kafka, "producer") == {"compression_type": None}
+    assert confluent_client_options(config.kafka, "producer") == {"compression.type": "none"}

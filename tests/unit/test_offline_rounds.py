@@ -354,3 +354,24 @@ def test_a_latest_round_without_any_label_is_refused() -> None:
     r2 = make_plan(pool, alpha=0.5, budget=60, seed=2, known=known_labels([("r1.csv", r1)]))
     with pytest.raises(InputFileError, match=r"r2\.csv: round 2 has no label yet"):
         rounds_sample([("r1.csv", r1), ("r2.csv", r2)])
+
+
+def test_pending_counts_each_item_once_over_the_rounds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An item pending in round 1 and labelled in round 2 is not pending (it was counted)."""
+    pool, truth, _ = _overconfident_pool(tmp_path, 5_000, seed=3)
+    one, one_done = tmp_path / "r1.csv", tmp_path / "r1-done.csv"
+    two, two_done = tmp_path / "r2.csv", tmp_path / "r2-done.csv"
+    base = ["plan", "--pool", str(pool), "--alpha", "0.5"]
+    assert main([*base, "--budget", "60", "--out", str(one)]) == 0
+    _fill(one, one_done, truth, keep_pending=20)
+    assert main([*base, "--budget", "300", "--labelled", str(one_done), "--out", str(two)]) == 0
+    _fill(two, two_done, truth, keep_pending=5)
+    first, second = read_plan(one_done), read_plan(two_done)
+    pending = set(first.ids[~first.labelled]) | set(second.ids[~second.labelled])
+    pending -= set(second.ids[second.labelled])
+    again = set(first.ids[~first.labelled]) & set(second.ids[second.labelled])
+    assert again  # the case: round 2 drew and labelled items round 1 left pending
+    result = _estimate_json(capsys, "--labels", str(one_done), str(two_done))
+    assert result["pending"] == len(pending) < 25

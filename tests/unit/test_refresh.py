@@ -226,6 +226,10 @@ def test_a_log_that_restarts_mid_bucket_keeps_the_refreshes_in_order(
     # refreshes at 100, 200, 400, 800, 1600 of the old log; the new log's at 200 replaces
     # those from 200 on (was appended after 1600)
     assert [r.offset for r in ctl.refreshes] == [100, 200]
+    # a store written before, with the new log's refresh after the old ones, reads the same
+    stored = [*refreshes_to_list(replace(ctl, refreshes=ctl.refreshes[:1])), [400, 0.5, 0.1, 1.0]]
+    stored.append(refreshes_to_list(ctl)[1])
+    assert with_refreshes(replace(ctl, refreshes=()), stored) == ctl
     assert with_refreshes(replace(ctl, refreshes=()), refreshes_to_list(ctl)) == ctl
 
 
