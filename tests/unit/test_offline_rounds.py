@@ -34,16 +34,26 @@ def _overconfident_pool(tmp_path: Path, n: int, seed: int) -> tuple[Path, dict[s
     return path, {f"u{i}": int(y) for i, y in enumerate(label)}, true_f1
 
 
+def _two_rounds(
+    tmp_path: Path, pool: Path, truth: dict[str, int], budgets: tuple[int, int], pending: int = 0
+) -> tuple[Path, Path, Path]:
+    """Plan round 1, answer it (the first ``pending`` rows left empty), plan round 2 from it;
+    returns round 1's answered file, round 2's plan and the file to answer it into."""
+    one, one_done = tmp_path / "r1.csv", tmp_path / "r1-done.csv"
+    two, two_done = tmp_path / "r2.csv", tmp_path / "r2-done.csv"
+    base = ["plan", "--pool", str(pool), "--alpha", "0.5"]
+    assert main([*base, "--budget", str(budgets[0]), "--out", str(one)]) == 0
+    _fill(one, one_done, truth, keep_pending=pending)
+    again = [*base, "--budget", str(budgets[1]), "--labelled", str(one_done), "--out", str(two)]
+    assert main(again) == 0
+    return one_done, two, two_done
+
+
 def test_two_rounds_from_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pool, truth, true_f1 = _overconfident_pool(tmp_path, 20_000, seed=1)
-    one, one_done = tmp_path / "r1.csv", tmp_path / "r1-done.csv"
-    two, two_done = tmp_path / "r2.csv", tmp_path / "r2-done.csv"
-    base = ["plan", "--pool", str(pool), "--alpha", "0.5"]
-    assert main([*base, "--budget", "100", "--out", str(one)]) == 0
-    _fill(one, one_done, truth)
-    assert main([*base, "--budget", "200", "--labelled", str(one_done), "--out", str(two)]) == 0
+    one_done, two, two_done = _two_rounds(tmp_path, pool, truth, (100, 200))
     first, second = read_plan(one_done), read_plan(two)
     assert not set(first.ids) & set(second.ids)  # already labelled items are not chosen again
     assert second.meta["round"] == "2" and second.meta["known_labels"] == str(len(first))
@@ -361,12 +371,7 @@ def test_pending_counts_each_item_once_over_the_rounds(
 ) -> None:
     """An item pending in round 1 and labelled in round 2 is not pending (it was counted)."""
     pool, truth, _ = _overconfident_pool(tmp_path, 5_000, seed=3)
-    one, one_done = tmp_path / "r1.csv", tmp_path / "r1-done.csv"
-    two, two_done = tmp_path / "r2.csv", tmp_path / "r2-done.csv"
-    base = ["plan", "--pool", str(pool), "--alpha", "0.5"]
-    assert main([*base, "--budget", "60", "--out", str(one)]) == 0
-    _fill(one, one_done, truth, keep_pending=20)
-    assert main([*base, "--budget", "300", "--labelled", str(one_done), "--out", str(two)]) == 0
+    one_done, two, two_done = _two_rounds(tmp_path, pool, truth, (60, 300), pending=20)
     _fill(two, two_done, truth, keep_pending=5)
     first, second = read_plan(one_done), read_plan(two_done)
     pending = set(first.ids[~first.labelled]) | set(second.ids[~second.labelled])
