@@ -323,7 +323,7 @@ def json_decoder(decoder: str) -> Iterator[None]:
     if decoder == "json":
         vars(records).update(
             _loads=json.loads,
-            _parse_all=lambda recs: [records._parse(r.value) for r in recs],
+            _parse_all=lambda recs: records._Parsed(records._parse(r.value) for r in recs),
         )
     try:
         yield
