@@ -254,18 +254,10 @@ def newest_maps(records: Iterable[tuple[bytes | None, bytes | None]]) -> dict[st
 MAX_SUM = 2**62
 
 
-@dataclass(frozen=True)
-class StateCheck:
-    """What a state read by the estimator must agree with (``state_problem``)."""
-
-    config: Config
-    now: float  # wall clock, Unix seconds
-
-
 def state_problem(
-    pk: PartKey, state: BucketState | None, check: StateCheck
+    pk: PartKey, state: BucketState | None, config: Config, now: float
 ) -> tuple[RejectReason, str] | None:
-    """Why the estimator must not apply a well-formed state (None: it may).
+    """Why the estimator must not apply a well-formed state (None: it may); ``now``: Unix s.
 
     A sampler writes only states of configured models, of partitions numbered from 0, with
     counts and sums that are non-negative integers and event times inside the state's bucket,
@@ -274,13 +266,13 @@ def state_problem(
     ahead moved the watermark and pruned every request.
     """
     model, partition, bucket = pk
-    if model not in check.config.models:
+    if model not in config.models:
         return RejectReason.UNKNOWN_MODEL, f"a state of model {model!r}, which is not configured"
     if partition < 0:
         return RejectReason.OUT_OF_RANGE, f"a state of partition {partition}"
     if state is None:  # a sampler prunes at its own horizon, which may be within the windows
         return None
-    bucket_s = check.config.windows.bucket_s
+    bucket_s = config.windows.bucket_s
     for segment, agg in state.segments.items():
         ints = (
             *(agg.n, agg.n_pred, agg.sum_score, agg.sum_pred_score, agg.sum_qstar),
@@ -300,7 +292,7 @@ def state_problem(
                 RejectReason.BAD_TIMESTAMP,
                 f"segment {segment!r}: event times outside bucket {bucket}",
             )
-        if agg.ts_max > check.now + 2 * MAX_FUTURE_S:  # the samplers' allowance + clock skew
+        if agg.ts_max > now + 2 * MAX_FUTURE_S:  # the samplers' allowance + clock skew
             return (
                 RejectReason.BAD_TIMESTAMP,
                 f"segment {segment!r}: event times ahead of the clock",
@@ -317,7 +309,7 @@ class DecodedStates:
     written: list[tuple[str, int, int]]  # (model, bucket, Kafka ms) of each state record
 
 
-def decode_states(records: Sequence[RawRecord], check: StateCheck) -> DecodedStates:
+def decode_states(records: Sequence[RawRecord], config: Config, now: float) -> DecodedStates:
     """Bucket states read from the aggregates topic (malformed or implausible ones rejected).
 
     Calibration maps are the estimator's own records: checked (a malformed one is rejected like
@@ -336,7 +328,7 @@ def decode_states(records: Sequence[RawRecord], check: StateCheck) -> DecodedSta
         except (ValueError, OverflowError, RecursionError) as exc:
             out.bad.append(Reject(decode_reason(exc), f"not {what}: {exc}"[:200], r))
             continue
-        problem = state_problem(pk, state, check)
+        problem = state_problem(pk, state, config, now)
         if problem is not None:
             out.bad.append(Reject(problem[0], f"not applied: {problem[1]}"[:200], r))
             continue

@@ -251,7 +251,7 @@ def _spells_nonfinite(data: bytes) -> bool:
 def _check_payload(
     rej: _Rejections, rows: Sequence[Any], records: Sequence[RawRecord], *, strict: bool
 ) -> None:
-    """Reject a payload nested deeper than ``MAX_PAYLOAD_DEPTH`` or holding NaN or Infinity.
+    """Reject a payload nested deeper than ``MAX_PAYLOAD_DEPTH`` or holding NaN, Infinity or 1e400.
 
     A level takes an opening bracket, so only values with more than ``MAX_PAYLOAD_DEPTH`` of
     them (and so more than twice as many bytes) are walked.

@@ -383,8 +383,7 @@ class Engine:
             self.estimator.note_scored(batch)
             rejects.extend(self.estimator.upsert_requests(produced))
         if self.feed is not None and by_topic[topics.aggregates]:
-            check = aggregates.StateCheck(cfg, now)
-            got = aggregates.decode_states(by_topic[topics.aggregates], check)
+            got = aggregates.decode_states(by_topic[topics.aggregates], cfg, now)
             rejects.extend(got.bad)
             self.estimator.apply_traffic(self.feed.apply(got.states))
             self.estimator.note_published(got.written)
