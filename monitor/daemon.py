@@ -127,11 +127,11 @@ class Daemon:
         """Log once when the group has given this process no partition for a while.
 
         While unassigned (joining the group, or a standby when the group has more members than
-        the topics have partitions) the probe has nothing to ask the broker, so the broker's
-        state is left as it was: "broker connected" is said only after a partition's end offsets
-        were read, and this warning says why ``/readyz`` stays 503 meanwhile. A sampler is then
-        a standby: ready (a rolling update waits for its new pods' readiness, which a standby
-        would never reach), and the message is information, not a warning.
+        the topics have partitions) the probe still asks the broker for an end offset, so an
+        outage is noticed as when assigned; this warning says why ``/readyz`` stays 503
+        meanwhile. A sampler is then a standby: ready while the broker answers (a rolling update
+        waits for its new pods' readiness, which a standby would never reach), and the message
+        is information, not a warning.
         """
         if assigned:
             self._unassigned_since, self._warned_unassigned = None, False
@@ -180,8 +180,7 @@ class Daemon:
                     last_probe = now
                 self._beat = time.monotonic()
                 assigned = source.assigned()
-                if assigned:  # only then did the probe ask the broker something
-                    self._set_state("up")
+                self._set_state("up")
                 self._note_assignment(assigned)
                 engine.metrics.set_ready(assigned or engine.standby_ok)
                 backoff = BACKOFF_MIN_S

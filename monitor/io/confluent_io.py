@@ -73,10 +73,12 @@ class ConfluentSource:
             **confluent_client_options(kc, "consumer"),
         }
         t = kc.topics
+        subscribed = list(dict.fromkeys(topics or (t.scored, t.requests, t.labels)))
+        self._liveness = TopicPartition(subscribed[0], 0)
         try:
             self._consumer = Consumer(settings)
             self._consumer.subscribe(
-                list(dict.fromkeys(topics or (t.scored, t.requests, t.labels))),
+                subscribed,
                 on_assign=self._assign,
                 on_revoke=self._revoke,
             )
@@ -243,16 +245,22 @@ class ConfluentSource:
         return len(found.partitions) if found is not None and found.partitions else 1
 
     def probe(self, timeout_s: float) -> None:
-        """Ask the broker for the end offsets of the assigned partitions (refreshes the lag)."""
+        """Ask the broker for the end offsets of the assigned partitions (refreshes the lag).
+
+        Given no partition, the end offset of the first subscribed topic's partition 0 is asked
+        instead, so that a standby notices an outage too (``KafkaSource.probe``).
+        """
+        parts = self._consumer.assignment()
         ends: dict[TP, int] = {}
         try:
-            for tp in self._consumer.assignment():
+            for tp in parts or [self._liveness]:
                 _, high = self._consumer.get_watermark_offsets(tp, timeout=timeout_s)
                 ends[(tp.topic, tp.partition)] = int(high)
         except KafkaException as exc:
             msg = "broker did not answer"
             raise BrokerUnavailable.on(msg, exc) from exc
-        self._ends = ends
+        if parts:
+            self._ends = ends
 
     def close(self) -> None:
         """Leave the group (offsets were committed explicitly)."""

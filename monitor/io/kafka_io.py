@@ -126,6 +126,7 @@ class KafkaSource:
             self._consumer = _client(KafkaConsumer, options, "consumer")
             t = kc.topics
             subscribed = list(topics or (t.scored, t.requests, t.labels))
+            self._liveness = TopicPartition(subscribed[0], 0)
             # Know the topics' partitions before the first JoinGroup. Apache Kafka answers that
             # join before a fresh consumer's metadata arrives, so the leader's range assignor
             # assigned nothing and the metadata then forced a second rebalance; kafka-python
@@ -294,16 +295,22 @@ class KafkaSource:
         return len(parts) if parts else 1
 
     def probe(self, timeout_s: float) -> None:
-        """Fetch the end offsets of the assigned partitions (also refreshes the lag)."""
+        """Fetch the end offsets of the assigned partitions (also refreshes the lag).
+
+        Given no partition (a standby sampler, or a member whose membership lapsed), the end
+        offset of the first subscribed topic's partition 0 is asked instead: an idle standby
+        would otherwise notice no outage and stay ready through it.
+        """
         parts = list(self._consumer.assignment())
-        if not parts:
-            return
         try:
-            ends = self._consumer.end_offsets(parts, timeout_ms=int(timeout_s * 1000))
+            ends = self._consumer.end_offsets(
+                parts or [self._liveness], timeout_ms=int(timeout_s * 1000)
+            )
         except KafkaError as exc:
             msg = "broker did not answer"
             raise BrokerUnavailable.on(msg, exc) from exc
-        self._ends = {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
+        if parts:
+            self._ends = {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
 
     def close(self) -> None:
         """Leave the group (no auto-commit: offsets were committed explicitly)."""

@@ -107,8 +107,8 @@ class FakeSource:
         return len(self.log.topics.get(topic, [[]]))
 
     def probe(self, timeout_s: float) -> None:
-        """Fails while ``down`` is set and a partition is assigned (else it asks nothing)."""
-        if self.down and not self.unassigned:
+        """Fails while ``down`` is set (assigned or not, like the real sources)."""
+        if self.down:
             msg = "fake broker down"
             raise BrokerUnavailable(msg)
 

@@ -3,6 +3,7 @@
 - the broker stopped mid-stream (SIGTERM, and SIGKILL) and started again on the same log
   directory: the daemon waits, reports not ready, resumes, and its requests and estimates equal
   the engine's undisturbed run;
+- a standby sampler (given no partition) reports the stopped broker as not ready, as its owner;
 - the exported consumer lag equals the broker's end offsets minus the group's committed offsets,
   and a transaction's commit marker (an offset that is never a record) is not lag;
 - the aggregates topic really is compacted, and a sampler that rebuilds from the compacted topic
@@ -297,11 +298,11 @@ def _produce_range(broker: Broker, topic: str, w: Workload, lo: int, hi: int) ->
 
 
 @pytest.fixture
-def roles(broker: Broker, tmp_path: Path) -> Iterator[Callable[[TopicsConfig, str, str], Proc]]:
-    """``roles(topics, group, who)``: a ``monitor run`` process of one deployment."""
+def roles(broker: Broker, tmp_path: Path) -> Iterator[Callable[..., Proc]]:
+    """``roles(topics, group, who[, library])``: a ``monitor run`` process of one deployment."""
     procs: list[Proc] = []
 
-    def make(topics: TopicsConfig, group: str, who: str) -> Proc:
+    def make(topics: TopicsConfig, group: str, who: str, library: str = "kafka-python") -> Proc:
         path = tmp_path / f"{group}.yaml"
         if not path.exists():
             path.write_text(
@@ -310,6 +311,7 @@ def roles(broker: Broker, tmp_path: Path) -> Iterator[Callable[[TopicsConfig, st
                     topics,
                     tmp_path / f"data-{group}",
                     group,
+                    library,
                     max_poll_records=150,
                     labels_per_hour=60,
                     records_per_hour=1000,
@@ -329,7 +331,7 @@ def roles(broker: Broker, tmp_path: Path) -> Iterator[Callable[[TopicsConfig, st
 def test_a_sampler_rebuilt_from_the_compacted_topic_decides_as_one_process(
     broker: Broker,
     make_topics: Callable[..., TopicsConfig],
-    roles: Callable[[TopicsConfig, str, str], Proc],
+    roles: Callable[..., Proc],
 ) -> None:
     w = generate(WorkloadSpec(n=8000, hours=8.0, seed=41, segments=("eu", "us", "apac")))
     half = len(w) // 2
@@ -396,6 +398,50 @@ def test_a_sampler_rebuilt_from_the_compacted_topic_decides_as_one_process(
     assert second.stop()[0] == 0, second.log_tail()
     assert estimator.stop()[0] == 0, estimator.log_tail()
     assert estimator.snapshot_repr() == ref_estimates
+
+
+def _status(port: int) -> int:
+    """``/readyz``'s status, 0 while nothing listens yet."""
+    try:
+        return _readyz(port)
+    except OSError:
+        return 0
+
+
+@pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
+def test_a_standby_sampler_is_not_ready_while_the_broker_is_down(
+    library: str,
+    own_kafka: KafkaBroker,
+    make_topics: Callable[..., TopicsConfig],
+    roles: Callable[..., Proc],
+) -> None:
+    """Two samplers, one partition: the standby once asked the broker nothing and stayed ready
+    through an outage. Both report not ready while the broker is stopped, and ready again after
+    it restarts."""
+    topics = make_topics(1)
+    group = f"g-standby-{library}"
+    first, second = roles(topics, group, "first", library), roles(topics, group, "second", library)
+    first.launch("sampler")
+    _wait("the first sampler to own the partition", lambda: _owned(first) == 1, [first])
+    second.launch("sampler")
+    both = [first, second]
+    _wait("both samplers ready", lambda: all(_status(p.port) == 200 for p in both), both)
+    time.sleep(3.0)  # the join of the second settles: one owner, one standby
+    assert sorted(_owned(p) for p in both) == [0, 1], [p.log_tail() for p in both]
+    own_kafka.stop()
+    t0 = time.monotonic()
+    _wait("both samplers not ready", lambda: all(_status(p.port) == 503 for p in both), both)
+    not_ready_s = time.monotonic() - t0
+    own_kafka.start()
+    t0 = time.monotonic()
+    _wait("both samplers ready again", lambda: all(_status(p.port) == 200 for p in both), both)
+    print(
+        f"\n{library}: owner and standby not ready {not_ready_s:.1f} s after the broker stopped, "
+        f"ready {time.monotonic() - t0:.1f} s after it started"
+    )
+    for p in both:
+        assert p.stop()[0] == 0, p.log_tail()
+        assert p.events("broker_down"), p.log_tail()
 
 
 # ---------------------------------------------------------------------------- crash loop

@@ -50,11 +50,14 @@ TIMEOUT_S = 90.0
 
 
 class Proc(Run):
-    """A ``monitor run`` child with a role (and its own metrics port)."""
+    """A ``monitor run`` child with a role (and its own metrics port, ``port``)."""
+
+    port = 0
 
     def launch(self, role: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
         cmd = [sys.executable, "-m", "monitor", "run", "--config", str(self.config_path)]
-        cmd += ["--role", role, "--metrics-port", str(free_port())]
+        cmd += ["--role", role, "--metrics-port", str(self.port)]
         with self.log_path.open("ab") as err:
             self.proc = subprocess.Popen(
                 cmd,

@@ -379,15 +379,15 @@ def test_idle_daemon_notices_a_lost_broker_and_recovers(
     store.close()
 
 
-def test_unassigned_says_nothing_of_the_broker_and_warns_once(
+def test_unassigned_still_asks_the_broker_and_warns_once(
     tmp_path: Path,
     workload: Workload,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """While the group assigns nothing the probe asks the broker nothing: no "broker connected"
-    (a broker down meanwhile went unnoticed and was logged up, then down again once assigned),
-    and one warning per unassigned spell."""
+    """While the group assigns nothing the probe still asks the broker (an end offset of a
+    subscribed topic): a broker down meanwhile is logged down, and up once it answers, before
+    any partition; one warning per unassigned spell while the broker answers."""
     monkeypatch.setattr(daemon_module, "UNASSIGNED_WARN_S", 0.5)
     log, store, registry, engine = _engine(tmp_path / "unassigned", workload)
     stop = threading.Event()
@@ -398,18 +398,22 @@ def test_unassigned_says_nothing_of_the_broker_and_warns_once(
         return [str(getattr(r, "event", "")) for r in caplog.records]
 
     def script() -> None:
-        time.sleep(1.5)
+        time.sleep(1.0)  # unassigned, broker down: attempts at 0, 0.5 and 1.5 s
         seen.append(events())
-        sources[0].unassigned = sources[0].down = False
+        sources[-1].down = False
+        time.sleep(2.5)  # unassigned, broker up from 1.5 s: warned at 2 s
+        seen.append(events())
+        sources[-1].unassigned = False
         time.sleep(1.0)
-        sources[0].unassigned = True
+        sources[-1].unassigned = True
         time.sleep(1.5)
         stop.set()
 
     _run_scripted(engine, _fake_connect(log, sources, unassigned=True), stop, script, caplog)
-    assert "broker_up" not in seen[0] and seen[0].count("unassigned") == 1
-    assert events().count("broker_up") == 1 and events().count("unassigned") == 2
-    assert "broker_down" not in events()
+    assert seen[0].count("broker_down") == 1 and "broker_up" not in seen[0]
+    assert "unassigned" not in seen[0]  # connected to nothing: the outage is what it says
+    assert seen[1].count("broker_up") == 1 and seen[1].count("unassigned") == 1
+    assert events().count("unassigned") == 2 and events().count("broker_down") == 1
     assert store.offsets()[(TOPICS.scored, 0)] == 4000
     assert registry.get_sample_value("monitor_ready") == 0.0
     store.close()
@@ -443,7 +447,7 @@ def test_a_restart_exports_the_stored_estimates_and_alerts_before_it_reaches_the
         assert registry.get_sample_value("monitor_alert_active", alert) == 0.0
 
 
-def test_a_sampler_given_no_partition_is_a_ready_standby(
+def test_a_sampler_given_no_partition_is_a_ready_standby_while_the_broker_answers(
     tmp_path: Path,
     workload: Workload,
     caplog: pytest.LogCaptureFixture,
@@ -451,7 +455,9 @@ def test_a_sampler_given_no_partition_is_a_ready_standby(
 ) -> None:
     """More samplers than partitions: the ones given nothing wait as standbys, ready (a rolling
     update waits for its new pods' readiness, which a full group never gave), their spell logged
-    as information. ``--role all`` given nothing stays not ready (the test above)."""
+    as information. A standby asks the broker too: not ready through an outage (it once stayed
+    ready, and a sampler whose membership lapsed in a long outage became such a standby).
+    ``--role all`` given nothing stays not ready (the test above)."""
     monkeypatch.setattr(daemon_module, "UNASSIGNED_WARN_S", 0.2)
     log = FakeLog()
     _fill(log, workload)
@@ -459,17 +465,29 @@ def test_a_sampler_given_no_partition_is_a_ready_standby(
     registry = CollectorRegistry()
     engine = SamplerEngine(cfg, Exporter(cfg, registry), FakeTopicReader(log, TOPICS.aggregates))
     stop = threading.Event()
+    sources: list[FakeSource] = []
     ready: list[float | None] = []
 
     def script() -> None:
-        time.sleep(1.0)
+        time.sleep(1.0)  # down, then up from the attempt at 1.5 s
+        ready.append(registry.get_sample_value("monitor_ready"))
+        sources[-1].down = False
+        time.sleep(1.5)
+        ready.append(registry.get_sample_value("monitor_ready"))
+        sources[-1].down = True
+        time.sleep(2.0)
+        ready.append(registry.get_sample_value("monitor_ready"))
+        sources[-1].down = False
+        time.sleep(3.0)
         ready.append(registry.get_sample_value("monitor_ready"))
         stop.set()
 
-    _run_scripted(engine, _fake_connect(log, [], unassigned=True), stop, script, caplog)
-    assert ready == [1.0]
+    _run_scripted(engine, _fake_connect(log, sources, unassigned=True), stop, script, caplog)
+    assert ready == [0.0, 1.0, 0.0, 1.0]
+    events = [getattr(r, "event", "") for r in caplog.records]
+    assert events.count("broker_down") == 2 and events.count("broker_up") == 2
     spells = [r for r in caplog.records if getattr(r, "event", "") == "unassigned"]
-    assert [r.levelno for r in spells] == [logging.INFO]
+    assert spells and {r.levelno for r in spells} == {logging.INFO}
     assert not log.records(TOPICS.requests)  # it decided nothing
 
 
