@@ -20,7 +20,8 @@ Bias correction. The ratio is biased to order 1/n (seed 000, Lemma 1 is only asy
 rare positives the false negatives are few items of large weight, the estimated denominator is
 right-skewed and recall was measured 0.44 standard errors too high at 1% positives with 100
 labels. The reported value is the ratio minus its jackknife bias estimate (see
-:func:`ratio_jackknife_bias`), clipped to [0, 1]:
+:func:`ratio_jackknife_bias`), kept within the range of the delete-one ratios G_(-i)
+(:func:`jackknife_bounded`):
 
     G_J = G - sum(fpc_i v_i^2 w_i^2 (G_(-i) - l_i)) / (sum v_i w_i)^2,
 
@@ -325,14 +326,37 @@ def interval_from_se(
     return wilson_interval(value, n_eff, t)
 
 
+def _leave_one_out(gain: FloatArray, vw: FloatArray, total: float) -> FloatArray:
+    """The delete-one ratios ``G_(-i)`` for scale-free ``vw`` (``l_i`` where nothing is left)."""
+    rest = total - vw
+    numerator = float(np.dot(vw, gain))
+    loo = np.divide(numerator - vw * gain, rest, out=gain.copy(), where=rest > 0.0)
+    return np.clip(loo, 0.0, 1.0)  # a ratio of non-negative sums: rounding only
+
+
 def _jackknife_bias(gain: FloatArray, vw: FloatArray, fpc: FloatArray, total: float) -> float:
     """``sum(fpc vw^2 (G_(-i) - l)) / total^2`` for scale-free ``vw`` (ratio_jackknife_bias)."""
-    rest = total - vw
-    safe = rest > 0.0
-    numerator = float(np.dot(vw, gain))
-    loo = np.divide(numerator - vw * gain, rest, out=gain.copy(), where=safe)
-    loo = np.clip(loo, 0.0, 1.0)  # a ratio of non-negative sums: rounding only
+    loo = _leave_one_out(gain, vw, total)
     return float(np.dot(fpc * vw * vw, loo - gain)) / (total * total)
+
+
+def jackknife_bounded(value: float, bias: float, replicates: FloatArray) -> float:
+    """``value - bias`` in [0, 1], but never 0 or 1 when ``value`` is neither.
+
+    A value of exactly 0 (or 1) says the population holds no gain (no loss), which the sample
+    refutes when its ratio is strictly inside (0, 1). Where the correction would reach or cross
+    such a bound (a sample so small that one heavy item dominates: 2 true positives of weight 3
+    and a false negative of weight 41 read recall 0, the ratio 0.118), the value is kept within
+    the range of ``value`` and the delete-one replicates strictly inside (0, 1) (the ratio is a
+    weighted mean of its replicates, ``sum (W - b_i) G_(-i) = (n - 1) G W``). Elsewhere the
+    correction is unchanged.
+    """
+    corrected = value - bias
+    if 0.0 < corrected < 1.0 or not 0.0 < value < 1.0:
+        return min(max(corrected, 0.0), 1.0)
+    inner = replicates[(replicates > 0.0) & (replicates < 1.0)]
+    lo, hi = (float(inner.min()), float(inner.max())) if inner.size else (value, value)
+    return min(max(corrected, min(lo, value)), max(hi, value))
 
 
 def ratio_jackknife_bias(
@@ -393,9 +417,9 @@ def ratio_estimate(
 
     Seed 000 Eq. 4 (v = 1/pi for Poisson samples, 1/q per draw with replacement),
     ``G = sum(v l w) / sum(v w)``, minus its jackknife bias (:func:`ratio_jackknife_bias`),
-    clipped to [0, 1]: ``value = G - bias_J``. Standard error: the delta method of the ratio,
-    ``se^2 = sum(fpc v^2 w^2 (l - G)^2) / (sum v w)^2`` (seed 000 Lemma 2, with the
-    finite-population correction of seed 003 Eq. 21), plus
+    clipped to [0, 1] (:func:`jackknife_bounded`): ``value = G - bias_J``. Standard error: the
+    delta method of the ratio, ``se^2 = sum(fpc v^2 w^2 (l - G)^2) / (sum v w)^2`` (seed 000
+    Lemma 2, with the finite-population correction of seed 003 Eq. 21), plus
     ``max(c - k, 0) m w_e^2 (l_e - G)^2 / (sum v w)^2`` for the unseen events of ``frame``
     (module docstring, "Unseen events"); interval :func:`interval_from_se` of ``(value, se)``,
     so ``lower <= value <= upper`` and anyone holding ``value`` and ``se`` can rebuild it at
@@ -469,7 +493,8 @@ def ratio_estimate(
                 bias = _jackknife_bias(gain, vw, fpc, total)
             else:  # the answer rates are estimated too: both phases' replicates
                 bias = two_phase_jackknife_bias(gain, weight, v, answers)
-            corrected = min(max(value - bias, 0.0), 1.0)
+            replicates = _leave_one_out(gain[vw > 0.0], vw[vw > 0.0], total)
+            corrected = jackknife_bounded(value, bias, replicates)
     resid = vw * (gain - value)
     unseen = 0.0
     if frame is not None and event_weight > 0.0:

@@ -52,7 +52,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.stats.estimate import Estimate
-from monitor.stats.interval import PSEUDO_EVENTS, interval_from_se
+from monitor.stats.interval import PSEUDO_EVENTS, interval_from_se, jackknife_bounded
 from monitor.stats.sample import LabeledSample
 
 
@@ -74,9 +74,18 @@ def _falpha_of(p1: float, p0: float, big_n1: int, big_n0: int, alpha: float) -> 
 
 
 def _jackknife_term(
-    positives: float, n: int, fpc: float, value: float, refit: Callable[[float], float]
+    positives: float,
+    n: int,
+    fpc: float,
+    value: float,
+    refit: Callable[[float], float],
+    *,
+    replicates: list[float],
 ) -> float:
-    """(1 - f_h)(n_h - 1)(mean_i F_(hi) - F) for one stratum; 0 when it cannot be formed."""
+    """(1 - f_h)(n_h - 1)(mean_i F_(hi) - F) for one stratum; 0 when it cannot be formed.
+
+    The stratum's delete-one values F_(hi) are appended to ``replicates``.
+    """
     if n < 2 or fpc <= 0.0:
         return 0.0
     drop_pos = refit((positives - 1.0) / (n - 1)) if positives > 0.0 else 0.0
@@ -84,6 +93,9 @@ def _jackknife_term(
     mean = (positives * drop_pos + (n - positives) * drop_neg) / n
     if math.isnan(mean):
         return 0.0
+    replicates.extend(
+        f for f, kept in ((drop_pos, positives > 0.0), (drop_neg, positives < n)) if kept
+    )
     return fpc * (n - 1) * (mean - value)
 
 
@@ -163,19 +175,22 @@ def stratified_falpha(
         k0 = float(y[~f].sum())
         p1 = k1 / n1 if n1 else 0.0
         p0 = k0 / n0 if n0 else 0.0
+        replicates: list[float] = []
         bias = _jackknife_term(
             k1,
             n1,
             fpc1,
             value,
             lambda p: _falpha_of(p, p0, n_pos_pred, n_neg_pred, alpha),
+            replicates=replicates,
         ) + _jackknife_term(
             k0,
             n0,
             fpc0,
             value,
             lambda p: _falpha_of(p1, p, n_pos_pred, n_neg_pred, alpha),
+            replicates=replicates,
         )
-        corrected = min(max(value - bias, 0.0), 1.0)
+        corrected = jackknife_bounded(value, bias, np.array(replicates))
     lower, upper = interval_from_se(corrected, se, n_used, n_eff, level)
     return Estimate(corrected, se, lower, upper, n_used, float(n_used), level)

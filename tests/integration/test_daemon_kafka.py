@@ -355,6 +355,7 @@ def test_replay_with_auditor_bad_input_budget_and_sigterm(
     )
     assert check.returncode == 0, check.stdout + check.stderr
     assert f'monitor_records_total{{model="default"}} {float(len(workload))}' in text
+    assert "_created" not in text  # no timestamp twin per counter and histogram series
     assert re.search(r'monitor_f_measure\{[^}]*window="24h"[^}]*\} 0\.\d+', text), text[:2000]
 
     code, took = run.stop(signal.SIGTERM)

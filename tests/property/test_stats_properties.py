@@ -59,6 +59,28 @@ def test_interval_is_ordered_and_in_range(
 
 
 @SETTINGS
+@given(samples(), alphas)
+def test_the_bias_correction_never_reads_0_or_1_where_the_ratio_does_not(
+    sample: LabeledSample, alpha: float
+) -> None:
+    """F (or recall) 0 says no true positive anywhere, which a sample holding one refutes; the
+    jackknife correction once reached it on tiny samples with one heavy false negative."""
+    sizes = (5 * sample.label.size + 1, 20 * sample.label.size + 1)
+    for corrected, plain in (
+        (
+            estimate_falpha(sample, alpha, 0.95),
+            estimate_falpha(sample, alpha, 0.95, bias_correction=False),
+        ),
+        (
+            stratified_falpha(sample, *sizes, alpha, 0.95),
+            stratified_falpha(sample, *sizes, alpha, 0.95, bias_correction=False),
+        ),
+    ):
+        if plain.defined and 0.0 < plain.value < 1.0:
+            assert 0.0 < corrected.value < 1.0
+
+
+@SETTINGS
 @given(samples(min_size=1), alphas, st.randoms(use_true_random=False))
 def test_invariant_to_row_order(sample: LabeledSample, alpha: float, rnd: object) -> None:
     order = np.random.default_rng(len(sample)).permutation(len(sample))

@@ -301,3 +301,15 @@ def test_unseen_event_design() -> None:
     seen = np.array([1.0, 0.0, 1.0, 0.0])  # one event observed with sampling error
     assert unseen_event_design(seen, v, fpc, frame, 0.5) == 0.0
     assert unseen_event_design(seen, v, fpc, frame, 2.0) == pytest.approx(1.0 * 55.0)
+
+
+def test_a_tiny_sample_with_true_positives_never_reads_recall_0() -> None:
+    """2 true positives of weight 3 and a false negative of weight 41: the ratio 0.118, and the
+    jackknife correction (bias 0.15) once reported recall 0 beside them."""
+    gain = np.array([1.0, 1, 0, 0, 0])
+    v = np.array([3.0, 3, 41, 2, 2])
+    est = ratio_estimate(gain, np.ones(5), v, 1.0 - 1.0 / v, 0.95)
+    plain = ratio_estimate(gain, np.ones(5), v, 1.0 - 1.0 / v, 0.95, bias_correction=False)
+    assert plain.value == pytest.approx(6 / 51)
+    assert est.value == pytest.approx(3 / 48)  # the smallest delete-one ratio inside (0, 1)
+    assert 0.0 < est.lower < est.value < est.upper < 1.0
