@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     # a counter's ``*_created`` twin is one more series per label set that no rule reads
-    prometheus_client.disable_created_metrics()
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
     try:
         status: int = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit

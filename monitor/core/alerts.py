@@ -20,7 +20,10 @@ Repeated looks. A window is re-tested once 1/``looks_per_window`` of it has been
 model's watermark), and only when it has ``min_labels`` labels. Consecutive hourly estimates of
 a 24 h window share 23/24 of their data: testing each would spend the error budget on almost the
 same evidence, while fewer looks allow a less strict level (a 7 d window is tested 34 times a
-month instead of 720). The price is at most window / ``looks_per_window`` of delay.
+month instead of 720). The price is at most window / ``looks_per_window`` of delay. A look
+that decides nothing (fewer than ``min_labels`` labels, no reference yet) spends nothing and
+leaves the check open: the next estimate of the same interval is looked at (the labels that
+arrive later in it are judged without waiting for the next interval's traffic).
 
 ``false_alarm_rate`` is the chance that a healthy (model, segment) raises *any* of its alerts on
 *any* alerted window within a horizon: it is split evenly over the A enabled alerts x W alerted
@@ -234,7 +237,8 @@ class AlertEvaluator:
                 extra={"event": "alert_resolved", "alert": alert, "model": w.model,
                        "segment": w.segment, "window": w.window},
             )  # fmt: skip
-        st.last_check = check
+        if not math.isnan(decision.bound):  # a look that decided nothing leaves the check open
+            st.last_check = check
         st.status = AlertStatus(
             alert, w.model, w.segment, w.window, st.active, decision.bound,
             decision.threshold, st.since, decision.description,

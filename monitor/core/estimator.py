@@ -27,6 +27,7 @@ ratio estimates are kept beside them (``WindowEstimate.ratio``).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -63,6 +64,8 @@ from monitor.stats.score_interval import Widening, scores_disagree
 
 SegKey = tuple[str, str, int]  # (model, segment, bucket)
 _REQUEST_ID = attrgetter("request.request_id")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -127,6 +130,17 @@ class EstimatorService:
             self._parked.setdefault(item.request_id, []).append(item)
             self._n_parked += 1
         self._watermarks: dict[str, float] = dict(watermarks or {})
+        for model in sorted(set(self._watermarks) - set(config.models)):
+            log.warning(
+                "stored state of a model not in the configuration: not estimated, exported or "
+                "alerted on",
+                extra={
+                    "event": "model_not_configured",
+                    "model": model,
+                    "hint": "a model removed from `models` keeps its stored requests and "
+                    "traffic; add it back (same name) to resume, or leave it: nothing reads them",
+                },
+            )
         # (model, bucket) -> earliest Kafka timestamp (ms) of a scored record of the bucket
         self._first_written: dict[tuple[str, int], int] = {
             (str(m), int(b)): int(ms) for m, b, ms in first_written
@@ -459,15 +473,18 @@ class EstimatorService:
 
     # ---------------------------------------------------------------- snapshot
     def snapshot(self) -> Snapshot:
-        """Every (model, segment, window) estimate at this moment."""
+        """Every (model, segment, window) estimate at this moment, of the configured models.
+
+        State stored for a model since removed from the configuration is kept but not estimated
+        (it once was, with the default settings: other measures, other alerts).
+        """
         out: list[WindowEstimate] = []
         bucket_s = self.config.windows.bucket_s
-        for model in sorted(self._watermarks):
-            w_bucket = int(bucket_of(np.array([self._watermarks[model]]), bucket_s)[0])
+        watermarks = {m: t for m, t in self._watermarks.items() if m in self.config.models}
+        for model in sorted(watermarks):
+            w_bucket = int(bucket_of(np.array([watermarks[model]]), bucket_s)[0])
             out.extend(self._model_windows(model, w_bucket))
-        return Snapshot(
-            windows=tuple(out), watermarks=dict(self._watermarks), created_at=self.clock()
-        )
+        return Snapshot(windows=tuple(out), watermarks=watermarks, created_at=self.clock())
 
     def _model_windows(self, model: str, w_bucket: int) -> list[WindowEstimate]:
         cfg = self._model(model)

@@ -143,6 +143,25 @@ class Store:
             msg = f"cannot open the state store in {self.data_dir}: {exc}"
             raise StoreError(msg) from exc
 
+    def pin(self, key: str, value: str, hint: str) -> None:
+        """Record a setting the stored state depends on, or check it against the recorded one.
+
+        Raises:
+            StoreError: The directory was written under another ``value`` of ``key``; ``hint``
+                says what that would do and how to proceed.
+        """
+        try:
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (key, value))
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        except sqlite3.Error as exc:
+            raise self._unreadable(exc) from exc
+        if row[0] != value:
+            msg = (
+                f"data directory {self.data_dir} was written with {key} {row[0]}, the "
+                f"configuration says {value}: {hint}"
+            )
+            raise StoreError(msg)
+
     def close(self) -> None:
         """Close the database and release the directory lock."""
         db: sqlite3.Connection | None = getattr(self, "_db", None)

@@ -137,6 +137,13 @@ class Engine:
         self._maps_due: set[str] = set()  # role estimator: stored maps not yet on Kafka
         # role estimator: the aggregates topic, read once before the first step (``_recover``)
         self._recover_from = aggregates if role == "estimator" else None
+        store.pin(
+            "windows.bucket_s",
+            str(config.windows.bucket_s),
+            "its buckets would be read as other hours and every estimate would silently start "
+            "over. Set windows.bucket_s back, or move the data directory away to start from the "
+            "topics' retained data",
+        )
         self._load()
 
     def _load(self) -> None:
@@ -444,7 +451,8 @@ class Engine:
         if labels_ok:
             self._recalibrate(labels_ok)
         for model, cal in self.sampler.calibration.items():
-            self.metrics.set_calibration(model, cal)
+            if model in self.config.models:
+                self.metrics.set_calibration(model, cal)
         if self._maps_due:
             self._publish_maps(source, sink)
         count_step(self.metrics, records, requested, labels_ok, rejects)

@@ -124,6 +124,25 @@ def test_one_decision_per_check_interval() -> None:
     assert next_hour.active
 
 
+def test_a_look_that_decides_nothing_leaves_the_check_open() -> None:
+    """Too few labels at the interval's first estimate: the labels that arrive later in the
+    same interval are judged then (they once waited for the next interval's traffic, forever
+    when the traffic stopped)."""
+    ev = _evaluator(floor=0.7, min_labels=30, check_calibration=False, likelihood_floor=None)
+    (early,) = ev.evaluate(_snap(1, _window(_est(0.4, 0.02, n=10))))
+    assert not early.active and math.isnan(early.bound)
+    later = Snapshot(
+        windows=(_window(_est(0.4, 0.02)),), watermarks={"m": HOUR + 3000.0}, created_at=0.0
+    )
+    (status,) = ev.evaluate(later)
+    assert status.active and status.since == HOUR + 3000.0
+    # that look was the interval's: a later, healthy estimate of it changes nothing
+    healthy = Snapshot(
+        windows=(_window(_est(0.95, 0.01)),), watermarks={"m": HOUR + 3500.0}, created_at=0.0
+    )
+    assert ev.evaluate(healthy) == [status]
+
+
 def test_a_window_is_retested_when_an_eighth_of_it_is_new() -> None:
     cfg = AlertConfig(floor=0.7, check_calibration=False, likelihood_floor=None)
     assert (cfg.interval_s(86_400), cfg.horizon_looks(86_400)) == (10_800, 240)

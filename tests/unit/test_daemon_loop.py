@@ -491,6 +491,28 @@ def test_a_sampler_given_no_partition_is_a_ready_standby_while_the_broker_answer
     assert not log.records(TOPICS.requests)  # it decided nothing
 
 
+def test_a_data_directory_written_with_another_bucket_length_is_refused(
+    tmp_path: Path, workload: Workload
+) -> None:
+    """Its buckets would be read as other hours: the 24 h window went from 4,000 records to 100
+    and 0 labels without a word (7200 s: the old buckets looked like future ones)."""
+    log = FakeLog()
+    _fill(log, workload)
+    h = Harness(log, tmp_path)
+    h.drain()
+    h.close()
+    for bucket_s in (1800, 7200):
+        cfg = _config(tmp_path)
+        cfg = dataclasses.replace(cfg, windows=dataclasses.replace(cfg.windows, bucket_s=bucket_s))
+        store = Store(tmp_path)
+        with pytest.raises(StoreError, match=f"windows.bucket_s 3600, .* says {bucket_s}"):
+            Engine(cfg, store, Exporter(cfg, CollectorRegistry()))
+        store.close()
+    h = Harness(log, tmp_path)  # the same length: as before
+    assert h.engine.estimator.snapshot().windows
+    h.close()
+
+
 def test_labels_written_before_their_deadline_count_however_late_they_are_read(
     tmp_path: Path, workload: Workload, monkeypatch: pytest.MonkeyPatch
 ) -> None:

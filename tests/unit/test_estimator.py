@@ -279,3 +279,27 @@ def test_a_window_whose_labels_reject_the_scores_widens_f_and_recall(
 def test_a_model_without_traffic_sums_to_nothing() -> None:
     """Every bucket of a model pruned: the snapshot crashed on the empty table's reshape."""
     assert _TrafficTable({}).total("", range(0, 5)) == TrafficAggregate.zero()
+
+
+def test_a_model_removed_from_the_configuration_is_neither_estimated_nor_exported(
+    rng: np.random.Generator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its stored state was estimated with the default settings (F1 where precision was
+    configured, the default alerts), and alerted on after a restart."""
+    _, _, est, _ = _setup(rng, n=2000, hours=2)
+    assert {w.model for w in est.snapshot().windows} == {"default"}
+    other = dataclasses.replace(
+        CFG, models={"other": ModelConfig(name="other")}, default_model="other"
+    )
+    with caplog.at_level("WARNING", logger="monitor"):
+        restarted = EstimatorService(
+            other,
+            traffic=est._traffic,
+            requests=est._requests.values(),
+            watermarks={"default": est.watermark("default")},
+        )
+    snap = restarted.snapshot()
+    assert snap.windows == () and snap.watermarks == {}
+    warned = [r for r in caplog.records if getattr(r, "event", "") == "model_not_configured"]
+    assert [getattr(r, "model", "") for r in warned] == ["default"]
+    assert restarted.watermark("default") == est.watermark("default")  # kept, not dropped
