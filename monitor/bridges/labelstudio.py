@@ -41,7 +41,7 @@ from monitor.bridges.ls_client import (
 )
 from monitor.bridges.ls_config import LabelStudioConfig
 from monitor.bridges.ls_http import BridgeMetrics, BridgeServer
-from monitor.bridges.ls_state import DELETED, EXPIRED, OPEN, BridgeState, TaskRow
+from monitor.bridges.ls_state import ANSWERED, DELETED, EXPIRED, OPEN, BridgeState, TaskRow
 from monitor.bridges.ls_tasks import decide as decide_label
 from monitor.bridges.ls_tasks import project_fields, read_answer, task_body
 from monitor.config.kafka_client import kafka_client_options
@@ -304,6 +304,11 @@ class LabelStudioBridge:
         )
 
     def _step(self, consumer: Any, producer: Any) -> None:
+        """Take requests, read answers, then import.
+
+        A project that refuses its imports (or Label Studio down) holds the requests back, not
+        the answers of the other projects.
+        """
         if self._recheck:
             self._poll_all()  # tasks an unanswered import may have created
             self._recheck = False
@@ -313,14 +318,6 @@ class LabelStudioBridge:
                 for message in messages:
                     self._take(message.value)
                 self._uncommitted = True
-        if self._pending:
-            self._create(self._pending)
-            self._pending = []
-            if consumer.paused():
-                consumer.resume(*consumer.paused())
-        if self._uncommitted:
-            consumer.commit()
-            self._uncommitted = False
         hinted = self._drain_hints()
         for task_id in sorted(hinted):
             self._refresh(task_id, producer)
@@ -330,6 +327,13 @@ class LabelStudioBridge:
             self._next_poll = time.monotonic() + self.ls.poll_interval_s
             self._polls += 1
         self.metrics.set_depth(self.state.depth(), self.projects)
+        if self._pending:
+            self._create()
+            if consumer.paused():
+                consumer.resume(*consumer.paused())
+        if self._uncommitted:
+            consumer.commit()
+            self._uncommitted = False
 
     def _drain_hints(self) -> set[int]:
         out: set[int] = set()
@@ -351,16 +355,21 @@ class LabelStudioBridge:
             return
         self._pending.append(req)
 
-    def _create(self, requests: list[dict[str, Any]]) -> None:
-        unique = {r["request_id"]: r for r in requests}
+    def _create(self) -> None:
+        """Import the pending requests, model by model.
+
+        What is not imported stays pending, once, so that a retry counts no request as repeated.
+        """
+        unique = {r["request_id"]: r for r in self._pending}
         known = self.state.known(list(unique))
-        repeated = len(requests) - len(unique) + len(known)
+        repeated = len(self._pending) - len(unique) + len(known)
         if repeated:
             self.metrics.requests_repeated.inc(repeated)
+        self._pending = [r for rid, r in unique.items() if rid not in known]
         by_model: dict[str, list[dict[str, Any]]] = {}
-        for rid, req in unique.items():
-            if rid not in known:
-                by_model.setdefault(req["model"], []).append(req)
+        for req in self._pending:
+            by_model.setdefault(req["model"], []).append(req)
+        refused: LabelStudioError | None = None
         for model, reqs in sorted(by_model.items()):
             project = self._project(model)
             wording = self.ls.wording_of(model)
@@ -369,15 +378,23 @@ class LabelStudioBridge:
             except LabelStudioNotFound:  # the project was deleted: find or create it again
                 self.projects.pop(model, None)
                 raise
+            except LabelStudioError as exc:
+                if type(exc) is not LabelStudioError:  # down, or the token: for every project
+                    raise
+                refused = refused or exc  # this project refuses (its labeling config?): the
+                continue  # other models' requests are imported, this one's stay pending
             now = time.time()
             self.state.add_tasks(
                 [_row(r, project, tid, now) for r, tid in zip(reqs, ids, strict=True)]
             )
+            self._pending = [r for r in self._pending if r["model"] != model]
             self.metrics.tasks_created.labels(model).inc(len(reqs))
             log.info(
                 "tasks created",
                 extra={"event": "tasks_created", "model": model, "tasks": len(reqs)},
             )
+        if refused is not None:
+            raise refused
 
     def _titled_models(self) -> set[str]:
         """Models whose project exists in Label Studio (its title is ``project_title``'s).
@@ -477,10 +494,13 @@ class LabelStudioBridge:
                 if isinstance(task.get("id"), int):
                     listed[task["id"]] = task
             self._adopt(model, project, listed.values())
-            for row in self.state.with_status(OPEN, "answered"):
+            for row in self.state.with_status(OPEN, ANSWERED):
                 if row.project_id != project:
                     continue
                 current = listed.get(row.task_id)
+                if current is not None and _request_of(current) != row.request_id:
+                    self._gone(row)  # a Label Studio started afresh gave its id to another task
+                    continue
                 if current is None:  # or a listing that skipped it, its pages shifting under
                     try:  # a deletion: only Label Studio's 404 for the task itself says gone
                         current = self.client.task(row.task_id)
@@ -502,8 +522,8 @@ class LabelStudioBridge:
         now = time.time()
         for task in tasks:
             meta = task.get("meta") or {}
-            rid = meta.get("request_id") if isinstance(meta, dict) else None
-            if not isinstance(rid, str) or self.state.by_request(rid) is not None:
+            rid = _request_of(task)
+            if rid is None or self.state.by_request(rid) is not None:
                 continue
             req = {
                 "request_id": rid,
@@ -520,15 +540,27 @@ class LabelStudioBridge:
             log.info("tasks adopted", extra={"event": "tasks_adopted", "tasks": len(rows)})
 
     def _refresh(self, task_id: int, producer: Any) -> None:
-        row = self.state.by_task(task_id)
-        if row is None or row.status in (EXPIRED, DELETED):
+        """Read one task and publish its decision for the request the task itself names.
+
+        Never for the state file's row of the task id alone: a Label Studio redeployed with an
+        empty database numbers its tasks from 1 again, and an answer was once published (with
+        a valid token) for the earlier request that had the same task id. Rows of that id for
+        another request are the earlier instance's: their tasks are gone.
+        """
+        rows = [r for r in self.state.by_task(task_id) if r.status in (OPEN, ANSWERED)]
+        if not rows:
             return
         try:
             task = self.client.task(task_id)
         except LabelStudioNotFound:
-            self._gone(row)
+            for row in rows:
+                self._gone(row)
             return
-        self._process(row, task, producer)
+        for row in rows:
+            if row.request_id == _request_of(task):
+                self._process(row, task, producer)
+            else:
+                self._gone(row)
 
     def _gone(self, row: TaskRow) -> None:
         self.state.set_status(row.request_id, DELETED)
@@ -545,7 +577,7 @@ class LabelStudioBridge:
         items = raw if isinstance(raw, list) else []
         answers = [a for a in (read_answer(x, wording) for x in items) if a is not None]
         for a in answers:
-            seen = self.state.annotation_seen(a.annotation_id)
+            seen = self.state.annotation_seen(a.annotation_id, row.request_id)
             kind = "declined" if a.declined else "answer" if a.label is not None else "unreadable"
             if seen is not None and seen == (kind, a.label):
                 continue
@@ -614,6 +646,13 @@ class LabelStudioBridge:
                 "tasks past their deadline removed",
                 extra={"event": "tasks_expired", "project": project, "tasks": len(rows)},
             )
+
+
+def _request_of(task: Mapping[str, Any]) -> str | None:
+    """The request id a task was imported for (its ``meta``, ``task_body``), if any."""
+    meta = task.get("meta")
+    rid = meta.get("request_id") if isinstance(meta, dict) else None
+    return rid if isinstance(rid, str) else None
 
 
 def _row(req: Mapping[str, Any], project: int, task_id: int, now: float) -> TaskRow:

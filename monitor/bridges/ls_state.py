@@ -130,11 +130,14 @@ class BridgeState:
             out.update(r[0] for r in cur)
         return out
 
-    def by_task(self, task_id: int) -> TaskRow | None:
-        """The request of a task id."""
+    def by_task(self, task_id: int) -> list[TaskRow]:
+        """The requests recorded with a task id.
+
+        More than one after Label Studio started afresh and numbered its tasks from 1 again;
+        the task's ``meta`` tells which is its.
+        """
         cur = self._db.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,))
-        row = cur.fetchone()
-        return None if row is None else TaskRow(*row)
+        return [TaskRow(*row) for row in cur.fetchall()]
 
     def by_request(self, request_id: str) -> TaskRow | None:
         """The task of a request id."""
@@ -163,10 +166,14 @@ class BridgeState:
             (ANSWERED, label, request_id),
         )
 
-    def annotation_seen(self, annotation_id: int) -> tuple[str, int | None] | None:
-        """(kind, label) of an annotation already read, or None."""
+    def annotation_seen(self, annotation_id: int, request_id: str) -> tuple[str, int | None] | None:
+        """(kind, label) of an annotation of ``request_id`` already read, or None.
+
+        Annotation ids start from 1 again in a Label Studio started afresh.
+        """
         cur = self._db.execute(
-            "SELECT kind, label FROM annotations WHERE annotation_id = ?", (annotation_id,)
+            "SELECT kind, label FROM annotations WHERE annotation_id = ? AND request_id = ?",
+            (annotation_id, request_id),
         )
         row = cur.fetchone()
         return None if row is None else (str(row[0]), row[1])

@@ -296,6 +296,9 @@ def wilson_interval(p: float, n_eff: float, t: float) -> tuple[float, float]:
     return lower, upper
 
 
+_ROUNDING = 1e-9  # a ratio this close to 0 or 1 is that bound up to rounding (tiny weights)
+
+
 def interval_from_se(
     value: float, se: float, n: int, n_eff: float, level: float
 ) -> tuple[float, float]:
@@ -304,7 +307,10 @@ def interval_from_se(
     Logit scale when ``0 < value < 1`` and ``se > 0``:
     ``expit(logit(G) +- t se / (G (1 - G)))``; otherwise the Wilson score interval with the
     effective sample size ``n_eff`` (see the module docstring). Shared by the general ratio
-    estimator and the stratified estimator (seed 003).
+    estimator and the stratified estimator (seed 003). A value within 1e-9 of 0 or 1 is taken
+    as that bound: the ratio of a weight of 2e-16 (alpha that small) read 1 - 1e-16 in one row
+    order, with the logit interval [1 - 4e-16, 1], and exactly 1 in another, with Wilson's
+    [0.52, 1].
 
     Args:
         value: The point estimate G in [0, 1].
@@ -317,7 +323,7 @@ def interval_from_se(
         ``(lower, upper)`` with ``0 <= lower <= value <= upper <= 1``.
     """
     t = t_quantile(level, n)
-    if 0.0 < value < 1.0 and se > 0.0 and math.isfinite(se):
+    if _ROUNDING < value < 1.0 - _ROUNDING and se > 0.0 and math.isfinite(se):
         centre = float(special.logit(value))
         half = t * se / (value * (1.0 - value))
         lower = float(special.expit(centre - half))
@@ -352,7 +358,7 @@ def jackknife_bounded(value: float, bias: float, replicates: FloatArray) -> floa
     correction is unchanged.
     """
     corrected = value - bias
-    if 0.0 < corrected < 1.0 or not 0.0 < value < 1.0:
+    if 0.0 < corrected < 1.0 or not _ROUNDING < value < 1.0 - _ROUNDING:
         return min(max(corrected, 0.0), 1.0)
     inner = replicates[(replicates > 0.0) & (replicates < 1.0)]
     lo, hi = (float(inner.min()), float(inner.max())) if inner.size else (value, value)

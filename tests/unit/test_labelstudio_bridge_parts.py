@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from monitor.bridges.labelstudio import parse_request
-from monitor.bridges.ls_client import LabelStudioClient
+from monitor.bridges.labelstudio import LabelStudioBridge, parse_request
+from monitor.bridges.ls_client import LabelStudioClient, LabelStudioError
 from monitor.bridges.ls_config import LabelStudioConfig, Wording, parse_labelstudio, state_path
 from monitor.bridges.ls_http import task_ids
 from monitor.bridges.ls_state import ANSWERED, OPEN, BridgeState, TaskRow
@@ -220,9 +221,99 @@ def test_state_survives_reopening(tmp_path: Path) -> None:
     state = BridgeState(path)
     assert state.marks() == {10: '["2026-01-01T00:00:00Z", 1, 0]'}
     assert state.known(["r1", "r2", "r3"]) == {"r1", "r2"}
-    got = state.by_task(10)
-    assert got is not None and (got.status, got.published, got.token) == (ANSWERED, 1, "tok")
-    assert state.annotation_seen(55) == ("answer", 1)
+    (got,) = state.by_task(10)
+    assert (got.status, got.published, got.token) == (ANSWERED, 1, "tok")
+    assert state.annotation_seen(55, "r1") == ("answer", 1)
+    assert state.annotation_seen(55, "r2") is None  # the same id in a Label Studio afresh
     assert state.watermarks() == {"m": 7.0}
     assert state.depth() == {"m": 1}
     state.close()
+
+
+class _FreshLabelStudio:
+    """A Label Studio whose database was emptied: its task 1 is another request's."""
+
+    def __init__(self, tasks: dict[int, dict[str, Any]]) -> None:
+        self.by_id = tasks
+
+    def task(self, task_id: int) -> dict[str, Any]:
+        return self.by_id[task_id]
+
+    def tasks(self, project: int, fields: str = "") -> list[dict[str, Any]]:
+        return list(self.by_id.values())
+
+    def user(self, user_id: int) -> dict[str, Any]:
+        return {"email": f"user{user_id}@example.com"}
+
+
+class _Sent:
+    def __init__(self) -> None:
+        self.values: list[dict[str, Any]] = []
+
+    def send(self, topic: str, key: bytes, value: bytes) -> _Sent:
+        self.values.append(json.loads(value))
+        return self
+
+    def get(self, timeout: float) -> None:
+        return None
+
+
+@pytest.mark.parametrize("path", ["webhook", "poll"])
+def test_an_answer_is_published_for_the_request_its_task_names(tmp_path: Path, path: str) -> None:
+    """Label Studio redeployed with an empty database numbers its tasks from 1 again: the answer
+    to the new task 1 was published for the earlier request of task 1, with that request's
+    token (the daemon would have joined it to the wrong record), or never at all."""
+    config = parse_config({"models": {"fraud": {}}, "default_model": "fraud"}, "m.yaml")
+    bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s.sqlite", "t" * 40)
+    bridge._state = BridgeState(tmp_path / "s.sqlite")
+    old = TaskRow("old", "fraud", 1, 1, "old-token", 0.1, 5.0, 9e9, 100.0, OPEN, None)
+    new = TaskRow("new", "fraud", 1, 1, "new-token", 0.1, 6.0, 9e9, 200.0, OPEN, None)
+    bridge.state.add_tasks([old, new])
+    choice = {"from_name": "label", "value": {"choices": ["1"]}}
+    answer = {"id": 1, "completed_by": 7, "result": [choice]}
+    fresh = {"id": 1, "meta": {"request_id": "new"}, "annotations": [answer],
+             "total_annotations": 1, "cancelled_annotations": 0, "updated_at": "t1"}  # fmt: skip
+    bridge.client = _FreshLabelStudio({1: fresh})  # type: ignore[assignment]
+    bridge.projects = {"fraud": 1}
+    sent = _Sent()
+    if path == "webhook":
+        bridge._refresh(1, sent)
+    else:
+        bridge._poll_all(sent)
+    assert [(v["request_id"], v["label"], v.get("token")) for v in sent.values] == [
+        ("new", 1, "new-token")
+    ]
+    (gone,) = [r for r in bridge.state.by_task(1) if r.request_id == "old"]
+    assert gone.status == "deleted"  # its task is not in this Label Studio
+    bridge.state.close()
+
+
+class _RefusingProject(_FreshLabelStudio):
+    """Project 1 refuses every import (its labeling config lost the bridge's fields)."""
+
+    def import_tasks(self, project: int, bodies: list[dict[str, Any]]) -> list[int]:
+        if project == 1:
+            msg = "HTTP 400: validation error: data key payload missing"
+            raise LabelStudioError(msg)
+        start = len(self.by_id) + 1
+        for i, body in enumerate(bodies):
+            self.by_id[start + i] = {"id": start + i, **body}
+        return list(range(start, start + len(bodies)))
+
+
+def test_a_project_refusing_its_imports_holds_back_only_its_own_requests(tmp_path: Path) -> None:
+    """A user changed model a's labeling config: every model stopped getting tasks (a sorts
+    first), and each retry counted the requests already imported as repeated."""
+    config = parse_config({"models": {"a": {}, "b": {}}, "default_model": "a"}, "m.yaml")
+    bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s.sqlite", "t" * 40)
+    bridge._state = BridgeState(tmp_path / "s.sqlite")
+    bridge.client = _RefusingProject({})  # type: ignore[assignment]
+    bridge.projects = {"a": 1, "b": 2}
+    bridge._pending = [_req(model=m, request_id=m * 32) for m in ("a", "b")]
+    for _ in range(2):  # the first attempt and a retry
+        with pytest.raises(LabelStudioError, match="HTTP 400"):
+            bridge._create()
+        assert [r["model"] for r in bridge._pending] == ["a"]
+        assert bridge.state.known(["a" * 32, "b" * 32]) == {"b" * 32}
+    assert bridge.metrics.requests_repeated._value.get() == 0
+    bridge.state.close()

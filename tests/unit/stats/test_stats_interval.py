@@ -313,3 +313,13 @@ def test_a_tiny_sample_with_true_positives_never_reads_recall_0() -> None:
     assert plain.value == pytest.approx(6 / 51)
     assert est.value == pytest.approx(3 / 48)  # the smallest delete-one ratio inside (0, 1)
     assert 0.0 < est.lower < est.value < est.upper < 1.0
+
+
+def test_a_ratio_within_rounding_of_1_takes_the_interval_of_1() -> None:
+    """alpha = 2e-16 gives a false positive a weight of 2e-16: the ratio read 1 - 1e-16 in one
+    row order, with the logit interval [1 - 4e-16, 1], and exactly 1 in another, with Wilson's
+    [0.52, 1] (found by the row-order property test)."""
+    near = interval_from_se(1.0 - 1e-16, 5e-17, 5, 8.3, 0.95)
+    exact = interval_from_se(1.0, 4e-17, 5, 8.3, 0.95)
+    assert near == pytest.approx(exact)
+    assert near[0] < 0.6
