@@ -384,11 +384,12 @@ def pipeline_panels() -> list[Json]:
     )
     dead_letters = timeseries(
         "Dead letters by reason",
-        "Input records rejected to the dead-letter topic per second, by reason.",
+        "Input records rejected to the dead-letter topic per second, by input topic and reason.",
         targets(
             (
-                "sum by (reason) (rate(monitor_invalid_records_total[$__rate_interval])) > 0",
-                "{{reason}}",
+                "sum by (input, reason) "
+                "(rate(monitor_invalid_records_total[$__rate_interval])) > 0",
+                "{{input}}: {{reason}}",
             )
         ),
         unit="ops",

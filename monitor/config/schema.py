@@ -66,6 +66,16 @@ class TopicsConfig:
     deadletter: str = "monitor-deadletter"
     aggregates: str = "audit-aggregates"
 
+    def input_of(self, topic: str) -> str:
+        """Which input ``topic`` is: ``scored``, ``requests``, ``labels`` or ``aggregates``.
+
+        The ``input`` label of ``monitor_invalid_records_total`` (``other`` for any other name).
+        """
+        for role in ("scored", "requests", "labels", "aggregates"):
+            if getattr(self, role) == topic:
+                return role
+        return "other"
+
     def tagged(self, tag: str) -> TopicsConfig:
         """Every name with ``-{tag}`` appended: a fresh set for one test or benchmark run."""
         return TopicsConfig(**{f.name: f"{getattr(self, f.name)}-{tag}" for f in fields(self)})

@@ -325,12 +325,14 @@ class Exporter:
                 counter.labels(model=model)
         self._rejects = Counter(
             "monitor_invalid_records",
-            "Input records sent to the dead-letter topic, by reason",
-            ["reason"],
+            "Input records sent to the dead-letter topic, by input topic (scored, labels, "
+            "requests, aggregates) and reason",
+            ["input", "reason"],
             registry=r,
         )
-        for reason in RejectReason:
-            self._rejects.labels(reason=reason.value)
+        for reason in RejectReason:  # what a rule divides by exists before the first reject
+            for source in ("scored", "labels"):
+                self._rejects.labels(input=source, reason=reason.value)
         self._folded = Counter(
             "monitor_segments_folded",
             "Scored records whose new segment was over the per-model limit (reported as __other__)",
@@ -451,9 +453,14 @@ class Exporter:
             for seconds in latencies:
                 child.observe(seconds)
 
-    def count_rejects(self, per_reason: Mapping[RejectReason, int]) -> None:
-        """Add dead-lettered records per reason."""
-        _add(self._rejects, "reason", {str(k): v for k, v in per_reason.items()})
+    def count_rejects(self, per_input: Mapping[tuple[str, RejectReason], int]) -> None:
+        """Add dead-lettered records per (input, reason) (``TopicsConfig.input_of``)."""
+        for (source, reason), n in per_input.items():
+            if n < 0:
+                msg = f"counter input={source} reason={reason}: cannot add a negative amount ({n})"
+                raise ValueError(msg)
+            if n:
+                self._rejects.labels(input=source, reason=str(reason)).inc(n)
 
     def count_segments_folded(self, per_model: Mapping[str, int]) -> None:
         """Add scored records folded into ``__other__`` by the segment limit, per model."""

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from monitor.config.schema import Config
+from monitor.config.schema import Config, TopicsConfig
 from monitor.core import aggregates, recalibration
 from monitor.core.aggregates import TrafficFeed
 from monitor.core.estimator import EstimatorService
@@ -79,8 +79,13 @@ def count_step(
     requested: Mapping[str, int],
     labels: Mapping[str, int],
     rejects: Sequence[Reject],
+    *,
+    topics: TopicsConfig,
 ) -> None:
-    """Add one step's scored records, requests, accepted labels and rejects to the counters."""
+    """Add one step's scored records, requests, accepted labels and rejects to the counters.
+
+    Rejects count by the input they were read from (a rule judges labels against labels).
+    """
     if records:
         metrics.count_records(records)
     if requested:
@@ -88,7 +93,9 @@ def count_step(
     if labels:
         metrics.count_labels(labels)
     if rejects:
-        metrics.count_rejects(collections.Counter(r.reason for r in rejects))
+        metrics.count_rejects(
+            collections.Counter((topics.input_of(r.record.topic), r.reason) for r in rejects)
+        )
 
 
 class Engine:
@@ -455,7 +462,9 @@ class Engine:
                 self.metrics.set_calibration(model, cal)
         if self._maps_due:
             self._publish_maps(source, sink)
-        count_step(self.metrics, records, requested, labels_ok, rejects)
+        count_step(
+            self.metrics, records, requested, labels_ok, rejects, topics=self.config.kafka.topics
+        )
         latencies = self.estimator.take_label_latencies()
         if latencies:
             self.metrics.observe_label_latency(latencies)

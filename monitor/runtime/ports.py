@@ -109,7 +109,7 @@ class Metrics(Protocol):
     def count_requests(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
     def count_labels(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
     def observe_label_latency(self, per_model: Mapping[str, Sequence[float]]) -> None: ...  # noqa: D102
-    def count_rejects(self, per_reason: Mapping[RejectReason, int]) -> None: ...  # noqa: D102
+    def count_rejects(self, per_input: Mapping[tuple[str, RejectReason], int]) -> None: ...  # noqa: D102
     def count_segments_folded(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
     def count_maps_ignored(self, model: str, reason: str) -> None: ...  # noqa: D102
     def set_calibration(self, model: str, calibration: Calibration) -> None: ...  # noqa: D102

@@ -297,7 +297,9 @@ class SamplerEngine:
         self._pending.update(offsets)
         if time.monotonic() - self._last_flush >= self.flush_every_s:
             self._flush(source, sink)
-        count_step(self.metrics, res.records, res.requested, {}, rejects)
+        count_step(
+            self.metrics, res.records, res.requested, {}, rejects, topics=self.config.kafka.topics
+        )
         if res.folded:
             self.metrics.count_segments_folded(res.folded)
         self.metrics.observe_batch(time.monotonic() - started)

@@ -68,9 +68,6 @@ ALPHA = 0.5
 EXIT_INTERRUPTED = 130
 DEFAULT_METRICS_PORT = 9464
 # reasons a label can be refused with (it then never counts as received)
-LABEL_REJECTS = ("unknown_request", "duplicate_label", "conflicting_label", "expired_request")
-
-
 # ---------------------------------------------------------------------------------------------
 # reading the daemon's /metrics
 
@@ -445,9 +442,7 @@ def _wait_drained(
         team = run.team.stats
         if m is not None:
             labels = m.total("monitor_labels_received_total")
-            rejected = sum(
-                m.total("monitor_invalid_records_total", reason=r) for r in LABEL_REJECTS
-            )
+            rejected = m.total("monitor_invalid_records_total", input="labels")
             widest = m.get("monitor_window_labels", model=MODEL, segment="", window=WINDOWS[-1][0])
             if (
                 m.total("monitor_records_total") >= sent

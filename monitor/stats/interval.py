@@ -360,7 +360,7 @@ def jackknife_bounded(value: float, bias: float, replicates: FloatArray) -> floa
     corrected = value - bias
     if 0.0 < corrected < 1.0 or not _ROUNDING < value < 1.0 - _ROUNDING:
         return min(max(corrected, 0.0), 1.0)
-    inner = replicates[(replicates > 0.0) & (replicates < 1.0)]
+    inner = replicates[(replicates > _ROUNDING) & (replicates < 1.0 - _ROUNDING)]
     lo, hi = (float(inner.min()), float(inner.max())) if inner.size else (value, value)
     return min(max(corrected, min(lo, value)), max(hi, value))
 

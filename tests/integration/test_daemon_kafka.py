@@ -348,7 +348,7 @@ def test_replay_with_auditor_bad_input_budget_and_sigterm(
     text = _scrape(
         run,
         f'monitor_labels_received_total{{model="default"}} {float(len(labels))}',
-        'monitor_invalid_records_total{reason="unknown_request"} 1.0',
+        'monitor_invalid_records_total{input="labels",reason="unknown_request"} 1.0',
     )
     check = subprocess.run(
         [str(promtool), "check", "metrics"], input=text.encode(), capture_output=True, check=False

@@ -146,7 +146,7 @@ def test_no_secret_or_payload_in_logs_or_metrics(
     for leak in (SECRET, MARKER):
         assert leak not in logs
         assert leak not in metrics
-    assert 'monitor_invalid_records_total{reason="bad_token"} 5.0' in metrics
+    assert 'monitor_invalid_records_total{input="labels",reason="bad_token"} 5.0' in metrics
     assert os.environ["MONITOR_TEST_TOKEN_SECRET"] == SECRET
     served = [json.loads(x) for x in logs.splitlines() if "metrics_http_started" in x]
     assert served and served[0]["address"] == "127.0.0.1"

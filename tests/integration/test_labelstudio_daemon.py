@@ -159,7 +159,12 @@ def test_answers_in_labelstudio_are_joined_by_the_daemon(
     edit(client, first_annotation, 1 - truth[answered[0]["data"]["record_id"]])
     wait_for(
         "the conflict counted by the daemon",
-        lambda: daemon.sample("monitor_invalid_records_total", reason="conflicting_label") == 1,
+        lambda: (
+            daemon.sample(
+                "monitor_invalid_records_total", input="labels", reason="conflicting_label"
+            )
+            == 1
+        ),
     )
     wait_for(
         "the edit counted",

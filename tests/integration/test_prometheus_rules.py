@@ -315,4 +315,4 @@ def test_prometheus_scrapes_the_daemon_with_the_kit_config(
         "monitor_batch_seconds_bucket",
     ):
         assert name in names, name
-    assert int(reasons[0]["value"][1]) == len(RejectReason)
+    assert int(reasons[0]["value"][1]) == 2 * len(RejectReason)  # of the scored and labels inputs

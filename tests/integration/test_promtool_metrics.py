@@ -76,7 +76,9 @@ def test_promtool_accepts_the_exposition(promtool: Path) -> None:
     exporter.count_records({"fraud": 100_000, "spam": 5_000})
     exporter.count_requests({"fraud": 240, "spam": 12})
     exporter.count_labels({"fraud": 200, "spam": 9})
-    exporter.count_rejects({RejectReason.MALFORMED_JSON: 3, RejectReason.UNKNOWN_REQUEST: 1})
+    exporter.count_rejects(
+        {("scored", RejectReason.MALFORMED_JSON): 3, ("labels", RejectReason.UNKNOWN_REQUEST): 1}
+    )
     exporter.count_alertmanager_errors(2)
     exporter.count_segments_folded({"spam": 7})
     exporter.set_calibration("fraud", Calibration(2, PlattMap(0.1, 0.3), 0.2, (("eu", IDENTITY),)))

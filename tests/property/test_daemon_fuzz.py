@@ -272,11 +272,19 @@ def test_bad_and_forged_records_change_no_estimate(clean: Clean, data: st.DataOb
     assert by_topic[TOPICS.requests] == len(reqs_bad)
     reasons = {str(r) for r in RejectReason}
     assert {d["reason"] for d in dead} <= reasons and all(d["detail"] for d in dead)
-    counted = sum(
-        registry.get_sample_value("monitor_invalid_records_total", {"reason": r}) or 0.0
-        for r in reasons
-    )
-    assert counted == n_bad
+    for source, topic in (
+        ("scored", TOPICS.scored),
+        ("labels", TOPICS.labels),
+        ("requests", TOPICS.requests),
+    ):  # each counted under the input it was read from
+        counted = sum(
+            registry.get_sample_value(
+                "monitor_invalid_records_total", {"input": source, "reason": r}
+            )
+            or 0.0
+            for r in reasons
+        )
+        assert counted == by_topic[topic]
     assert windows == clean.windows  # the estimates did not move
 
 

@@ -241,8 +241,14 @@ def test_bad_input_goes_to_deadletter_and_changes_no_estimate(
         ["malformed_json", "out_of_range", dup, "unknown_request", "malformed_json"]
     )
     assert log.records(TOPICS.deadletter)[0][0] in (b"k1", None)
-    for reason in ("malformed_json", "out_of_range", dup, "unknown_request"):
-        assert (h.value("monitor_invalid_records_total", reason=reason) or 0) >= 1
+    for source, reason in (
+        ("scored", "malformed_json"),
+        ("requests", "malformed_json"),
+        ("scored", "out_of_range"),
+        ("labels", dup),
+        ("labels", "unknown_request"),
+    ):
+        assert (h.value("monitor_invalid_records_total", input=source, reason=reason) or 0) >= 1
     # malformed records are not counted as traffic and labels change nothing
     assert _windows(h) == _windows(clean)
     h.close()

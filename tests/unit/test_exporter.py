@@ -182,15 +182,19 @@ def test_alpha_and_segment_label_values(exporter: Exporter) -> None:
 
 def test_process_counters_histogram_and_gauges(exporter: Exporter) -> None:
     get = exporter.registry.get_sample_value
-    for reason in RejectReason:  # every reason exists at 0 before any reject
-        assert get("monitor_invalid_records_total", {"reason": reason.value}) == 0.0
+    for reason in RejectReason:  # every reason of both inputs exists at 0 before any reject
+        for source in ("scored", "labels"):
+            labels = {"input": source, "reason": reason.value}
+            assert get("monitor_invalid_records_total", labels) == 0.0
     for name in ("monitor_records_total", "monitor_audit_requests_total"):
         assert get(name, {"model": "spam"}) == 0.0
     exporter.count_records({"fraud": 500, "spam": 20})
     exporter.count_records({"fraud": 250})
     exporter.count_requests({"fraud": 3})
     exporter.count_labels({"fraud": 2, "spam": 0})
-    exporter.count_rejects({RejectReason.MALFORMED_JSON: 2, RejectReason.DUPLICATE_LABEL: 1})
+    exporter.count_rejects(
+        {("scored", RejectReason.MALFORMED_JSON): 2, ("labels", RejectReason.DUPLICATE_LABEL): 1}
+    )
     exporter.count_alertmanager_errors()
     assert get("monitor_segments_folded_total", {"model": "spam"}) == 0
     exporter.count_segments_folded({"spam": 4})
@@ -203,9 +207,18 @@ def test_process_counters_histogram_and_gauges(exporter: Exporter) -> None:
     assert get("monitor_audit_requests_total", {"model": "fraud"}) == 3
     assert get("monitor_labels_received_total", {"model": "fraud"}) == 2
     assert get("monitor_labels_received_total", {"model": "spam"}) == 0
-    assert get("monitor_invalid_records_total", {"reason": "malformed_json"}) == 2
-    assert get("monitor_invalid_records_total", {"reason": "duplicate_label"}) == 1
-    assert get("monitor_invalid_records_total", {"reason": "unknown_request"}) == 0
+    assert (
+        get("monitor_invalid_records_total", {"input": "scored", "reason": "malformed_json"}) == 2
+    )
+    assert (
+        get("monitor_invalid_records_total", {"input": "labels", "reason": "malformed_json"}) == 0
+    )
+    assert (
+        get("monitor_invalid_records_total", {"input": "labels", "reason": "duplicate_label"}) == 1
+    )
+    assert (
+        get("monitor_invalid_records_total", {"input": "labels", "reason": "unknown_request"}) == 0
+    )
     assert get("monitor_alertmanager_errors_total") == 1
     assert get("monitor_segments_folded_total", {"model": "spam"}) == 4
     assert get("monitor_batch_seconds_count") == 2

@@ -62,7 +62,7 @@ def test_segment_and_model_floods_are_capped_and_counted(tmp_path: Path) -> None
     )
     assert registry.get_sample_value("monitor_records_total", {"model": "default"}) == len(records)
     unknown = registry.get_sample_value(
-        "monitor_invalid_records_total", {"reason": "unknown_model"}
+        "monitor_invalid_records_total", {"input": "scored", "reason": "unknown_model"}
     )
     assert unknown == len(models)
     dead = [json.loads(v)["reason"] for _, v in log.records(TOPICS.deadletter)]
