@@ -48,7 +48,7 @@ from monitor.config.schema import Config
 from monitor.core.snapshot import Snapshot
 from monitor.errors import BrokerUnavailable, ConfigError, StoreError
 from monitor.io.store import Store
-from monitor.logs import setup_logging
+from monitor.logs import LOG_LEVELS, log_level, setup_logging
 from monitor.runtime.engine import Engine
 from monitor.runtime.failpoint import Failpoint
 from monitor.runtime.ports import TP, Connect, Loop, Sink, Source
@@ -247,7 +247,7 @@ def register(sub: Any) -> None:
         "--metrics-address", help="address /metrics listens on (metrics.listen_address)"
     )
     run.add_argument("--data-dir", type=Path, help="directory of the state store")
-    run.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    run.add_argument("--log-level", default="INFO", type=log_level, help=", ".join(LOG_LEVELS))
     run.add_argument(
         "--group-instance-id",
         help="static group membership (kafka.client.group_instance_id): a stable id per process, "

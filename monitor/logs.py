@@ -7,6 +7,7 @@ Call sites pass structured fields through ``extra``::
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -35,6 +36,17 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str)
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def log_level(value: str) -> str:
+    """``--log-level``'s type: a level name in any case (argparse: a usage error, exit 2)."""
+    if value.upper() not in LOG_LEVELS:
+        msg = f"{value!r} is not a log level: use one of {', '.join(LOG_LEVELS)}"
+        raise argparse.ArgumentTypeError(msg)
+    return value.upper()
 
 
 def setup_logging(level: str = "INFO") -> None:

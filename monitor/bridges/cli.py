@@ -21,7 +21,7 @@ from monitor.bridges.ls_client import LabelStudioAuthError, LabelStudioError
 from monitor.bridges.ls_config import parse_labelstudio, state_path
 from monitor.config.load import load_config
 from monitor.errors import ConfigError, MonitorError
-from monitor.logs import setup_logging
+from monitor.logs import LOG_LEVELS, log_level, setup_logging
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--config", type=Path, required=True, help="YAML configuration file")
     p.add_argument("--bootstrap-servers", help="Kafka bootstrap servers, comma-separated")
     p.add_argument("--data-dir", type=Path, help="directory of the bridge's state file")
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    p.add_argument("--log-level", default="INFO", type=log_level, help=", ".join(LOG_LEVELS))
     p.set_defaults(func=run_labelstudio)
 
 

@@ -240,6 +240,7 @@ def _build(problems: Problems, data: Mapping[str, Any]) -> Config:
                     f"models.{name}.alerts.windows",
                     f"unknown window {window!r} (reported: {', '.join(sorted(reported))})",
                 )
+        _reference_lag(problems, name, model.alerts, windows)
     base = Config()
     return Config(
         kafka=_kafka(problems, top.get("kafka")),
@@ -561,6 +562,29 @@ def _alerts(problems: Problems, value: Any, path: str) -> AlertConfig:
         looks_per_window=sec.integer("looks_per_window", base.looks_per_window, 0),
         windows=tuple(windows),
     )
+
+
+def _reference_lag(
+    problems: Problems, model: str, alerts: AlertConfig, windows: WindowsConfig
+) -> None:
+    """A ``reference_lag_s`` shorter than every alerted window turns f_dropped off everywhere.
+
+    The alert compares a window with itself a lag earlier only when the two do not overlap
+    (``AlertEvaluator._reference``); a shorter lag left it silently off while it still took its
+    share of the false-alarm budget from the other alerts.
+    """
+    if alerts.reference_lag_s <= 0 or alerts.baseline is not None:
+        return
+    alerted = [(n, s) for n, s in windows.report if not alerts.windows or n in alerts.windows]
+    if alerted and all(alerts.reference_lag_s < span for _, span in alerted):
+        shortest = min(span for _, span in alerted)
+        listed = ", ".join(f"{n} {s} s" for n, s in alerted)
+        problems.add(
+            f"models.{model}.alerts.reference_lag_s",
+            f"{alerts.reference_lag_s} s is shorter than every alerted window ({listed}): "
+            f"f_dropped would compare overlapping data and never run; use at least {shortest} "
+            "or 0 (off)",
+        )
 
 
 def _default_model(problems: Problems, value: Any, models: Mapping[str, ModelConfig]) -> str:

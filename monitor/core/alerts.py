@@ -162,8 +162,9 @@ class AlertEvaluator:
     config: Config
     alert_configs: Mapping[str, AlertConfig] | None = None
     _state: dict[Key, _KeyState] = field(default_factory=dict, init=False)
-    # (model, segment, window) -> check index -> (value, se, n_labels) of the monitored measure
-    _history: dict[tuple[str, str, str], dict[int, tuple[float, float, int]]] = field(
+    # (model, segment, window, measure) -> check index -> (value, se, n_labels) of the
+    # monitored measure (``_measure_key``: a reference of another measure is no reference)
+    _history: dict[tuple[str, str, str, str], dict[int, tuple[float, float, int]]] = field(
         default_factory=dict, init=False
     )
 
@@ -260,7 +261,10 @@ class AlertEvaluator:
         if cfg.reference_lag_s <= 0 or span is None or cfg.reference_lag_s < span:
             return None
         interval = cfg.interval_s(span)
-        series = self._history.setdefault((w.model, w.segment, w.window), {})
+        key = (w.model, w.segment, w.window, _measure_key(cfg.measure, w.alpha))
+        for other in [k for k in self._history if k[:3] == key[:3] and k != key]:
+            del self._history[other]  # the measure changed: "recall 0.90, now precision 0.60"
+        series = self._history.setdefault(key, {})
         check = math.floor(now / interval)
         if est.defined and math.isfinite(est.se):
             series[check] = (est.value, model_se(est), est.n_labels)
@@ -306,10 +310,17 @@ class AlertEvaluator:
                 looks=int(item["looks"]),
             )
         for item in state.get("history", []):
-            m, s, w = (str(x) for x in item["key"])
-            self._history[(m, s, w)] = {
+            m, s, w, *measure = (str(x) for x in item["key"])
+            if not measure:  # stored before the measure was part of the key: the current one
+                measure = [_measure_key(self.settings(m).measure, self.config.model(m).alpha)]
+            self._history[(m, s, w, measure[0])] = {
                 int(c): (float(v), float(se), int(n)) for c, v, se, n in item["points"]
             }
+
+
+def _measure_key(measure: str, alpha: float) -> str:
+    """The monitored measure as a history key: ``precision``, ``recall`` or ``f@<alpha>``."""
+    return f"f@{alpha!r}" if measure == "f" else measure
 
 
 def _measure(w: WindowEstimate, measure: str) -> Estimate:

@@ -53,7 +53,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from monitor.errors import InputFileError, MonitorError
-from monitor.logs import setup_logging
+from monitor.logs import LOG_LEVELS, log_level, setup_logging
 
 log = logging.getLogger(__name__)
 
@@ -459,7 +459,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"consumer group (default {_DEFAULT_GROUP}); '' reads all partitions without one",
     )
     p.add_argument("--stats-every-s", type=float, default=10.0, help="log counters this often")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", type=log_level, help=", ".join(LOG_LEVELS))
     p.set_defaults(func=run_auditors)
 
 

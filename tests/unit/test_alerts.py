@@ -7,6 +7,7 @@ import json
 import math
 import socket
 import time
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -215,6 +216,31 @@ def test_dropped_against_the_same_window_a_lag_earlier() -> None:
     # a lag shorter than the window would compare overlapping data: no f_dropped for it
     short = _evaluator(reference_lag_s=3600, check_calibration=False, likelihood_floor=None)
     assert short.evaluate(_snap(1, _window(healthy))) == []
+
+
+def test_a_reference_of_another_measure_is_no_reference() -> None:
+    """Monitoring switched from recall (0.90) to precision (0.60): f_dropped read "precision
+    0.600 vs reference 0.900" and fired, though the model had not changed."""
+    settings = {"reference_lag_s": 86_400, "check_calibration": False, "likelihood_floor": None}
+    ev = _evaluator(measure="recall", **settings)
+    window = _window(Estimate.missing(0.95), precision=_est(0.6, 0.02))
+    window = dataclasses.replace(window, recall=_est(0.9, 0.02))
+    for hour in range(0, 30):
+        ev.evaluate(_snap(hour, window))
+    saved = json.loads(json.dumps(ev.state(), allow_nan=False))
+    now = _evaluator(measure="precision", **settings)
+    now.restore(saved)
+    (status,) = now.evaluate(_snap(30, window))
+    assert not status.active and math.isnan(status.threshold)
+    same = _evaluator(measure="recall", **settings)
+    same.restore(_without_measure(saved))  # stored before the key: the configured measure
+    (status,) = same.evaluate(_snap(30, dataclasses.replace(window, recall=_est(0.6, 0.02))))
+    assert status.active and status.threshold == pytest.approx(0.9)
+
+
+def _without_measure(state: dict[str, Any]) -> dict[str, Any]:
+    history = [{**h, "key": h["key"][:3]} for h in state["history"]]
+    return {**state, "history": history}
 
 
 def test_untrustworthy_on_low_likelihood_or_intrinsic_disagreement() -> None:

@@ -174,6 +174,8 @@ default_model: fraud
         ({"kafka": {"bootstrap_servers": "h:\u0663"}}, r'^kafka\.bootstrap_servers\[0\]: expected "host:port"'),
         ({"kafka": {"topics": {"scored": ".."}}}, r"^kafka\.topics\.scored: expected a Kafka topic name .*not '\.' or '\.\.'"),
         ({"storage": {"data_dir": "a\x00b"}}, r"^storage\.data_dir: expected a directory path \(no NUL\)"),
+        ({"models": {"m": {"alerts": {"reference_lag_s": "30m"}}}}, r"^models\.m\.alerts\.reference_lag_s: 1800 s is shorter than every alerted window \(1h 3600 s, 24h 86400 s, 7d 604800 s\): .* use at least 3600 or 0"),
+        ({"models": {"m": {"alerts": {"reference_lag_s": "2h", "windows": ["24h"]}}}}, r"^models\.m\.alerts\.reference_lag_s: 7200 s is shorter than every alerted window \(24h 86400 s\)"),
     ],
 )  # fmt: skip
 def test_each_bad_value_is_named_by_its_key_path(data: Any, pattern: str) -> None:

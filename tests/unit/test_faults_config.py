@@ -132,3 +132,14 @@ def test_full_filesystem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
                 f.flush()
         code, line = _run_cli(tmp_path, capsys, GOOD.format(port=free_port(), data=full / "data"))
     assert code == 2 and "full" in line and str(full) in line, line
+
+
+def test_an_unknown_log_level_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was a traceback and exit 1 once the configuration had loaded."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["run", "--config", str(tmp_path / "m.yaml"), "--log-level", "verbose"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2
+    assert "'verbose' is not a log level: use one of DEBUG, INFO, WARNING, ERROR" in err
