@@ -20,7 +20,10 @@ created with a two-choice interface when missing (``monitor.bridges.ls_tasks``).
    tasks missing from Label Studio are marked deleted and counted.
 
 When Label Studio goes away, the loop keeps its unsent requests, pauses consumption and
-retries with exponential backoff (1 s doubling to 60 s); nothing is committed meanwhile.
+retries with exponential backoff (1 s doubling to 60 s); nothing is committed meanwhile. A Kafka
+outage is retried the same way, but told apart: an idle consumer's poll never fails, so the loop
+asks the broker for end offsets every ``_PROBE_EVERY_S``, and a broker error leaves
+``labelstudio_up`` and the Label Studio error counter alone (``kafka_up`` says it instead).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from monitor.config.kafka_client import kafka_client_options
 from monitor.config.schema import Config
 from monitor.core.messages import AuditRequest
 from monitor.errors import MonitorError
+from monitor.runtime.ports import RECONNECT_BACKOFF_MAX_MS
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +64,16 @@ WEBHOOK_ACTIONS = (
 _REQUIRED = {"request_id": str, "id": str, "model": str, "segment": str}
 _NUMBERS = ("score", "pi", "ts", "deadline")
 _BACKOFF_MAX_S = 60.0
+# An idle consumer's poll never fails when the broker goes away: ask it for end offsets this
+# often (as the daemon does, ``KafkaSource.probe``), so /readyz says 503 within seconds.
+_PROBE_EVERY_S = 2.0
+_PROBE_TIMEOUT_MS = 2_000
+_COMMIT_TIMEOUT_MS = 10_000  # kafka-python's commit otherwise retries forever while it is down
+# A label's send: kafka-python waits 60 s for metadata and retries a record for 120 s by default,
+# which stalled the loop past /healthz's limit. The get outlasts the delivery timeout, so a send
+# that failed is never delivered later (and then published twice by the retry).
+_PRODUCER_TIMEOUTS = {"max_block_ms": 5_000, "request_timeout_ms": 10_000}
+_DELIVERY_TIMEOUT_MS = 15_000
 
 
 def parse_request(value: bytes | None) -> dict[str, Any] | None:
@@ -118,6 +132,10 @@ class LabelStudioBridge:
         self._uncommitted = False
         self._recheck = False
         self._ls_up = False
+        self._kafka_up = True
+        self._next_probe = 0.0
+        self._liveness: Any = None  # the request topic's partition 0 (``_probe``)
+        self._send_wait_s = 20.0  # a label's send: past the producer's delivery timeout
         self._beat = time.monotonic()
         self._next_poll = 0.0
         self._polls = 0  # full poll-and-expire passes of the loop
@@ -226,7 +244,7 @@ class LabelStudioBridge:
         return self.alive and time.monotonic() - self._beat < max(60.0, 3 * self.ls.poll_interval_s)
 
     def _is_ready(self) -> bool:
-        return self._ready.is_set() and self._ls_up and self.alive
+        return self._ready.is_set() and self._ls_up and self._kafka_up and self.alive
 
     def _main(self) -> None:
         try:
@@ -241,7 +259,7 @@ class LabelStudioBridge:
 
     def run(self, stop: threading.Event) -> None:
         """Consume, create, read, publish, expire until ``stop`` is set (blocking)."""
-        from kafka import KafkaConsumer, KafkaProducer  # noqa: PLC0415
+        from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: PLC0415
         from kafka.errors import KafkaError  # noqa: PLC0415
 
         kafka = self.config.kafka
@@ -251,15 +269,30 @@ class LabelStudioBridge:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             client_id="labelstudio-bridge",
-            **{**kafka_client_options(kafka, "consumer"), **self.consumer_config},
+            **{
+                "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+                **kafka_client_options(kafka, "consumer"),
+                **self.consumer_config,
+            },
         )
+        options: dict[str, Any] = {
+            "linger_ms": 5,
+            "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+            **_PRODUCER_TIMEOUTS,
+            **kafka_client_options(kafka, "producer"),
+        }
+        options.setdefault(  # kafka-python refuses one below linger_ms + request_timeout_ms
+            "delivery_timeout_ms",
+            max(_DELIVERY_TIMEOUT_MS, options["linger_ms"] + options["request_timeout_ms"]),
+        )
+        self._send_wait_s = options["delivery_timeout_ms"] / 1000 + 5.0
         producer = KafkaProducer(
             bootstrap_servers=list(kafka.bootstrap_servers),
             client_id="labelstudio-bridge",
-            linger_ms=5,
-            **kafka_client_options(kafka, "producer"),
+            **options,
         )
         consumer.subscribe([kafka.topics.requests])
+        self._liveness = TopicPartition(kafka.topics.requests, 0)
         self._ready.set()
         backoff = 1.0
         try:
@@ -268,13 +301,20 @@ class LabelStudioBridge:
                 try:
                     self._step(consumer, producer)
                 except (LabelStudioError, KafkaError) as exc:
-                    self._went_away(exc, backoff)
+                    if isinstance(exc, KafkaError):
+                        self._kafka_away(exc, backoff)
+                    else:
+                        self._went_away(exc, backoff)
                     if self._pending:
                         consumer.pause(*consumer.assignment())
                         consumer.poll(timeout_ms=0)  # keeps the group membership
                     stop.wait(backoff)
                     backoff = min(backoff * 2, _BACKOFF_MAX_S)
                     continue
+                if not self._kafka_up:
+                    log.info("Kafka is back", extra={"event": "kafka_back"})
+                    self._kafka_up = True
+                    self.metrics.kafka_up.set(1)
                 if not self._ls_up:
                     log.info("Label Studio is back", extra={"event": "labelstudio_back"})
                 self._ls_up = True
@@ -284,7 +324,20 @@ class LabelStudioBridge:
             producer.close(5)
             consumer.close()
 
+    def _kafka_away(self, exc: Exception, backoff: float) -> None:
+        """A broker call failed: not ready, logged once per outage; Label Studio is not blamed."""
+        self.metrics.kafka_up.set(0)
+        self._next_probe = 0.0  # every retry asks the broker first
+        if not self._kafka_up:
+            return
+        self._kafka_up = False
+        log.warning(
+            "Kafka did not answer; retrying with backoff (nothing is committed meanwhile)",
+            extra={"event": "kafka_down", "error": str(exc), "retry_in_s": backoff},
+        )
+
     def _went_away(self, exc: Exception, backoff: float) -> None:
+        """A Label Studio call failed: ``labelstudio_up`` 0, counted, logged once per outage."""
         self.metrics.errors.inc()
         self.metrics.up.set(0)
         self._recheck = True
@@ -299,9 +352,21 @@ class LabelStudioBridge:
             )
             return
         log.warning(
-            "a Label Studio or Kafka call failed; retrying with backoff",
+            "a Label Studio call failed; retrying with backoff",
             extra={"event": "labelstudio_down", "error": str(exc), "retry_in_s": backoff},
         )
+
+    def _probe(self, consumer: Any) -> None:
+        """Ask the broker for end offsets every ``_PROBE_EVERY_S`` (raises ``KafkaError``).
+
+        The assigned partitions', or the request topic's partition 0 when none is assigned (a
+        member waiting for its assignment, or one whose membership lapsed in the outage).
+        """
+        if time.monotonic() < self._next_probe:
+            return
+        parts = list(consumer.assignment()) or [self._liveness]
+        consumer.end_offsets(parts, timeout_ms=_PROBE_TIMEOUT_MS)
+        self._next_probe = time.monotonic() + _PROBE_EVERY_S
 
     def _step(self, consumer: Any, producer: Any) -> None:
         """Take requests, read answers, then import.
@@ -309,6 +374,7 @@ class LabelStudioBridge:
         A project that refuses its imports (or Label Studio down) holds the requests back, not
         the answers of the other projects.
         """
+        self._probe(consumer)  # before anything is read that would then wait to be published
         if self._recheck:
             self._poll_all()  # tasks an unanswered import may have created
             self._recheck = False
@@ -332,7 +398,7 @@ class LabelStudioBridge:
             if consumer.paused():
                 consumer.resume(*consumer.paused())
         if self._uncommitted:
-            consumer.commit()
+            consumer.commit(timeout_ms=_COMMIT_TIMEOUT_MS)
             self._uncommitted = False
 
     def _drain_hints(self) -> set[int]:
@@ -415,7 +481,11 @@ class LabelStudioBridge:
         return out
 
     def _project(self, model: str) -> int:
-        """The project of ``model``: found by title, else created; webhook registered."""
+        """The project of ``model``: found by title, else created; webhook registered.
+
+        A found project's ``maximum_annotations`` is set to what ``annotators`` needs, raised or
+        lowered (the setting may have changed since the project was made).
+        """
         if model in self.projects:
             return self.projects[model]
         title = self.ls.title(model)
@@ -424,18 +494,20 @@ class LabelStudioBridge:
             project = min(found, key=lambda p: int(p["id"]))
             project_id = int(project["id"])
             asks = project.get("maximum_annotations")
-            if isinstance(asks, int) and asks < self.ls.answers_needed:
-                # a project created under annotators: first, now majority: ask for enough
+            if isinstance(asks, int) and asks != self.ls.answers_needed:
+                # made under the other annotators policy: asking for too few answers, majority
+                # never decides; too many, decided tasks keep being served under first
                 self.client.update_project(
                     project_id, {"maximum_annotations": self.ls.answers_needed}
                 )
                 log.info(
-                    "project asks for more answers",
+                    "project asks for as many answers as the annotators policy needs",
                     extra={
                         "event": "project_updated",
                         "model": model,
                         "project": project_id,
                         "maximum_annotations": self.ls.answers_needed,
+                        "was": asks,
                     },
                 )
         else:
@@ -511,8 +583,8 @@ class LabelStudioBridge:
                 mark = json.dumps([current.get("updated_at"), *answers])
                 if producer is None or self._marks.get(row.task_id) == mark:
                     continue
-                if any(answers):  # a task without any annotation has nothing to read
-                    self._refresh(row.task_id, producer)
+                if any(answers) or row.status == ANSWERED:  # an unanswered task has nothing
+                    self._refresh(row.task_id, producer)  # to read, unless its answer is gone
                 self._marks[row.task_id] = mark
                 self.state.set_mark(row.task_id, mark)
 
@@ -590,7 +662,13 @@ class LabelStudioBridge:
                 counter.labels(row.model).inc()
             self.state.record_annotation(a.annotation_id, row.request_id, kind, a.label)
         decision = decide_label(answers, self.ls.annotators, self.ls.majority_of)
-        if decision.label is None or decision.label == row.published:
+        if decision.label is None:
+            if row.status == ANSWERED:  # its answers were deleted: the task is open again
+                self._reopen(row)
+            return
+        if decision.label == row.published:
+            if row.status == OPEN:  # answered again as published: nothing new to publish
+                self.state.set_status(row.request_id, ANSWERED)
             return
         value: dict[str, Any] = {
             "request_id": row.request_id,
@@ -604,7 +682,7 @@ class LabelStudioBridge:
             self.config.kafka.topics.labels,
             key=row.request_id.encode(),
             value=json.dumps(value, sort_keys=True, separators=(",", ":")).encode(),
-        ).get(timeout=30)
+        ).get(timeout=self._send_wait_s)
         self.state.set_published(row.request_id, decision.label)
         self.metrics.labels_published.labels(row.model).inc()
         if row.published is None:
@@ -616,6 +694,19 @@ class LabelStudioBridge:
                 "daemon keeps the first",
                 extra={"event": "label_edited", "task": row.task_id, "model": row.model},
             )
+
+    def _reopen(self, row: TaskRow) -> None:
+        """A published task whose annotations no longer decide a label goes back to open.
+
+        Label Studio serves it again, so it counts in the queue depth and expires at its
+        deadline like any open task; the row keeps its published label, so a new answer is an
+        edit only when it differs.
+        """
+        self.state.set_status(row.request_id, OPEN)
+        log.info(
+            "a published task's answer was deleted in Label Studio; the task is open again",
+            extra={"event": "task_reopened", "task": row.task_id, "model": row.model},
+        )
 
     def _labeler(self, labeler: str | None) -> str | None:
         """``labelstudio:<user id>`` -> ``labelstudio:<email>`` (looked up once per user)."""

@@ -90,6 +90,10 @@ class BridgeMetrics:
         self.errors = Counter(
             f"{p}_labelstudio_errors", "Failed Label Studio calls (retried)", registry=r
         )
+        self.kafka_up = Gauge(
+            f"{p}_kafka_up", "1 when the last Kafka call (probe, send, commit) worked", registry=r
+        )
+        self.kafka_up.set(1)
 
     def set_depth(self, depth: Mapping[str, int], models: Iterable[str]) -> None:
         """Set the queue depth of every model (0 for those without open tasks)."""

@@ -4,7 +4,8 @@ One SQLite file (WAL, synchronous=FULL) with three tables:
 
 ``tasks``: one row per request id ever seen: model, project and task id, token, pi, event
 time ``ts`` and ``deadline``, when the task was created (wall clock), its ``status`` (open,
-answered, expired, deleted) and the label last published for it (NULL: none yet).
+answered, expired, deleted) and the label last published for it (NULL: none yet; an open task
+may have one, when its answer was deleted in Label Studio after the label was published).
 
 ``annotations``: one row per Label Studio annotation read: its request, kind (``answer`` or
 ``declined``) and label, so each annotation is counted once across restarts.
@@ -156,7 +157,7 @@ class BridgeState:
             yield TaskRow(*row)
 
     def set_status(self, request_id: str, status: str) -> None:
-        """Mark a task expired or deleted."""
+        """Mark a task expired or deleted, or open again (its answer deleted)."""
         self._db.execute("UPDATE tasks SET status = ? WHERE request_id = ?", (status, request_id))
 
     def set_published(self, request_id: str, label: int) -> None:

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,8 +30,10 @@ from monitor.bridges.ls_server import LabelStudioServer
 from monitor.bridges.ls_tasks import project_fields, task_body
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.errors import MonitorError
+from monitor.io.kafka_io import ensure_topics
 from monitor.ports import free_port
 from monitor.sim.embedded_broker import EmbeddedBroker
+from monitor.sim.kafka_broker import KafkaBroker
 from tests.integration.ls_helpers import (
     FAST_GROUP,
     T0,
@@ -169,7 +172,7 @@ def test_answers_declines_edits_and_expiry(
     task = [by_rid[r["request_id"]] for r in reqs]
 
     a0 = annotate(client, task[0], 1)
-    annotate(client, task[1], 0)
+    a1 = annotate(client, task[1], 0)
     annotate(client, task[2], None)  # skipped
     labels = read_labels(broker.bootstrap, topics.labels, 2)
     assert sorted((x["request_id"], x["label"]) for x in labels) == sorted(
@@ -196,6 +199,13 @@ def test_answers_declines_edits_and_expiry(
         "the edit counted",
         lambda: metric(bridge, "labelstudio_bridge_edits_total", model="default") == 1,
     )
+
+    # the published answer of task[1] deleted: the task is open again (in the queue depth)
+    client.call("DELETE", f"/api/annotations/{a1}")
+    assert bridge.settle()
+    row = bridge.state.by_request(reqs[1]["request_id"])
+    assert row is not None and (row.status, row.published) == ("open", 0)
+    assert metric(bridge, "labelstudio_bridge_queue_depth", model="default") == 4
 
     client.delete_task(task[3])
     wait_for(
@@ -228,13 +238,14 @@ def test_answers_declines_edits_and_expiry(
     wait_for("6 tasks", lambda: len(bridge.state.known([late["request_id"]])) == 1)
     assert bridge.settle()  # the expiry check runs with the poll; run it now
     assert reads == []
-    # open before: task[2] (skipped) and task[4]; both are past their deadline now
+    # open before: task[1] (its answer deleted), task[2] (skipped) and task[4]; all past their
+    # deadline now
     wait_for(
-        "2 expired",
-        lambda: metric(bridge, "labelstudio_bridge_tasks_expired_total", model="default") == 2,
+        "3 expired",
+        lambda: metric(bridge, "labelstudio_bridge_tasks_expired_total", model="default") == 3,
     )
     left = {t["meta"]["request_id"] for t in project_tasks(client, title)}
-    assert left == {reqs[0]["request_id"], reqs[1]["request_id"], late["request_id"]}
+    assert left == {reqs[0]["request_id"], late["request_id"]}
     assert len(read_labels(broker.bootstrap, topics.labels, 4, timeout_s=3)) == 3
 
 
@@ -412,6 +423,19 @@ def test_majority_of_three_annotators(
     bridges.append(again.start())
     assert client.call("GET", f"/api/projects/{made['id']}")["maximum_annotations"] == 3
 
+    # and back to first: the majority project asked for 3 answers for good (only ever raised),
+    # so Label Studio kept serving tasks that one answer had decided
+    bridge.stop()
+    back = LabelStudioBridge(
+        _config(broker, topics),
+        dataclasses.replace(ls, annotators="first"),
+        tmp_path / "back.sqlite",
+        labelstudio.token,
+        consumer_config=FAST_GROUP,
+    )
+    bridges.append(back.start())
+    assert client.call("GET", f"/api/projects/{project['id']}")["maximum_annotations"] == 1
+
 
 def test_cli_creates_tasks_and_stops_on_sigterm(
     broker: EmbeddedBroker,
@@ -446,3 +470,53 @@ def test_cli_creates_tasks_and_stops_on_sigterm(
     assert '"event": "labelstudio_connected"' in text and '"event": "tasks_created"' in text
     assert labelstudio.token not in text
     assert (tmp_path / "data" / "bridge.sqlite").exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_kafka_outage_is_reported_as_kafka_and_its_answer_published_once(
+    own_kafka: KafkaBroker,
+    labelstudio: LabelStudioServer,
+    tmp_path: Path,
+    bridges: list[LabelStudioBridge],
+) -> None:
+    """Apache Kafka stopped under an idle bridge: /readyz stayed 200 for ~70 s, an answer given
+    meanwhile stalled the loop ~60 s in its send, and the outage was reported as Label Studio's
+    (``labelstudio_up`` 0, its error counter, "Label Studio is back" when Kafka returned)."""
+    topics = TopicsConfig().tagged(uuid.uuid4().hex[:8])
+    ensure_topics(own_kafka.bootstrap, topics, 1)
+    tag = uuid.uuid4().hex[:8]
+    ls = ls_config(labelstudio, tag, poll_interval_s=1.0)
+    client = LabelStudioClient(labelstudio.url, labelstudio.token)
+    config = Config(kafka=KafkaConfig(bootstrap_servers=(own_kafka.bootstrap,), topics=topics))
+    bridge = LabelStudioBridge(
+        config, ls, tmp_path / "state.sqlite", labelstudio.token, consumer_config=FAST_GROUP
+    )
+    bridges.append(bridge.start())
+    req = request(0)
+    produce(own_kafka.bootstrap, topics.requests, [req])
+    title = ls.title("default")
+    wait_for("1 task", lambda: len(project_tasks(client, title)) == 1)
+    wait_for("ready", lambda: http_status(bridge.port, "/readyz") == 200)
+    (task,) = project_tasks(client, title)
+
+    own_kafka.stop()
+    stopped = time.monotonic()
+    try:
+        wait_for("/readyz 503", lambda: http_status(bridge.port, "/readyz") == 503, 15)
+        noticed_s = time.monotonic() - stopped
+        annotate(client, task["id"], 1)
+        time.sleep(10)  # ten polls read the answer; its label waits for Kafka
+        assert http_status(bridge.port, "/readyz") == 503
+        assert http_status(bridge.port, "/healthz") == 200  # the loop never stalls
+        assert metric(bridge, "labelstudio_bridge_labelstudio_up") == 1
+        assert metric(bridge, "labelstudio_bridge_labelstudio_errors_total") == 0
+        assert metric(bridge, "labelstudio_bridge_kafka_up") == 0
+    finally:
+        own_kafka.start()
+    wait_for("/readyz 200", lambda: http_status(bridge.port, "/readyz") == 200, 90)
+    labels = read_labels(own_kafka.bootstrap, topics.labels, 1, timeout_s=60)
+    assert [(x["request_id"], x["label"]) for x in labels] == [(req["request_id"], 1)]
+    assert bridge.settle()
+    assert len(read_labels(own_kafka.bootstrap, topics.labels, 2, timeout_s=3)) == 1
+    assert metric(bridge, "labelstudio_bridge_labelstudio_errors_total") == 0
+    print(f"Kafka stopped: /readyz 503 after {noticed_s:.1f} s")

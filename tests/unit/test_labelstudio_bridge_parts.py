@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import kafka
+import kafka.errors
 import pytest
 
 from monitor.bridges.labelstudio import LabelStudioBridge, parse_request
@@ -317,3 +319,238 @@ def test_a_project_refusing_its_imports_holds_back_only_its_own_requests(tmp_pat
         assert bridge.state.known(["a" * 32, "b" * 32]) == {"b" * 32}
     assert bridge.metrics.requests_repeated._value.get() == 0
     bridge.state.close()
+
+
+class _Outage:
+    """A broker that a test stops and starts: kafka-python's calls fail while it is down."""
+
+    down = False
+    topic = "requests"
+
+
+class _FakeConsumer:
+    """kafka-python's consumer as the bridge uses it: an idle poll never fails, even when the
+    broker is gone; end offsets and commits do."""
+
+    DEFAULT_CONFIG = kafka.KafkaConsumer.DEFAULT_CONFIG
+
+    def __init__(self, **options: Any) -> None:
+        self.part = kafka.TopicPartition(_Outage.topic, 0)
+        self.paused_parts: set[Any] = set()
+
+    def subscribe(self, topics: list[str]) -> None:
+        return None
+
+    def assignment(self) -> set[Any]:
+        return {self.part}
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[Any, Any]:
+        import time
+
+        time.sleep(min(timeout_ms, 50) / 1000)
+        return {}
+
+    def end_offsets(self, parts: list[Any], timeout_ms: int | None = None) -> dict[Any, int]:
+        self._check()
+        return {p: 0 for p in parts}
+
+    def commit(self, timeout_ms: int | None = None) -> None:
+        self._check()
+
+    def pause(self, *parts: Any) -> None:
+        self.paused_parts.update(parts)
+
+    def paused(self) -> set[Any]:
+        return set(self.paused_parts)
+
+    def resume(self, *parts: Any) -> None:
+        self.paused_parts.difference_update(parts)
+
+    def close(self, *args: Any, **kw: Any) -> None:
+        return None
+
+    @staticmethod
+    def _check() -> None:
+        if _Outage.down:
+            msg = "broker down"
+            raise kafka.errors.KafkaTimeoutError(msg)
+
+
+class _FakeProducer(_Sent):
+    """A producer whose sends fail (after their wait) while the broker is down."""
+
+    DEFAULT_CONFIG = kafka.KafkaProducer.DEFAULT_CONFIG
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__()
+        self.options = options
+        _FakeProducer.made.append(self)
+
+    made: list[_FakeProducer] = []  # noqa: RUF012
+
+    def send(self, topic: str, key: bytes, value: bytes) -> _Sent:
+        _FakeConsumer._check()
+        return super().send(topic, key, value)
+
+    def close(self, timeout: float | None = None) -> None:
+        return None
+
+
+def test_a_kafka_outage_is_noticed_at_once_and_not_blamed_on_label_studio(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Kafka stopped under a running bridge: /readyz stayed 200 (an idle poll never fails),
+    an answer then blocked the loop in its send for ~60 s, and the outage was counted as
+    Label Studio's (``labelstudio_up`` 0, its error counter, "Label Studio is back")."""
+    import logging
+    import threading
+    import time
+
+    monkeypatch.setattr(kafka, "KafkaConsumer", _FakeConsumer)
+    monkeypatch.setattr(kafka, "KafkaProducer", _FakeProducer)
+    monkeypatch.setattr(_Outage, "down", False)
+    caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
+    config = parse_config({}, "m.yaml")
+    ls = LabelStudioConfig(poll_interval_s=0.2)
+    bridge = LabelStudioBridge(config, ls, tmp_path / "s.sqlite", "t" * 40)
+    bridge._state = BridgeState(tmp_path / "s.sqlite")
+    bridge.state.add_tasks([TaskRow("r1", "default", 1, 1, "tok", 0.1, 5.0, 9e9, 1.0, OPEN, None)])
+    task: dict[str, Any] = {"id": 1, "meta": {"request_id": "r1"}, "annotations": [],
+            "total_annotations": 0, "cancelled_annotations": 0, "updated_at": "t0"}  # fmt: skip
+    bridge.client = _FreshLabelStudio({1: task})  # type: ignore[assignment]
+    bridge.projects = {"default": 1}
+    bridge._ls_up = True
+    bridge._thread = threading.Thread(target=bridge._main, daemon=True)
+    bridge._thread.start()
+
+    def within(seconds: float, check: Any) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if check():
+                return True
+            time.sleep(0.05)
+        return False
+
+    def metric(name: str) -> float | None:
+        return bridge.metrics.registry.get_sample_value(f"labelstudio_bridge_{name}")
+
+    try:
+        assert within(5, bridge._is_ready)
+        _Outage.down = True
+        assert within(4, lambda: not bridge._is_ready()), "Kafka down, still ready"
+        choice = {"from_name": "label", "value": {"choices": ["1"]}}
+        task.update(annotations=[{"id": 5, "completed_by": 7, "result": [choice]}],
+                    total_annotations=1, updated_at="t1")  # fmt: skip
+        time.sleep(1.5)  # the answer waits: its label cannot be published
+        assert not bridge._is_ready() and bridge._healthy()
+        assert metric("labelstudio_up") == 1 and metric("labelstudio_errors_total") == 0
+        assert metric("kafka_up") == 0
+        _Outage.down = False
+        (producer,) = _FakeProducer.made[-1:]
+        assert within(10, lambda: len(producer.values) == 1 and bridge._is_ready())
+        assert bridge.settle(5)
+        assert [(v["request_id"], v["label"]) for v in producer.values] == [("r1", 1)]
+        assert metric("labelstudio_errors_total") == 0 and metric("kafka_up") == 1
+    finally:
+        bridge._stop.set()
+        bridge._thread.join(10)
+        bridge.state.close()
+    events = [getattr(r, "event", None) for r in caplog.records]
+    assert events.count("kafka_down") == 1 and events.count("kafka_back") == 1, events
+    assert not {"labelstudio_down", "labelstudio_back"} & set(events), events
+
+
+class _Deleting(_FreshLabelStudio):
+    """Records the tasks the bridge removes from Label Studio (expiry)."""
+
+    removed: list[int]
+
+    def delete_tasks(self, project: int, ids: list[int]) -> None:
+        self.removed = [*getattr(self, "removed", []), *ids]
+        for task_id in ids:
+            self.by_id.pop(task_id, None)
+
+
+def test_a_published_task_whose_answer_is_deleted_is_open_again(tmp_path: Path) -> None:
+    """An auditor deleted the answer of a published task: Label Studio served the task again,
+    but the bridge kept it answered (out of the queue depth, never expired), and an answer
+    given after its deadline was then published as an edit."""
+    config = parse_config({}, "m.yaml")
+    bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s.sqlite", "t" * 40)
+    bridge._state = BridgeState(tmp_path / "s.sqlite")
+    rows = [TaskRow(f"r{i}", "default", 1, i, None, 0.1, 5.0, d, 1.0, OPEN, None)
+            for i, d in ((1, 9e9), (2, 50.0))]  # fmt: skip
+    bridge.state.add_tasks(rows)
+    tasks: dict[int, dict[str, Any]] = {
+        i: {"id": i, "meta": {"request_id": f"r{i}"}} for i in (1, 2)
+    }
+    bridge.client = _Deleting(tasks)  # type: ignore[assignment]
+    bridge.projects = {"default": 1}
+    sent = _Sent()
+    version = iter(range(100))
+
+    def answer(label: int | None, annotation: int = 0) -> None:
+        for task in (tasks[i] for i in (1, 2) if i in tasks):
+            choice = {"from_name": "label", "value": {"choices": [str(label)]}}
+            result = [] if label is None else [{"id": annotation, "completed_by": 7,
+                                                "result": [choice]}]  # fmt: skip
+            task.update(annotations=result, total_annotations=len(result),
+                        cancelled_annotations=0, updated_at=f"t{next(version)}")  # fmt: skip
+        bridge._poll_all(sent)
+
+    def statuses() -> list[str]:
+        return [r.status for r in (bridge.state.by_request(f"r{i}") for i in (1, 2)) if r]
+
+    answer(1, 5)
+    assert [v["label"] for v in sent.values] == [1, 1] and statuses() == [ANSWERED] * 2
+    answer(None)  # the answer deleted: open again, in the queue depth
+    assert statuses() == [OPEN] * 2 and bridge.state.depth() == {"default": 2}
+    assert [r.published for r in bridge.state.with_status(OPEN)] == [1, 1]  # remembered
+    answer(1, 6)  # answered again as published: nothing new to publish
+    assert len(sent.values) == 2 and statuses() == [ANSWERED] * 2
+    answer(None)
+    bridge.state.add_tasks([TaskRow("r3", "default", 1, 3, None, 0.1, 99.0, 9e9, 1.0, OPEN, None)])
+    tasks[3] = {"id": 3, "meta": {"request_id": "r3"}}
+    bridge._expire()  # r2's deadline (50) is behind the watermark (99): it expires
+    assert bridge.client.removed == [2] and statuses() == [OPEN, "expired"]  # type: ignore[attr-defined]
+    answer(0, 7)  # a different answer to the open task: an edit
+    assert [v["label"] for v in sent.values] == [1, 1, 0] and statuses() == [ANSWERED, "expired"]
+    assert (
+        bridge.metrics.registry.get_sample_value(
+            "labelstudio_bridge_edits_total", {"model": "default"}
+        )
+        == 1
+    )
+    bridge.state.close()
+
+
+class _Projects:
+    """Label Studio's project list, with the updates the bridge makes."""
+
+    def __init__(self, projects: list[dict[str, Any]]) -> None:
+        self.listed = projects
+        self.updates: list[tuple[int, dict[str, Any]]] = []
+
+    def projects(self) -> list[dict[str, Any]]:
+        return self.listed
+
+    def update_project(self, project: int, fields: dict[str, Any]) -> None:
+        self.updates.append((project, fields))
+
+
+@pytest.mark.parametrize(("annotators", "asks", "wanted"), [("first", 3, 1), ("majority", 1, 3)])
+def test_a_found_project_asks_for_the_answers_the_policy_needs(
+    tmp_path: Path, annotators: Literal["first", "majority"], asks: int, wanted: int
+) -> None:
+    """Back from majority to first: the project kept asking for 3 answers (only ever raised),
+    so Label Studio kept serving tasks the first answer had decided."""
+    ls = LabelStudioConfig(annotators=annotators, majority_of=3)
+    bridge = LabelStudioBridge(parse_config({}, "m.yaml"), ls, tmp_path / "s.sqlite", "t" * 40)
+    found = {"id": 4, "title": ls.title("default"), "maximum_annotations": asks}
+    bridge.client = _Projects([found])  # type: ignore[assignment]
+    assert bridge._project("default") == 4
+    assert bridge.client.updates == [(4, {"maximum_annotations": wanted})]  # type: ignore[attr-defined]
+    found["maximum_annotations"] = wanted
+    bridge.projects.clear()
+    bridge._project("default")  # already as needed: left alone
+    assert len(bridge.client.updates) == 1  # type: ignore[attr-defined]
