@@ -436,15 +436,15 @@ class Exporter:
 
     def count_records(self, per_model: Mapping[str, int]) -> None:
         """Add consumed scored records per model."""
-        _add(self._records, "model", per_model)
+        _add(self._records, ("model",), {(m,): n for m, n in per_model.items()})
 
     def count_requests(self, per_model: Mapping[str, int]) -> None:
         """Add produced audit requests per model."""
-        _add(self._requests, "model", per_model)
+        _add(self._requests, ("model",), {(m,): n for m, n in per_model.items()})
 
     def count_labels(self, per_model: Mapping[str, int]) -> None:
         """Add valid labels received per model."""
-        _add(self._labels, "model", per_model)
+        _add(self._labels, ("model",), {(m,): n for m, n in per_model.items()})
 
     def observe_label_latency(self, per_model: Mapping[str, Sequence[float]]) -> None:
         """Record the event-time latencies of accepted labels per model."""
@@ -455,16 +455,13 @@ class Exporter:
 
     def count_rejects(self, per_input: Mapping[tuple[str, RejectReason], int]) -> None:
         """Add dead-lettered records per (input, reason) (``TopicsConfig.input_of``)."""
-        for (source, reason), n in per_input.items():
-            if n < 0:
-                msg = f"counter input={source} reason={reason}: cannot add a negative amount ({n})"
-                raise ValueError(msg)
-            if n:
-                self._rejects.labels(input=source, reason=str(reason)).inc(n)
+        _add(
+            self._rejects, ("input", "reason"), {(i, str(r)): n for (i, r), n in per_input.items()}
+        )
 
     def count_segments_folded(self, per_model: Mapping[str, int]) -> None:
         """Add scored records folded into ``__other__`` by the segment limit, per model."""
-        _add(self._folded, "model", per_model)
+        _add(self._folded, ("model",), {(m,): n for m, n in per_model.items()})
 
     def count_maps_ignored(self, model: str, reason: str) -> None:
         """Add one calibration map a sampler ignored (``reason``: older or conflicting)."""
@@ -582,13 +579,15 @@ class Exporter:
         log.info("metrics server stopped", extra={"event": "metrics_http_stopped"})
 
 
-def _add(counter: Counter, label: str, amounts: Mapping[str, int]) -> None:
-    for key, n in amounts.items():
+def _add(counter: Counter, labels: tuple[str, ...], amounts: Mapping[tuple[str, ...], int]) -> None:
+    """Add each amount to the child of its label values (``labels`` names them, in order)."""
+    for values, n in amounts.items():
         if n < 0:
-            msg = f"counter {label}={key}: cannot add a negative amount ({n})"
+            where = " ".join(f"{k}={v}" for k, v in zip(labels, values, strict=True))
+            msg = f"counter {where}: cannot add a negative amount ({n})"
             raise ValueError(msg)
         if n:
-            counter.labels(**{label: key}).inc(n)
+            counter.labels(*(str(v) for v in values)).inc(n)
 
 
 def _text(start_response: Callable[..., Any], status: str, body: bytes) -> list[bytes]:
