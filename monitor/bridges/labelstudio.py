@@ -47,11 +47,10 @@ from monitor.bridges.ls_http import BridgeMetrics, BridgeServer
 from monitor.bridges.ls_state import ANSWERED, DELETED, EXPIRED, OPEN, BridgeState, TaskRow
 from monitor.bridges.ls_tasks import decide as decide_label
 from monitor.bridges.ls_tasks import project_fields, read_answer, task_body
-from monitor.config.kafka_client import kafka_client_options
+from monitor.config.kafka_client import RECONNECT_BACKOFF_MAX_MS, kafka_client_options
 from monitor.config.schema import Config
 from monitor.core.messages import AuditRequest
 from monitor.errors import MonitorError
-from monitor.runtime.ports import RECONNECT_BACKOFF_MAX_MS
 
 log = logging.getLogger(__name__)
 

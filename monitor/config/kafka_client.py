@@ -22,6 +22,9 @@ from monitor.config.validate import (
 )
 
 _REDACTED = "<redacted>"
+# every Kafka client of the project (daemon and bridge, both libraries) retries a lost broker at
+# most this far apart
+RECONNECT_BACKOFF_MAX_MS = 10_000
 
 # kafka-python settings the monitor sets itself: not accepted under ``kafka.client``
 _RESERVED_CLIENT: Mapping[str, str] = {

@@ -27,12 +27,12 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from monitor.config.kafka_client import confluent_client_options
+from monitor.config.kafka_client import RECONNECT_BACKOFF_MAX_MS, confluent_client_options
 from monitor.config.schema import Config
 from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable
 from monitor.io.positions import note_beyond_end, note_rewind
-from monitor.runtime.ports import RECONNECT_BACKOFF_MAX_MS, TP, Assigned
+from monitor.runtime.ports import TP, Assigned
 
 log = logging.getLogger(__name__)
 

@@ -23,12 +23,12 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaConfigurationError, KafkaError, TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata
 
-from monitor.config.kafka_client import kafka_client_options
+from monitor.config.kafka_client import RECONNECT_BACKOFF_MAX_MS, kafka_client_options
 from monitor.config.schema import Config, TopicsConfig
 from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable, ConfigError
 from monitor.io.positions import note_beyond_end, note_rewind
-from monitor.runtime.ports import RECONNECT_BACKOFF_MAX_MS, TP, Assigned, Entry
+from monitor.runtime.ports import TP, Assigned, Entry
 
 log = logging.getLogger(__name__)
 

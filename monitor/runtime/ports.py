@@ -19,8 +19,6 @@ if TYPE_CHECKING:
 TP = tuple[str, int]  # (topic, partition)
 Entry = tuple[int, bytes | None, bytes | None]  # (partition, key, value) of a topic read whole
 Assigned = Callable[[Sequence[TP]], None]  # called with a consumer's new assignment
-# both Kafka clients retry a lost broker at most this far apart
-RECONNECT_BACKOFF_MAX_MS = 10_000
 
 
 class Source(Protocol):
