@@ -558,12 +558,22 @@ class LabelStudioBridge:
         since the last look and that has any: Label Studio moves a task's ``updated_at`` on
         every new, edited or deleted annotation. The marks are kept in the state file, so a
         restart reads only the tasks that changed while the bridge was down.
+
+        Besides each model's project (found by title), every project an open or answered task
+        was imported into is read: a project renamed in Label Studio is no longer found by its
+        title, and its answers were once never read (a project since deleted: its tasks are
+        asked for by id, and Label Studio's 404 counts them deleted).
         """
-        for model, project in sorted(self.projects.items()):
+        recorded = {(r.model, r.project_id) for r in self.state.with_status(OPEN, ANSWERED)}
+        for model, project in sorted(set(self.projects.items()) | recorded):
             listed: dict[int, dict[str, Any]] = {}
-            for task in self.client.tasks(project, fields="task_only"):
-                if isinstance(task.get("id"), int):
-                    listed[task["id"]] = task
+            try:
+                for task in self.client.tasks(project, fields="task_only"):
+                    if isinstance(task.get("id"), int):
+                        listed[task["id"]] = task
+            except LabelStudioNotFound:
+                if self.projects.get(model) == project:
+                    raise  # the model's own project: found or created again (``_create``)
             self._adopt(model, project, listed.values())
             for row in self.state.with_status(OPEN, ANSWERED):
                 if row.project_id != project:

@@ -12,7 +12,7 @@ import kafka.errors
 import pytest
 
 from monitor.bridges.labelstudio import LabelStudioBridge, parse_request
-from monitor.bridges.ls_client import LabelStudioClient, LabelStudioError
+from monitor.bridges.ls_client import LabelStudioClient, LabelStudioError, LabelStudioNotFound
 from monitor.bridges.ls_config import LabelStudioConfig, Wording, parse_labelstudio, state_path
 from monitor.bridges.ls_http import task_ids
 from monitor.bridges.ls_state import ANSWERED, OPEN, BridgeState, TaskRow
@@ -554,3 +554,47 @@ def test_a_found_project_asks_for_the_answers_the_policy_needs(
     bridge.projects.clear()
     bridge._project("default")  # already as needed: left alone
     assert len(bridge.client.updates) == 1  # type: ignore[attr-defined]
+
+
+class _ProjectTasks(_FreshLabelStudio):
+    """Tasks per project id; a project not listed is gone (404)."""
+
+    def __init__(self, projects: dict[int, list[dict[str, Any]]]) -> None:
+        super().__init__({t["id"]: t for tasks in projects.values() for t in tasks})
+        self.projects = projects
+
+    def tasks(self, project: int, fields: str = "") -> list[dict[str, Any]]:
+        if project not in self.projects:
+            msg = f"project {project}: HTTP 404"
+            raise LabelStudioNotFound(msg)
+        return self.projects[project]
+
+    def task(self, task_id: int) -> dict[str, Any]:
+        if task_id not in self.by_id:
+            msg = f"task {task_id}: HTTP 404"
+            raise LabelStudioNotFound(msg)
+        return self.by_id[task_id]
+
+
+def test_the_answers_of_a_renamed_project_are_read(tmp_path: Path) -> None:
+    """A user renamed the project; restarted, the bridge made a new one under the configured
+    title (project 2) and never read the answers given in the renamed one (project 1). Tasks of
+    a project since deleted (project 3) are counted deleted, not polled forever."""
+    config = parse_config({"models": {"fraud": {}}, "default_model": "fraud"}, "m.yaml")
+    bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s.sqlite", "t" * 40)
+    bridge._state = BridgeState(tmp_path / "s.sqlite")
+    renamed = TaskRow("in-renamed", "fraud", 1, 1, None, 0.1, 5.0, 9e9, 100.0, OPEN, None)
+    deleted = TaskRow("in-deleted", "fraud", 3, 7, None, 0.1, 5.0, 9e9, 100.0, OPEN, None)
+    bridge.state.add_tasks([renamed, deleted])
+    choice = {"from_name": "label", "value": {"choices": ["0"]}}
+    task = {"id": 1, "meta": {"request_id": "in-renamed"}, "total_annotations": 1,
+            "annotations": [{"id": 5, "completed_by": 7, "result": [choice]}],
+            "cancelled_annotations": 0, "updated_at": "t1"}  # fmt: skip
+    bridge.client = _ProjectTasks({1: [task], 2: []})  # type: ignore[assignment]
+    bridge.projects = {"fraud": 2}
+    sent = _Sent()
+    bridge._poll_all(sent)
+    assert [(v["request_id"], v["label"]) for v in sent.values] == [("in-renamed", 0)]
+    (gone,) = bridge.state.by_task(7)
+    assert gone.status == "deleted"
+    bridge.state.close()
