@@ -2,7 +2,8 @@
 
 Bad input records are data, not exceptions: they become a ``Reject`` (see ``monitor.core.records``)
 with one of the ``RejectReason`` values below, go to the dead-letter topic and increment
-``monitor_invalid_records_total{reason}``. Exceptions are kept for faults of the process itself.
+``monitor_invalid_records_total{input,reason}``. Exceptions are kept for faults of the process
+itself.
 """
 
 from __future__ import annotations

@@ -38,12 +38,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def log_level(value: str) -> str:
-    """``--log-level``'s type: a level name in any case (argparse: a usage error, exit 2)."""
-    if value.upper() not in LOG_LEVELS:
+    """``--log-level``'s type: a level name Python's logging knows, in any case (``WARN`` too).
+
+    Anything else is a usage error, exit 2 (it was a traceback once the configuration loaded).
+    """
+    if value.upper() not in logging.getLevelNamesMapping():
         msg = f"{value!r} is not a log level: use one of {', '.join(LOG_LEVELS)}"
         raise argparse.ArgumentTypeError(msg)
     return value.upper()

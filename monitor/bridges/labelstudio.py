@@ -567,13 +567,9 @@ class LabelStudioBridge:
         recorded = {(r.model, r.project_id) for r in self.state.with_status(OPEN, ANSWERED)}
         for model, project in sorted(set(self.projects.items()) | recorded):
             listed: dict[int, dict[str, Any]] = {}
-            try:
-                for task in self.client.tasks(project, fields="task_only"):
-                    if isinstance(task.get("id"), int):
-                        listed[task["id"]] = task
-            except LabelStudioNotFound:
-                if self.projects.get(model) == project:
-                    raise  # the model's own project: found or created again (``_create``)
+            for task in self.client.tasks(project, fields="task_only"):  # none: project gone
+                if isinstance(task.get("id"), int):
+                    listed[task["id"]] = task
             self._adopt(model, project, listed.values())
             for row in self.state.with_status(OPEN, ANSWERED):
                 if row.project_id != project:
@@ -587,6 +583,9 @@ class LabelStudioBridge:
                         current = self.client.task(row.task_id)
                     except LabelStudioNotFound:
                         self._gone(row)
+                        continue
+                    if _request_of(current) != row.request_id:
+                        self._gone(row)  # the id is another request's task now (see above)
                         continue
                 answers = (current.get("total_annotations"), current.get("cancelled_annotations"))
                 mark = json.dumps([current.get("updated_at"), *answers])

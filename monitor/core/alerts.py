@@ -70,6 +70,8 @@ ALERT_SEVERITY: dict[str, str] = {
 }
 #: a likelihood alert clears once the likelihood is this far above its floor again
 LIKELIHOOD_BAND = 0.02
+#: 2: the reference history names its measure (1, without it, is read without its history)
+STATE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -162,9 +164,9 @@ class AlertEvaluator:
     config: Config
     alert_configs: Mapping[str, AlertConfig] | None = None
     _state: dict[Key, _KeyState] = field(default_factory=dict, init=False)
-    # (model, segment, window, measure) -> check index -> (value, se, n_labels) of the
-    # monitored measure (``_measure_key``: a reference of another measure is no reference)
-    _history: dict[tuple[str, str, str, str], dict[int, tuple[float, float, int]]] = field(
+    # (model, segment, window) -> (the monitored measure, ``_measure_key``; check index ->
+    # (value, se, n_labels) of it): a reference of another measure is no reference
+    _history: dict[tuple[str, str, str], tuple[str, dict[int, tuple[float, float, int]]]] = field(
         default_factory=dict, init=False
     )
 
@@ -261,10 +263,11 @@ class AlertEvaluator:
         if cfg.reference_lag_s <= 0 or span is None or cfg.reference_lag_s < span:
             return None
         interval = cfg.interval_s(span)
-        key = (w.model, w.segment, w.window, _measure_key(cfg.measure, w.alpha))
-        for other in [k for k in self._history if k[:3] == key[:3] and k != key]:
-            del self._history[other]  # the measure changed: "recall 0.90, now precision 0.60"
-        series = self._history.setdefault(key, {})
+        measure = _measure_key(cfg.measure, w.alpha)
+        kept, series = self._history.get((w.model, w.segment, w.window), (measure, {}))
+        if kept != measure:  # the measure changed: "recall 0.90, now precision 0.60" fired
+            series = {}
+        self._history[(w.model, w.segment, w.window)] = (measure, series)
         check = math.floor(now / interval)
         if est.defined and math.isfinite(est.se):
             series[check] = (est.value, model_se(est), est.n_labels)
@@ -293,10 +296,10 @@ class AlertEvaluator:
             for k, s in self._state.items()
         ]
         history = [
-            {"key": list(k), "points": [[c, *v] for c, v in sorted(series.items())]}
-            for k, series in self._history.items()
+            {"key": [*k, measure], "points": [[c, *v] for c, v in sorted(series.items())]}
+            for k, (measure, series) in self._history.items()
         ]
-        return {"version": 1, "keys": keys, "history": history}
+        return {"version": STATE_VERSION, "keys": keys, "history": history}
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Load a :meth:`state` (e.g. after a restart); the next snapshot re-decides."""
@@ -309,13 +312,14 @@ class AlertEvaluator:
                 since=math.nan if item.get("since") is None else float(item["since"]),
                 looks=int(item["looks"]),
             )
+        if state.get("version") != STATE_VERSION:
+            return  # a history without its measure is dropped: f_dropped waits one lag again
         for item in state.get("history", []):
-            m, s, w, *measure = (str(x) for x in item["key"])
-            if not measure:  # stored before the measure was part of the key: the current one
-                measure = [_measure_key(self.settings(m).measure, self.config.model(m).alpha)]
-            self._history[(m, s, w, measure[0])] = {
-                int(c): (float(v), float(se), int(n)) for c, v, se, n in item["points"]
-            }
+            m, s, w, measure = (str(x) for x in item["key"])
+            self._history[(m, s, w)] = (
+                measure,
+                {int(c): (float(v), float(se), int(n)) for c, v, se, n in item["points"]},
+            )
 
 
 def _measure_key(measure: str, alpha: float) -> str:

@@ -205,8 +205,8 @@ class Engine:
         new = dict(cal)
         for model in sorted(models):
             cfg = self.config.model(model)
-            if not cfg.recalibrate:
-                continue
+            if not cfg.recalibrate or model not in self.config.models:
+                continue  # (a model removed from the configuration: its labels fit nothing)
             k = recalibration.label_window_buckets(bucket_s, cfg.labels_per_hour)
             wm = self.estimator.watermark(model)
             if not math.isfinite(wm):

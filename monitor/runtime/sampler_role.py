@@ -150,7 +150,8 @@ class SamplerEngine:
             return
         self.maps[model] = cal
         self.sampler.calibration[model] = cal
-        self.metrics.set_calibration(model, cal)
+        if model in self.config.models:
+            self.metrics.set_calibration(model, cal)
         log.info(
             "calibration map taken",
             extra={"event": "calibration_taken", "model": model, "version": cal.version},

@@ -48,7 +48,7 @@ import math
 from scipy import special
 
 from monitor.stats.estimate import Estimate
-from monitor.stats.interval import t_quantile, wilson_interval
+from monitor.stats.interval import strictly_inside, t_quantile, wilson_interval
 
 SPENDING_RULES = ("horizon", "anytime")
 
@@ -86,13 +86,14 @@ def look_error(rate: float, look: int, rule: str, horizon_looks: int) -> float:
 def _interval(est: Estimate, se: float, level: float, *, model: bool = True) -> tuple[float, float]:
     """``interval_from_se`` of the estimator with standard error ``se`` (see module docstring).
 
-    Logit scale ``expit(logit(G) -+ t se / (G (1 - G)))`` when 0 < G < 1 and se > 0, else the
+    Logit scale ``expit(logit(G) -+ t se / (G (1 - G)))`` when 0 < G < 1 (by more than rounding,
+    as the exported interval: ``strictly_inside``) and se > 0, else the
     Wilson interval on the estimator's effective sample size (super-population ``n_eff_model``
     when ``model``, else the design ``n_eff``; the Kish ESS when the estimate has neither).
     """
     value = est.value
     t = t_quantile(level, est.n_labels)
-    if 0.0 < value < 1.0 and se > 0.0 and math.isfinite(se):
+    if strictly_inside(value) and se > 0.0 and math.isfinite(se):
         centre = math.log(value / (1.0 - value))
         half = t * se / (value * (1.0 - value))
         lower = float(special.expit(centre - half))  # no overflow for a huge se
@@ -170,8 +171,10 @@ def drop_bound(current: Estimate, ref_value: float, ref_se: float, error: float)
         return math.nan
     c, se_r = current.value, max(ref_se, 0.0)
     se_c = model_se(current)
-    if 0.0 < c < 1.0 and se_c > 0.0:
-        scale = c * (1.0 - c) / (ref_value * (1.0 - ref_value)) if 0.0 < ref_value < 1.0 else 1.0
+    if strictly_inside(c) and se_c > 0.0:
+        scale = (
+            c * (1.0 - c) / (ref_value * (1.0 - ref_value)) if strictly_inside(ref_value) else 1.0
+        )
         se = math.hypot(se_c, se_r * scale)
         return _interval(current, se, 1.0 - 2.0 * error)[1]
     t = t_quantile(1.0 - 2.0 * error, max(current.n_labels, 1))

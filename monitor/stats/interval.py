@@ -299,6 +299,15 @@ def wilson_interval(p: float, n_eff: float, t: float) -> tuple[float, float]:
 _ROUNDING = 1e-9  # a ratio this close to 0 or 1 is that bound up to rounding (tiny weights)
 
 
+def strictly_inside(value: float) -> bool:
+    """``value`` is in (0, 1) by more than rounding (1e-9): its logit interval is meaningful.
+
+    A ratio of a weight of 2e-16 (alpha that small) read 1 - 1e-16 in one row order and exactly
+    1 in another; the two must take the same interval (and alert bound).
+    """
+    return _ROUNDING < value < 1.0 - _ROUNDING
+
+
 def interval_from_se(
     value: float, se: float, n: int, n_eff: float, level: float
 ) -> tuple[float, float]:
@@ -323,7 +332,7 @@ def interval_from_se(
         ``(lower, upper)`` with ``0 <= lower <= value <= upper <= 1``.
     """
     t = t_quantile(level, n)
-    if _ROUNDING < value < 1.0 - _ROUNDING and se > 0.0 and math.isfinite(se):
+    if strictly_inside(value) and se > 0.0 and math.isfinite(se):
         centre = float(special.logit(value))
         half = t * se / (value * (1.0 - value))
         lower = float(special.expit(centre - half))
@@ -347,7 +356,10 @@ def _jackknife_bias(gain: FloatArray, vw: FloatArray, fpc: FloatArray, total: fl
 
 
 def jackknife_bounded(value: float, bias: float, replicates: FloatArray) -> float:
-    """``value - bias`` in [0, 1], but never 0 or 1 when ``value`` is neither.
+    """``value - bias`` in [0, 1], but never 0 or 1 when ``value`` is strictly inside.
+
+    Strictly inside: by more than rounding (:func:`strictly_inside`); a ratio within 1e-9 of a
+    bound is that bound.
 
     A value of exactly 0 (or 1) says the population holds no gain (no loss), which the sample
     refutes when its ratio is strictly inside (0, 1). Where the correction would reach or cross
@@ -358,7 +370,7 @@ def jackknife_bounded(value: float, bias: float, replicates: FloatArray) -> floa
     correction is unchanged.
     """
     corrected = value - bias
-    if 0.0 < corrected < 1.0 or not _ROUNDING < value < 1.0 - _ROUNDING:
+    if 0.0 < corrected < 1.0 or not strictly_inside(value):
         return min(max(corrected, 0.0), 1.0)
     inner = replicates[(replicates > _ROUNDING) & (replicates < 1.0 - _ROUNDING)]
     lo, hi = (float(inner.min()), float(inner.max())) if inner.size else (value, value)

@@ -7,7 +7,6 @@ import json
 import math
 import socket
 import time
-from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -233,14 +232,20 @@ def test_a_reference_of_another_measure_is_no_reference() -> None:
     (status,) = now.evaluate(_snap(30, window))
     assert not status.active and math.isnan(status.threshold)
     same = _evaluator(measure="recall", **settings)
-    same.restore(_without_measure(saved))  # stored before the key: the configured measure
-    (status,) = same.evaluate(_snap(30, dataclasses.replace(window, recall=_est(0.6, 0.02))))
+    same.restore(saved)
+    dropped = dataclasses.replace(window, recall=_est(0.6, 0.02))
+    (status,) = same.evaluate(_snap(30, dropped))
     assert status.active and status.threshold == pytest.approx(0.9)
-
-
-def _without_measure(state: dict[str, Any]) -> dict[str, Any]:
-    history = [{**h, "key": h["key"][:3]} for h in state["history"]]
-    return {**state, "history": history}
+    # a state of the earlier format (no measure in the key) is read without its history
+    earlier = {
+        **saved,
+        "version": 1,
+        "history": [{**h, "key": h["key"][:3]} for h in saved["history"]],
+    }
+    again = _evaluator(measure="recall", **settings)
+    again.restore(earlier)
+    (status,) = again.evaluate(_snap(30, dropped))
+    assert not status.active and math.isnan(status.threshold)
 
 
 def test_untrustworthy_on_low_likelihood_or_intrinsic_disagreement() -> None:

@@ -142,4 +142,4 @@ def test_an_unknown_log_level_is_a_usage_error(
         main(["run", "--config", str(tmp_path / "m.yaml"), "--log-level", "verbose"])
     err = capsys.readouterr().err
     assert stopped.value.code == 2
-    assert "'verbose' is not a log level: use one of DEBUG, INFO, WARNING, ERROR" in err
+    assert "'verbose' is not a log level: use one of DEBUG, INFO, WARNING, ERROR, CRITICAL" in err

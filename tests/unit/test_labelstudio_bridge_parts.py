@@ -303,9 +303,10 @@ class _RefusingProject(_FreshLabelStudio):
         return list(range(start, start + len(bodies)))
 
 
-def test_a_project_refusing_its_imports_holds_back_only_its_own_requests(tmp_path: Path) -> None:
-    """A user changed model a's labeling config: every model stopped getting tasks (a sorts
-    first), and each retry counted the requests already imported as repeated."""
+def test_a_project_refusing_its_imports_lets_the_rest_of_the_batch_in(tmp_path: Path) -> None:
+    """A user changed model a's labeling config: the other models' requests of the same batch
+    were not imported (a sorts first), and each retry counted those imported as repeated. (New
+    requests then wait for the project: nothing is committed past the refused ones.)"""
     config = parse_config({"models": {"a": {}, "b": {}}, "default_model": "a"}, "m.yaml")
     bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s.sqlite", "t" * 40)
     bridge._state = BridgeState(tmp_path / "s.sqlite")
@@ -557,17 +558,14 @@ def test_a_found_project_asks_for_the_answers_the_policy_needs(
 
 
 class _ProjectTasks(_FreshLabelStudio):
-    """Tasks per project id; a project not listed is gone (404)."""
+    """Tasks per project id; a project not listed is gone (its tasks 404)."""
 
     def __init__(self, projects: dict[int, list[dict[str, Any]]]) -> None:
         super().__init__({t["id"]: t for tasks in projects.values() for t in tasks})
         self.projects = projects
 
     def tasks(self, project: int, fields: str = "") -> list[dict[str, Any]]:
-        if project not in self.projects:
-            msg = f"project {project}: HTTP 404"
-            raise LabelStudioNotFound(msg)
-        return self.projects[project]
+        return self.projects.get(project, [])  # the real client: a 404 page ends the listing
 
     def task(self, task_id: int) -> dict[str, Any]:
         if task_id not in self.by_id:
@@ -597,4 +595,26 @@ def test_the_answers_of_a_renamed_project_are_read(tmp_path: Path) -> None:
     assert [(v["request_id"], v["label"]) for v in sent.values] == [("in-renamed", 0)]
     (gone,) = bridge.state.by_task(7)
     assert gone.status == "deleted"
+    bridge.state.close()
+
+
+def test_a_task_asked_for_by_id_is_checked_against_its_request(tmp_path: Path) -> None:
+    """Missing from its project's listing, a task is asked for by id: an id that now names
+    another request's unanswered task (Label Studio afresh) says the row's task is gone (it
+    stayed open, in the queue depth, with the other task's mark)."""
+    config = parse_config({"models": {"fraud": {}}, "default_model": "fraud"}, "m.yaml")
+    bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s.sqlite", "t" * 40)
+    bridge._state = BridgeState(tmp_path / "s.sqlite")
+    bridge.state.add_tasks([TaskRow("old", "fraud", 1, 1, None, 0.1, 5.0, 9e9, 100.0, OPEN, None)])
+    other = {"id": 1, "meta": {"request_id": "other"}, "total_annotations": 0,
+             "annotations": [], "cancelled_annotations": 0, "updated_at": "t1"}  # fmt: skip
+    client = _ProjectTasks({1: []})
+    client.by_id[1] = other  # not listed in project 1, but task 1 exists
+    bridge.client = client  # type: ignore[assignment]
+    bridge.projects = {"fraud": 1}
+    sent = _Sent()
+    bridge._poll_all(sent)
+    assert sent.values == []
+    (row,) = bridge.state.by_task(1)
+    assert row.status == "deleted"
     bridge.state.close()

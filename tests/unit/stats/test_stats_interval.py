@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
+from monitor.stats.alerting import upper_bound
+from monitor.stats.estimate import Estimate
 from monitor.stats.falpha import estimate_falpha
 from monitor.stats.interval import (
     PSEUDO_EVENTS,
@@ -323,3 +325,7 @@ def test_a_ratio_within_rounding_of_1_takes_the_interval_of_1() -> None:
     exact = interval_from_se(1.0, 4e-17, 5, 8.3, 0.95)
     assert near == pytest.approx(exact)
     assert near[0] < 0.6
+    # and the alert bounds, which rebuild the interval, agree with it
+    for value in (1e-16, 0.0):
+        est = Estimate(value, 5e-17, 0.0, 0.48, 30, 20.0, 0.95, 20.0, 5e-17, 20.0)
+        assert upper_bound(est, 0.01) == pytest.approx(0.2326, abs=1e-4)
