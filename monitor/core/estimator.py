@@ -27,7 +27,6 @@ ratio estimates are kept beside them (``WindowEstimate.ratio``).
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -64,8 +63,6 @@ from monitor.stats.score_interval import Widening, scores_disagree
 
 SegKey = tuple[str, str, int]  # (model, segment, bucket)
 _REQUEST_ID = attrgetter("request.request_id")
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -130,17 +127,6 @@ class EstimatorService:
             self._parked.setdefault(item.request_id, []).append(item)
             self._n_parked += 1
         self._watermarks: dict[str, float] = dict(watermarks or {})
-        for model in sorted(set(self._watermarks) - set(config.models)):
-            log.warning(
-                "stored state of a model not in the configuration: not estimated, exported or "
-                "alerted on",
-                extra={
-                    "event": "model_not_configured",
-                    "model": model,
-                    "hint": "a model removed from `models` keeps its stored requests and "
-                    "traffic; add it back (same name) to resume, or leave it: nothing reads them",
-                },
-            )
         # (model, bucket) -> earliest Kafka timestamp (ms) of a scored record of the bucket
         self._first_written: dict[tuple[str, int], int] = {
             (str(m), int(b)): int(ms) for m, b, ms in first_written
@@ -178,6 +164,10 @@ class EstimatorService:
     def request(self, request_id: str) -> RequestState | None:
         """The state of one request, if known."""
         return self._requests.get(request_id)
+
+    def unconfigured_models(self) -> list[str]:
+        """Models with stored state that the configuration no longer has (not estimated)."""
+        return sorted(set(self._watermarks) - set(self.config.models))
 
     def watermark(self, model: str) -> float:
         """The largest event time seen on the scored stream for ``model`` (-inf if none)."""

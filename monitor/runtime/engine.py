@@ -152,6 +152,17 @@ class Engine:
             "topics' retained data",
         )
         self._load()
+        for model in self.estimator.unconfigured_models():  # once: _load runs on each rollback
+            log.warning(
+                "stored state of a model not in the configuration: not estimated, exported or "
+                "alerted on",
+                extra={
+                    "event": "model_not_configured",
+                    "model": model,
+                    "hint": "a model removed from `models` keeps its stored requests and "
+                    "traffic; add it back (same name) to resume, or leave it: nothing reads them",
+                },
+            )
 
     def _load(self) -> None:
         st = self.store.load()
@@ -203,10 +214,10 @@ class Engine:
         cal = self.sampler.calibration
         bucket_s = self.config.windows.bucket_s
         new = dict(cal)
-        for model in sorted(models):
-            cfg = self.config.model(model)
-            if not cfg.recalibrate or model not in self.config.models:
-                continue  # (a model removed from the configuration: its labels fit nothing)
+        for model in sorted(m for m in models if m in self.config.models):  # a removed one: no map
+            cfg = self.config.models[model]
+            if not cfg.recalibrate:
+                continue
             k = recalibration.label_window_buckets(bucket_s, cfg.labels_per_hour)
             wm = self.estimator.watermark(model)
             if not math.isfinite(wm):

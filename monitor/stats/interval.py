@@ -20,8 +20,8 @@ Bias correction. The ratio is biased to order 1/n (seed 000, Lemma 1 is only asy
 rare positives the false negatives are few items of large weight, the estimated denominator is
 right-skewed and recall was measured 0.44 standard errors too high at 1% positives with 100
 labels. The reported value is the ratio minus its jackknife bias estimate (see
-:func:`ratio_jackknife_bias`), kept within the range of the delete-one ratios G_(-i)
-(:func:`jackknife_bounded`):
+:func:`ratio_jackknife_bias`), clipped to [0, 1] (but never to 0 or 1 from a ratio strictly
+between them, :func:`jackknife_bounded`):
 
     G_J = G - sum(fpc_i v_i^2 w_i^2 (G_(-i) - l_i)) / (sum v_i w_i)^2,
 
@@ -349,9 +349,13 @@ def _leave_one_out(gain: FloatArray, vw: FloatArray, total: float) -> FloatArray
     return np.clip(loo, 0.0, 1.0)  # a ratio of non-negative sums: rounding only
 
 
-def _jackknife_bias(gain: FloatArray, vw: FloatArray, fpc: FloatArray, total: float) -> float:
-    """``sum(fpc vw^2 (G_(-i) - l)) / total^2`` for scale-free ``vw`` (ratio_jackknife_bias)."""
-    loo = _leave_one_out(gain, vw, total)
+def _jackknife_bias(
+    loo: FloatArray, gain: FloatArray, vw: FloatArray, fpc: FloatArray, total: float
+) -> float:
+    """``sum(fpc vw^2 (G_(-i) - l)) / total^2`` for scale-free ``vw`` (ratio_jackknife_bias).
+
+    ``loo`` holds the ``G_(-i)`` of :func:`_leave_one_out`.
+    """
     return float(np.dot(fpc * vw * vw, loo - gain)) / (total * total)
 
 
@@ -414,7 +418,8 @@ def ratio_jackknife_bias(
     vw = vw / top
     gain = np.asarray(gain, dtype=np.float64)
     fpc = np.asarray(fpc, dtype=np.float64)
-    return _jackknife_bias(gain, vw, fpc, float(vw.sum()))
+    total = float(vw.sum())
+    return _jackknife_bias(_leave_one_out(gain, vw, total), gain, vw, fpc, total)
 
 
 def ratio_estimate(
@@ -507,12 +512,12 @@ def ratio_estimate(
         value = min(max(float(np.dot(vw, gain)) / total, 0.0), 1.0)
         corrected = value
         if bias_correction:
+            loo = _leave_one_out(gain, vw, total)  # an item without weight: G itself
             if answers is None or answers.complete:
-                bias = _jackknife_bias(gain, vw, fpc, total)
+                bias = _jackknife_bias(loo, gain, vw, fpc, total)
             else:  # the answer rates are estimated too: both phases' replicates
                 bias = two_phase_jackknife_bias(gain, weight, v, answers)
-            replicates = _leave_one_out(gain[vw > 0.0], vw[vw > 0.0], total)
-            corrected = jackknife_bounded(value, bias, replicates)
+            corrected = jackknife_bounded(value, bias, loo)
     resid = vw * (gain - value)
     unseen = 0.0
     if frame is not None and event_weight > 0.0:

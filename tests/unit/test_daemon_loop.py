@@ -519,6 +519,28 @@ def test_a_data_directory_written_with_another_bucket_length_is_refused(
     h.close()
 
 
+def test_a_model_removed_from_the_configuration_is_named_once_at_start(
+    tmp_path: Path, workload: Workload, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Warned at start, not again at each rollback of a broker outage (it was, every retry)."""
+    log = FakeLog()
+    _fill(log, workload)
+    h = Harness(log, tmp_path)
+    h.drain()
+    h.close()
+    cfg = dataclasses.replace(
+        _config(tmp_path), models={"other": ModelConfig(name="other")}, default_model="other"
+    )
+    store = Store(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="monitor"):
+        engine = Engine(cfg, store, Exporter(cfg, CollectorRegistry()))
+        engine.rollback(FakeSource(log, [TOPICS.scored], store.offsets))
+    warned = [r for r in caplog.records if getattr(r, "event", "") == "model_not_configured"]
+    assert [getattr(r, "model", "") for r in warned] == ["default"]
+    assert engine.estimator.snapshot().windows == ()
+    store.close()
+
+
 def test_labels_written_before_their_deadline_count_however_late_they_are_read(
     tmp_path: Path, workload: Workload, monkeypatch: pytest.MonkeyPatch
 ) -> None:
