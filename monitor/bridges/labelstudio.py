@@ -20,7 +20,11 @@ created with a two-choice interface when missing (``monitor.bridges.ls_tasks``).
    tasks missing from Label Studio are marked deleted and counted.
 
 When Label Studio goes away, the loop keeps its unsent requests, pauses consumption and
-retries with exponential backoff (1 s doubling to 60 s); nothing is committed meanwhile. A Kafka
+retries with exponential backoff (1 s doubling to 60 s); nothing is committed meanwhile. A
+project that refuses its imports (HTTP 400: a labeling config edited by hand) holds back only
+its model's requests, retried with the same backoff, while the others' are read and imported;
+each partition is committed up to its first request still held (``_commit``), and past
+``_MAX_HELD`` held requests consumption waits. A Kafka
 outage is retried the same way, but told apart: an idle consumer's poll never fails, so the loop
 asks the broker for end offsets every ``_PROBE_EVERY_S``, and a broker error leaves
 ``labelstudio_up`` and the Label Studio error counter alone (``kafka_up`` says it instead).
@@ -28,6 +32,7 @@ asks the broker for end offsets every ``_PROBE_EVERY_S``, and a broker error lea
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -63,6 +68,9 @@ WEBHOOK_ACTIONS = (
 _REQUIRED = {"request_id": str, "id": str, "model": str, "segment": str}
 _NUMBERS = ("score", "pi", "ts", "deadline")
 _BACKOFF_MAX_S = 60.0
+# Requests read and not imported (a project refusing its imports): past this many, the loop
+# stops reading requests until the project takes them (each is a few hundred bytes in memory).
+_MAX_HELD = 10_000
 # An idle consumer's poll never fails when the broker goes away: ask it for end offsets this
 # often (as the daemon does, ``KafkaSource.probe``), so /readyz says 503 within seconds.
 _PROBE_EVERY_S = 2.0
@@ -128,7 +136,10 @@ class LabelStudioBridge:
         self._state: BridgeState | None = None
         self._server: BridgeServer | None = None
         self._pending: list[dict[str, Any]] = []
-        self._uncommitted = False
+        self._at: dict[str, tuple[Any, int]] = {}  # request id -> (partition, offset) read at
+        self._read_to: dict[Any, int] = {}  # partition -> the offset after the last one read
+        self._committed: dict[Any, int] = {}
+        self._refusing: dict[str, _Refusal] = {}  # model -> its project's refusal
         self._recheck = False
         self._ls_up = False
         self._kafka_up = True
@@ -368,21 +379,21 @@ class LabelStudioBridge:
         self._next_probe = time.monotonic() + _PROBE_EVERY_S
 
     def _step(self, consumer: Any, producer: Any) -> None:
-        """Take requests, read answers, then import.
+        """Take requests, read answers, import, then commit what is imported.
 
-        A project that refuses its imports (or Label Studio down) holds the requests back, not
-        the answers of the other projects.
+        Label Studio down holds every request back; a project that refuses its imports, its
+        own model's only. Neither holds back the answers.
         """
         self._probe(consumer)  # before anything is read that would then wait to be published
         if self._recheck:
             self._poll_all()  # tasks an unanswered import may have created
             self._recheck = False
-        if not self._pending:
+        if len(self._pending) < _MAX_HELD:
             polled = consumer.poll(timeout_ms=200, max_records=500)
-            for messages in polled.values():
+            for part, messages in polled.items():
                 for message in messages:
-                    self._take(message.value)
-                self._uncommitted = True
+                    self._take(message.value, (part, message.offset))
+                    self._read_to[part] = message.offset + 1
         hinted = self._drain_hints()
         for task_id in sorted(hinted):
             self._refresh(task_id, producer)
@@ -396,9 +407,27 @@ class LabelStudioBridge:
             self._create()
             if consumer.paused():
                 consumer.resume(*consumer.paused())
-        if self._uncommitted:
-            consumer.commit(timeout_ms=_COMMIT_TIMEOUT_MS)
-            self._uncommitted = False
+        self._commit(consumer)
+
+    def _commit(self, consumer: Any) -> None:
+        """Commit each partition read up to its first request not imported, else all of it.
+
+        A restart then reads the held requests again (and the ones after them, which the state
+        file finds imported: counted as repeated).
+        """
+        from kafka.structs import OffsetAndMetadata  # noqa: PLC0415
+
+        waiting = {r["request_id"] for r in self._pending}
+        self._at = {rid: at for rid, at in self._at.items() if rid in waiting}
+        target = dict(self._read_to)
+        for part, offset in self._at.values():
+            target[part] = min(offset, target.get(part, offset))
+        owned = consumer.assignment()
+        due = {p: o for p, o in target.items() if p in owned and self._committed.get(p) != o}
+        if due:
+            offsets = {p: OffsetAndMetadata(o, "", -1) for p, o in due.items()}
+            consumer.commit(offsets, timeout_ms=_COMMIT_TIMEOUT_MS)
+            self._committed.update(due)
 
     def _drain_hints(self) -> set[int]:
         out: set[int] = set()
@@ -410,7 +439,8 @@ class LabelStudioBridge:
 
     # -- requests -> tasks ------------------------------------------------------------------
 
-    def _take(self, value: bytes | None) -> None:
+    def _take(self, value: bytes | None, at: tuple[Any, int]) -> None:
+        """Parse one request record read at ``at`` (partition, offset) and queue it."""
         req = parse_request(value)
         if req is None:
             self.metrics.requests_invalid.inc()
@@ -419,22 +449,30 @@ class LabelStudioBridge:
         if self.accept is not None and not self.accept(req["request_id"]):
             return
         self._pending.append(req)
+        self._at.setdefault(req["request_id"], at)
 
     def _create(self) -> None:
         """Import the pending requests, model by model.
 
-        What is not imported stays pending, once, so that a retry counts no request as repeated.
+        A model whose project refuses its imports keeps its requests pending and is tried again
+        after its backoff; the other models' are imported meanwhile. What is not imported stays
+        pending, once, so that a retry counts no request as repeated.
         """
-        unique = {r["request_id"]: r for r in self._pending}
+        now = time.monotonic()
+        waiting = {m for m, r in self._refusing.items() if r.retry_at > now}
+        due = [r for r in self._pending if r["model"] not in waiting]
+        if not due:
+            return
+        unique = {r["request_id"]: r for r in due}
         known = self.state.known(list(unique))
-        repeated = len(self._pending) - len(unique) + len(known)
+        repeated = len(due) - len(unique) + len(known)
         if repeated:
             self.metrics.requests_repeated.inc(repeated)
-        self._pending = [r for rid, r in unique.items() if rid not in known]
+        fresh = [r for rid, r in unique.items() if rid not in known]
+        self._pending = [r for r in self._pending if r["model"] in waiting] + fresh
         by_model: dict[str, list[dict[str, Any]]] = {}
-        for req in self._pending:
+        for req in fresh:
             by_model.setdefault(req["model"], []).append(req)
-        refused: LabelStudioError | None = None
         for model, reqs in sorted(by_model.items()):
             project = self._project(model)
             wording = self.ls.wording_of(model)
@@ -446,11 +484,10 @@ class LabelStudioBridge:
             except LabelStudioError as exc:
                 if type(exc) is not LabelStudioError:  # down, or the token: for every project
                     raise
-                refused = refused or exc  # this project refuses (its labeling config?): the
-                continue  # other models' requests are imported, this one's stay pending
-            now = time.time()
+                self._refused(model, project, len(reqs), exc)
+                continue
             self.state.add_tasks(
-                [_row(r, project, tid, now) for r, tid in zip(reqs, ids, strict=True)]
+                [_row(r, project, tid, time.time()) for r, tid in zip(reqs, ids, strict=True)]
             )
             self._pending = [r for r in self._pending if r["model"] != model]
             self.metrics.tasks_created.labels(model).inc(len(reqs))
@@ -458,8 +495,33 @@ class LabelStudioBridge:
                 "tasks created",
                 extra={"event": "tasks_created", "model": model, "tasks": len(reqs)},
             )
-        if refused is not None:
-            raise refused
+            if self._refusing.pop(model, None) is not None:
+                self.metrics.requests_held.labels(model).set(0)
+                log.info(
+                    "the project takes imports again; its held requests are imported",
+                    extra={"event": "imports_accepted", "model": model, "project": project},
+                )
+
+    def _refused(self, model: str, project: int, held: int, exc: LabelStudioError) -> None:
+        """One model's project refused an import: its requests wait, retried with backoff."""
+        self.metrics.errors.inc()
+        self.metrics.requests_held.labels(model).set(held)
+        before = self._refusing.get(model)
+        backoff = min(2 * before.backoff, _BACKOFF_MAX_S) if before else 1.0
+        self._refusing[model] = _Refusal(time.monotonic() + backoff, backoff)
+        if before is None:
+            log.error(
+                "Label Studio refused to import the model's requests into its project; they "
+                "are held and retried with backoff while the other models' go on: fix the "
+                "project's labeling config (it must keep the bridge's fields)",
+                extra={
+                    "event": "imports_refused",
+                    "model": model,
+                    "project": project,
+                    "held": held,
+                    "error": str(exc),
+                },
+            )
 
     def _titled_models(self) -> set[str]:
         """Models whose project exists in Label Studio (its title is ``project_title``'s).
@@ -745,6 +807,14 @@ class LabelStudioBridge:
                 "tasks past their deadline removed",
                 extra={"event": "tasks_expired", "project": project, "tasks": len(rows)},
             )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Refusal:
+    """A project refusing its imports: when its model's requests are tried again."""
+
+    retry_at: float  # time.monotonic()
+    backoff: float  # seconds, doubled at each refusal up to ``_BACKOFF_MAX_S``
 
 
 def _request_of(task: Mapping[str, Any]) -> str | None:

@@ -76,6 +76,12 @@ class BridgeMetrics:
             f"{p}_tasks_deleted", "Open tasks deleted in Label Studio", ["model"], registry=r
         )
         self.queue_depth = Gauge(f"{p}_queue_depth", "Open tasks", ["model"], registry=r)
+        self.requests_held = Gauge(
+            f"{p}_requests_held",
+            "Requests read but not imported: the model's project refuses imports",
+            ["model"],
+            registry=r,
+        )
         self.latency = Histogram(
             f"{p}_answer_latency_seconds",
             "Wall time from task creation to its label being published",

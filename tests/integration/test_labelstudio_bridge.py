@@ -334,6 +334,66 @@ def test_a_bad_request_a_listing_that_skips_a_task_and_a_deleted_project_stop_no
     assert [p["id"] for p in client.projects() if p["title"] == title] != [old]
 
 
+def test_a_project_refusing_its_imports_holds_back_its_own_requests_only(
+    broker: EmbeddedBroker,
+    make_topics: Callable[..., TopicsConfig],
+    labelstudio: LabelStudioServer,
+    tmp_path: Path,
+    bridges: list[LabelStudioBridge],
+) -> None:
+    """Model b's labeling config edited by hand (HTTP 400 on import): the bridge stopped
+    reading requests, so model a's new requests never reached Label Studio either. Now b's
+    are held, a's go on, and the offset commit stops at b's first held request: a bridge
+    restarted after the fix imports it, and nothing of a's twice."""
+    topics = make_topics()
+    ls = ls_config(labelstudio, uuid.uuid4().hex[:8], poll_interval_s=1.0)
+    client = LabelStudioClient(labelstudio.url, labelstudio.token)
+    state = tmp_path / "s.sqlite"
+
+    def start() -> LabelStudioBridge:
+        bridge = LabelStudioBridge(
+            _config(broker, topics), ls, state, labelstudio.token, consumer_config=FAST_GROUP
+        )
+        bridges.append(bridge.start())
+        return bridge
+
+    def tasks(model: str) -> list[dict[str, Any]]:
+        return project_tasks(client, ls.title(model))
+
+    first = start()
+    produce(broker.bootstrap, topics.requests, [request(0, model="a"), request(1, model="b")])
+    wait_for("a task each", lambda: len(tasks("a")) == 1 and len(tasks("b")) == 1)
+    project_b = first.projects["b"]
+    label_config = client.call("GET", f"/api/projects/{project_b}")["label_config"]
+    broken = label_config.replace('value="$payload"', 'value="$text"')
+    assert broken != label_config
+    client.update_project(project_b, {"label_config": broken})
+
+    later = [request(10, model="b"), request(11, model="a"), request(12, model="a")]
+    produce(broker.bootstrap, topics.requests, later)
+    wait_for("a's new tasks", lambda: len(tasks("a")) == 3)
+    time.sleep(2)  # b's import refused, and retried
+    produce(broker.bootstrap, topics.requests, [request(13, model="a")])  # read after the hold
+    wait_for("a's request after the hold", lambda: len(tasks("a")) == 4)
+    assert metric(first, "labelstudio_bridge_requests_held", model="b") == 1
+    assert len(tasks("b")) == 1
+    assert http_status(first.port, "/readyz") == 200
+    assert metric(first, "labelstudio_bridge_labelstudio_up") == 1
+    task = next(t for t in tasks("a") if t["meta"]["request_id"] == later[1]["request_id"])
+    annotate(client, task["id"], 1)
+    labels = read_labels(broker.bootstrap, topics.labels, 1)
+    assert [(x["request_id"], x["label"]) for x in labels] == [(later[1]["request_id"], 1)]
+    first.stop()
+
+    client.update_project(project_b, {"label_config": label_config})
+    second = start()
+    wait_for("b's held request imported", lambda: len(tasks("b")) == 2)
+    assert later[0]["request_id"] in {t["meta"]["request_id"] for t in tasks("b")}
+    assert len(tasks("a")) == 4
+    assert metric(second, "labelstudio_bridge_requests_repeated_total") == 3  # a's, read again
+    assert metric(second, "labelstudio_bridge_tasks_created_total", model="a") == 0
+
+
 def test_a_models_tasks_imported_before_a_crash_are_adopted_not_imported_again(
     broker: EmbeddedBroker,
     make_topics: Callable[..., TopicsConfig],

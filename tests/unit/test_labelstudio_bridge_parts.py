@@ -291,10 +291,18 @@ def test_an_answer_is_published_for_the_request_its_task_names(tmp_path: Path, p
 
 
 class _RefusingProject(_FreshLabelStudio):
-    """Project 1 refuses every import (its labeling config lost the bridge's fields)."""
+    """Project 1 refuses every import while ``refusing`` (its labeling config lost the bridge's
+    fields); ``imports`` counts the calls per project."""
+
+    refusing = True
+
+    def __init__(self, tasks: dict[int, dict[str, Any]]) -> None:
+        super().__init__(tasks)
+        self.imports: dict[int, int] = {}
 
     def import_tasks(self, project: int, bodies: list[dict[str, Any]]) -> list[int]:
-        if project == 1:
+        self.imports[project] = self.imports.get(project, 0) + 1
+        if project == 1 and self.refusing:
             msg = "HTTP 400: validation error: data key payload missing"
             raise LabelStudioError(msg)
         start = len(self.by_id) + 1
@@ -303,22 +311,111 @@ class _RefusingProject(_FreshLabelStudio):
         return list(range(start, start + len(bodies)))
 
 
-def test_a_project_refusing_its_imports_lets_the_rest_of_the_batch_in(tmp_path: Path) -> None:
-    """A user changed model a's labeling config: the other models' requests of the same batch
-    were not imported (a sorts first), and each retry counted those imported as repeated. (New
-    requests then wait for the project: nothing is committed past the refused ones.)"""
+class _Message:
+    def __init__(self, offset: int, value: dict[str, Any]) -> None:
+        self.offset, self.value = offset, json.dumps(value).encode()
+
+
+class _TopicConsumer:
+    """A consumer over one partition of records: polls deliver them, commits are recorded."""
+
+    def __init__(self) -> None:
+        self.part = kafka.TopicPartition("requests", 0)
+        self.log: list[dict[str, Any]] = []
+        self.position = 0
+        self.commits: list[int] = []
+
+    def assignment(self) -> set[Any]:
+        return {self.part}
+
+    def poll(self, timeout_ms: int = 0, max_records: int = 500) -> dict[Any, list[_Message]]:
+        new = self.log[self.position : self.position + max_records]
+        msgs = [_Message(self.position + i, v) for i, v in enumerate(new)]
+        self.position += len(new)
+        return {self.part: msgs} if msgs else {}
+
+    def end_offsets(self, parts: list[Any], timeout_ms: int | None = None) -> dict[Any, int]:
+        return {p: len(self.log) for p in parts}
+
+    def commit(self, offsets: dict[Any, Any], timeout_ms: int | None = None) -> None:
+        self.commits.append(offsets[self.part].offset)
+
+    def paused(self) -> set[Any]:
+        return set()
+
+
+def test_a_project_refusing_its_imports_holds_back_only_its_own_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user changed model a's labeling config: the bridge stopped reading requests, so no
+    model's new requests reached Label Studio until a's project was fixed (and, before that,
+    the other models' requests of the same batch were not imported, and each retry counted
+    those imported as repeated). Now a's requests are held, retried with backoff, and every
+    partition is committed up to the first of them."""
     config = parse_config({"models": {"a": {}, "b": {}}, "default_model": "a"}, "m.yaml")
     bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s.sqlite", "t" * 40)
     bridge._state = BridgeState(tmp_path / "s.sqlite")
-    bridge.client = _RefusingProject({})  # type: ignore[assignment]
+    ls = _RefusingProject({})
+    bridge.client = ls  # type: ignore[assignment]
     bridge.projects = {"a": 1, "b": 2}
-    bridge._pending = [_req(model=m, request_id=m * 32) for m in ("a", "b")]
-    for _ in range(2):  # the first attempt and a retry
-        with pytest.raises(LabelStudioError, match="HTTP 400"):
-            bridge._create()
-        assert [r["model"] for r in bridge._pending] == ["a"]
-        assert bridge.state.known(["a" * 32, "b" * 32]) == {"b" * 32}
+    bridge._next_poll = float("inf")  # answers are not what this test reads
+    consumer = _TopicConsumer()
+    clock = [1000.0]
+    monkeypatch.setattr("monitor.bridges.labelstudio.time.monotonic", lambda: clock[0])
+
+    def created(model: str) -> float:
+        return float(bridge.metrics.tasks_created.labels(model)._value.get())
+
+    def held(model: str) -> float:
+        return float(bridge.metrics.requests_held.labels(model)._value.get())
+
+    consumer.log += [_req(model="b", request_id="b0" * 16), _req(model="a", request_id="a1" * 16)]
+    consumer.log += [_req(model="b", request_id="b2" * 16)]
+    bridge._step(consumer, _Sent())
+    assert (created("b"), created("a"), held("a")) == (2, 0, 1)
+    assert consumer.commits == [1]  # up to a's request, not past it
+    assert [r["model"] for r in bridge._pending] == ["a"]
+
+    consumer.log += [_req(model="b", request_id="b3" * 16), _req(model="a", request_id="a4" * 16)]
+    bridge._step(consumer, _Sent())  # within a's backoff: a is not asked again
+    assert (created("b"), ls.imports[1], held("a")) == (3, 1, 1)
+    assert consumer.commits == [1]
+    clock[0] += 1.5  # past the first backoff (1 s): asked again, refused, next in 2 s
+    bridge._step(consumer, _Sent())
+    assert (ls.imports[1], held("a")) == (2, 2)
+    clock[0] += 1.5
+    bridge._step(consumer, _Sent())
+    assert ls.imports[1] == 2
+
+    ls.refusing = False  # the user fixed the labeling config
+    clock[0] += 1.0
+    bridge._step(consumer, _Sent())
+    assert (created("a"), held("a"), bridge._pending) == (2, 0, [])
+    assert consumer.commits == [1, 5]
     assert bridge.metrics.requests_repeated._value.get() == 0
+    assert bridge.metrics.errors._value.get() == 2
+    bridge.state.close()
+
+
+def test_past_the_held_limit_no_more_requests_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held requests are kept in memory: past ``_MAX_HELD`` the bridge reads no more."""
+    monkeypatch.setattr("monitor.bridges.labelstudio._MAX_HELD", 3)
+    config = parse_config({"models": {"a": {}}, "default_model": "a"}, "m.yaml")
+    bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s.sqlite", "t" * 40)
+    bridge._state = BridgeState(tmp_path / "s.sqlite")
+    bridge.client = _RefusingProject({})  # type: ignore[assignment]
+    bridge.projects = {"a": 1}
+    bridge._next_poll = float("inf")
+    consumer = _TopicConsumer()
+    consumer.log += [_req(model="a", request_id=f"{i:032d}") for i in range(5)]
+    for _ in range(3):
+        bridge._step(consumer, _Sent())
+    assert (len(bridge._pending), consumer.position, consumer.commits) == (5, 5, [0])
+    consumer.log += [_req(model="a", request_id=f"{i:032d}") for i in range(5, 8)]
+    bridge._step(consumer, _Sent())
+    assert consumer.position == 5
     bridge.state.close()
 
 
@@ -355,7 +452,7 @@ class _FakeConsumer:
         self._check()
         return {p: 0 for p in parts}
 
-    def commit(self, timeout_ms: int | None = None) -> None:
+    def commit(self, offsets: Any = None, timeout_ms: int | None = None) -> None:
         self._check()
 
     def pause(self, *parts: Any) -> None:
