@@ -58,7 +58,7 @@ class ConfluentSource:
         self._on_assigned = on_assigned
         self._next: dict[TP, int] = {}
         self._ends: dict[TP, int] = {}
-        self._beyond: set[TP] = set()  # partitions logged with a next offset past their end
+        self._beyond: dict[TP, float] = {}  # a next offset past the end: since when
         settings: dict[str, Any] = {
             "bootstrap.servers": ",".join(kc.bootstrap_servers),
             "group.id": group_id or kc.group_id,

@@ -109,7 +109,7 @@ class KafkaSource:
         self._on_assigned = on_assigned
         self._next: dict[TP, int] = {}
         self._ends: dict[TP, int] = {}  # end offsets from the last probe
-        self._beyond: set[TP] = set()  # partitions logged with a next offset past their end
+        self._beyond: dict[TP, float] = {}  # a next offset past the end: since when
         kc = config.kafka
         options: dict[str, Any] = {
             "bootstrap_servers": list(kc.bootstrap_servers),

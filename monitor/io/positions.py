@@ -5,12 +5,17 @@ truncated, that offset can lie beyond the partition's new end. Apache Kafka refu
 and the client resets to the partition's start (``auto.offset.reset=earliest``): the records
 come back from an offset below the stored one. A broker that does not refuse it (Tansu) returns
 nothing and the monitor waits at its stored offset. Neither says so on its own; these log it,
-one line per partition and event (README, runbook "The scored topic was recreated").
+one line per partition and event (README, runbook "The scored topic was recreated"). A next
+offset beyond the end is logged only once it has lasted ``BEYOND_GRACE_S``: a broker restarting
+reports a stale end for a moment (seen on Apache Kafka 4.1.1: an end 1,590 records short, read
+past within a second), and the hint would have an operator throw the data directory away.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import time
 
 from monitor.runtime.ports import TP
 
@@ -42,21 +47,33 @@ def note_rewind(key: TP, first: int, expected: int | None) -> None:
         )
 
 
-def note_beyond_end(key: TP, end: int, nxt: int, seen: set[TP]) -> None:
-    """Log, once until it clears, a next offset ``nxt`` beyond the partition's ``end``."""
+BEYOND_GRACE_S = 30.0
+
+
+def note_beyond_end(
+    key: TP, end: int, nxt: int, since: dict[TP, float], now: float | None = None
+) -> None:
+    """Log, once until it clears, a next offset beyond the end that lasted ``BEYOND_GRACE_S``.
+
+    ``since``: per partition, when ``nxt`` was first seen beyond ``end`` (``inf`` once logged);
+    ``now``: ``time.monotonic()`` by default.
+    """
     if nxt <= end:
-        seen.discard(key)
+        since.pop(key, None)
         return
-    if key not in seen:
-        seen.add(key)
+    now = time.monotonic() if now is None else now
+    if now - since.setdefault(key, now) >= BEYOND_GRACE_S:
+        since[key] = math.inf
         log.warning(
-            "the next offset is beyond the partition's end: nothing below it is read",
+            "the next offset has been beyond the partition's end for a while: nothing below it "
+            "is read",
             extra={
                 "event": "position_beyond_end",
                 "topic": key[0],
                 "partition": key[1],
                 "next_offset": nxt,
                 "end_offset": end,
+                "for_s": BEYOND_GRACE_S,
                 "hint": _BEYOND_HINT,
             },
         )

@@ -38,6 +38,7 @@ from monitor.core.snapshot import Snapshot
 from monitor.errors import BrokerUnavailable, StoreError
 from monitor.runtime.failpoint import Failpoint
 from monitor.runtime.ports import TP, Metrics, Sink, Source, TopicReader
+from monitor.runtime.reject_log import RejectLog
 
 if TYPE_CHECKING:
     from monitor.io.store import Store
@@ -135,6 +136,7 @@ class Engine:
         if failpoint is not None:
             store.before_commit = lambda: failpoint.hit("store")
         self.metrics = metrics
+        self._reject_log = RejectLog(config.kafka.topics)
         self.clock = clock
         self.on_snapshot = list(on_snapshot)
         self.n_partitions = 1
@@ -476,6 +478,7 @@ class Engine:
         count_step(
             self.metrics, records, requested, labels_ok, rejects, topics=self.config.kafka.topics
         )
+        self._reject_log.note(rejects)
         latencies = self.estimator.take_label_latencies()
         if latencies:
             self.metrics.observe_label_latency(latencies)

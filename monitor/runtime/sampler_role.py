@@ -45,6 +45,7 @@ from monitor.errors import BrokerUnavailable
 from monitor.runtime.engine import FLUSH_TIMEOUT_S, count_step, split_poll
 from monitor.runtime.failpoint import Failpoint
 from monitor.runtime.ports import TP, Entry, Metrics, Sink, Source, TopicReader
+from monitor.runtime.reject_log import RejectLog
 from monitor.stats.budget import NO_CALIBRATION, Calibration
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class SamplerEngine:
         self.config = config
         self.flush_every_s = flush_every_s
         self.metrics = metrics
+        self._reject_log = RejectLog(config.kafka.topics)
         self.aggregates = aggregates
         self.failpoint = failpoint
         self.n_partitions = 1
@@ -301,6 +303,7 @@ class SamplerEngine:
         count_step(
             self.metrics, res.records, res.requested, {}, rejects, topics=self.config.kafka.topics
         )
+        self._reject_log.note(rejects)
         if res.folded:
             self.metrics.count_segments_folded(res.folded)
         self.metrics.observe_batch(time.monotonic() - started)

@@ -12,7 +12,8 @@ the latest earlier bucket only (so it depends on the stream, not on batch bounda
 - ``mean_qstar`` = mean of q* over that bucket,
 - ``kappa = (labels_per_hour * bucket_s / 3600 * share) / N_hat`` where ``N_hat`` is the
   bucket's record count scaled to a whole bucket when the partition only started during it
-  (``N_hat = n * bucket_s / max(covered_s, bucket_s / 4)``), divided by that bucket's share of
+  (``N_hat = n * bucket_s / covered_s``, ``covered_s`` at least a quarter of the bucket when
+  ``n`` is under ``MIN_EXTRAPOLATED_RECORDS``), divided by that bucket's share of
   uncapped requests when caps at pi = 1 bound there (``cap_ratio``).
 - ``share`` is the partition's share of the budget. A partition cannot see the other partitions'
   traffic deterministically (they are consumed by other samplers, at other times), so it
@@ -105,8 +106,13 @@ from monitor.stats.selection import defensive_mix, q_star_falpha
 
 # G used to accumulate q* while no intrinsic F is known yet (first bucket of a partition)
 G_PRIOR = 0.5
-# a partially observed bucket is extrapolated from at least this share of the bucket
+# a partially observed bucket of fewer than MIN_EXTRAPOLATED_RECORDS records is extrapolated from
+# at least this share of the bucket (a handful of records says little about a rate); with more,
+# from the time they cover (a partition that started 3 minutes before the hour's end with 50
+# records was read as 200 records an hour where it had 1,000, and spent 4.8x the next hour's
+# budget)
 MIN_COVERAGE = 0.25
+MIN_EXTRAPOLATED_RECORDS = 30
 # cap ratios this close to 1 are rounding, not caps; kappa is raised at most 1 / MIN_CAP_RATIO
 CAP_TOLERANCE = 1e-3
 MIN_CAP_RATIO = 0.01
@@ -491,9 +497,10 @@ def control_for_bucket(
 
     ``covered_s``, when given, is the time the ``n`` records span (a refresh inside a bucket);
     otherwise the span of ``prev_bucket`` from ``max(start, ts_min)`` to its end, at least
-    ``MIN_COVERAGE`` of a bucket. ``expected_records_per_hour``, when given, lets the budget follow
-    the partition's measured share of the traffic (module docstring); otherwise it is split
-    equally over ``n_partitions``.
+    ``MIN_COVERAGE`` of a bucket when it holds fewer than ``MIN_EXTRAPOLATED_RECORDS`` records.
+    ``expected_records_per_hour``, when given, lets the budget follow the partition's measured
+    share of the traffic (module docstring); otherwise it is split equally over
+    ``n_partitions``.
     """
     g = intrinsic_falpha_from_sums(pred_score_total, float(n_pred), score_total, alpha)
     if not math.isfinite(g):
@@ -503,7 +510,8 @@ def control_for_bucket(
     if covered_s is None:
         start = prev_bucket * bucket_s
         covered = start + bucket_s - max(float(start), ts_min)
-        covered = max(covered, MIN_COVERAGE * bucket_s)
+        few = n < MIN_EXTRAPOLATED_RECORDS
+        covered = max(covered, MIN_COVERAGE * bucket_s if few else MIN_REFRESH_SPAN_S)
     else:
         covered = max(covered_s, MIN_REFRESH_SPAN_S)
     n_hat = n * bucket_s / covered

@@ -323,8 +323,10 @@ def test_a_stored_offset_beyond_the_partitions_end_is_logged(
     broker: Broker,
     make_topics: Callable[..., TopicsConfig],
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A recreated topic: Kafka resets to its start, Tansu returns nothing; each is logged."""
+    monkeypatch.setattr("monitor.io.positions.BEYOND_GRACE_S", 1.0)
     topics, config, source_class = _ten_records(library, broker, make_topics, "scored")
     tp = (topics.scored, 0)
     src = source_class(config, lambda: {tp: 1000}, topics=[topics.scored])

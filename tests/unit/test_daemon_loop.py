@@ -213,8 +213,9 @@ def test_flush_failure_rolls_back_and_loses_nothing(tmp_path: Path, workload: Wo
 
 
 def test_bad_input_goes_to_deadletter_and_changes_no_estimate(
-    tmp_path: Path, workload: Workload
+    tmp_path: Path, workload: Workload, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="monitor.runtime.reject_log")
     _clean_log, clean = _run_clean(tmp_path, workload)
     log = FakeLog()
     _fill(log, workload)
@@ -249,6 +250,15 @@ def test_bad_input_goes_to_deadletter_and_changes_no_estimate(
         ("labels", "unknown_request"),
     ):
         assert (h.value("monitor_invalid_records_total", input=source, reason=reason) or 0) >= 1
+    # one log line per kind, saying where the record is and what is wrong with it
+    lines = {(r.input, r.reason): r for r in caplog.records if r.event == "record_rejected"}  # type: ignore[attr-defined]
+    assert sorted(lines) == sorted(
+        [("scored", "malformed_json"), ("requests", "malformed_json"), ("scored", "out_of_range"),
+         ("labels", dup), ("labels", "unknown_request")]
+    )  # fmt: skip
+    bad_score = lines[("scored", "out_of_range")]
+    assert (bad_score.topic, bad_score.offset) == (TOPICS.scored, workload.spec.n + 1)  # type: ignore[attr-defined]
+    assert "score" in bad_score.detail  # type: ignore[attr-defined]
     # malformed records are not counted as traffic and labels change nothing
     assert _windows(h) == _windows(clean)
     h.close()

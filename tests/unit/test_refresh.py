@@ -87,6 +87,24 @@ def test_a_fresh_stream_leaves_uniform_sampling_after_n_records(
     assert 0.5 < first.kappa * len(s) / 600.0 / (3000.0 / 3600.0) < 2.0
 
 
+def test_a_partition_that_starts_late_in_an_hour_spends_the_next_hours_budget(
+    rng: np.random.Generator,
+) -> None:
+    """1,000 records an hour from minute 57: the first full hour took its rate from 50 records
+    in 3 minutes extrapolated over a quarter of an hour (200 an hour) and spent 4.8x its budget
+    (refreshes at the 1,000th record of the hour come too late at this rate)."""
+    hours = 4
+    start = HOUR0 + 57 * 60
+    s = make_stream(rng, 1000 * hours, start=start, span_s=hours * 3600.0)
+    cfg = _config(1000, labels=100.0, expected=1000.0)
+    _, _, traffic = _run(cfg, s, [np.arange(len(s))])
+    spent = _spent(traffic)
+    first = int(bucket_of(np.array([start]), 3600)[0])
+    assert [round(spent[first + h] / 100.0, 2) for h in (1, 2, 3)] == pytest.approx(
+        [1.0, 1.0, 1.0], abs=0.3
+    )
+
+
 @settings(max_examples=30, deadline=None)
 @given(polls=st.lists(st.integers(1, 700), min_size=1, max_size=40), seed=st.integers(0, 3))
 def test_refresh_points_do_not_depend_on_poll_boundaries(polls: list[int], seed: int) -> None:
