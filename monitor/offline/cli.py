@@ -33,6 +33,7 @@ from monitor.offline.poolfile import (
     DESIGNS,
     Plan,
     Pool,
+    label_count,
     read_plan,
     read_pool,
     sidecar_path,
@@ -44,15 +45,48 @@ from monitor.stats.calibration import IDENTITY
 from monitor.stats.design import recalibrate
 
 
+def _same_path(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (the same inode where both exist, else resolved text).
+
+    ``normcase`` and ``samefile`` make ``R1.CSV`` and ``r1.csv`` one file where the filesystem
+    says so (Windows, macOS).
+    """
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return os.path.normcase(a.resolve()) == os.path.normcase(b.resolve())
+
+
 def _check_out(out: str, inputs: dict[str, str]) -> None:
-    """Refuse an ``--out`` that names a directory or one of the command's own input files."""
+    """Refuse an ``--out`` that names a directory, or whose plan or sidecar is an input's file.
+
+    ``--out r1`` writes its sidecar to ``r1.meta.json``, the sidecar of ``r1.csv``: the plan and
+    its sidecar are compared with each input file and its sidecar.
+    """
     if out.endswith(("/", os.sep)) or Path(out).is_dir():
         msg = f"--out {out}: a directory; give the plan's file name, e.g. {Path(out) / 'plan.csv'}"
         raise InputFileError(msg)
     for path, what in inputs.items():
-        if Path(path).resolve() == Path(out).resolve():
+        if _same_path(Path(path), Path(out)):
             msg = f"--out {out} is {what}: writing the plan there would replace it; pick a new file"
             raise InputFileError(msg)
+        mine = {"the plan": Path(out), "its sidecar": sidecar_path(out)}
+        theirs = {path: Path(path), f"the sidecar of {path}": sidecar_path(path)}
+        for name, a in mine.items():
+            for other, b in theirs.items():
+                if _same_path(a, b):
+                    msg = (
+                        f"--out {out}: {name} {a} would replace {other} ({what}); pick "
+                        "another --out"
+                    )
+                    raise InputFileError(msg)
+    labels = label_count(out)
+    if labels:
+        msg = (
+            f"--out {out}: holds {labels} label{'' if labels == 1 else 's'} already (a plan "
+            "being filled in); writing the plan there would erase them: pick another --out, "
+            "or move the file away first"
+        )
+        raise InputFileError(msg)
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:

@@ -334,6 +334,33 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
     return Plan(design, ids, score, pred, prob, weight, draws, label, labelled, table.meta)
 
 
+def label_count(path: str | os.PathLike[str]) -> int:
+    """How many labels the plan file at ``path`` holds (0: no such file, or no label column).
+
+    Lenient on purpose, for ``monitor plan``'s ``--out``: a file that does not read as a plan
+    (a bad row, another encoding) still counts the labels of its readable rows.
+    """
+    if not Path(path).is_file():
+        return 0
+    column = -1
+    count = 0
+    try:
+        for _, row in _rows(os.fspath(path)):
+            first = row[0].lstrip() if row else ""
+            if not any(cell.strip() for cell in row) or first.startswith("#"):
+                continue
+            if column < 0:
+                header = [cell.strip().lower() for cell in row]
+                if "label" not in header:
+                    return 0
+                column = header.index("label")
+            elif len(row) > column and row[column].strip() not in ("", *_MISSING):
+                count += 1
+    except InputFileError:
+        pass  # unreadable from here on: the labels counted so far
+    return count
+
+
 def ids_digest(ids: npt.NDArray[np.str_]) -> str:
     """SHA-256 of a plan's sorted ids, one per line: which rows it holds, in any order."""
     return hashlib.sha256("\n".join(sorted(ids.tolist())).encode("utf-8")).hexdigest()

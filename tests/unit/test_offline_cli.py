@@ -459,3 +459,47 @@ def test_offline_demo_says_when_items_could_not_be_chosen(
     out = capsys.readouterr().out
     assert re.search(r"note: \d+ pool items had no chance of selection \(--defensive 0\)", out)
     assert sum(line.startswith("precision ") for line in out.splitlines()) == 1
+
+
+def test_plan_refuses_an_out_whose_sidecar_is_an_inputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--out r1`` writes its sidecar to r1.meta.json: that of the labelled r1.csv."""
+    pool, truth, _ = _pool(tmp_path, 3000, 0.05, seed=17)
+    base = ["plan", "--pool", str(pool), "--budget", "60", "--alpha", "0.5"]
+    one = tmp_path / "r1.csv"
+    assert main([*base, "--out", str(one)]) == 0
+    _fill(one, one, truth)
+    before = (one.read_bytes(), sidecar_path(one).read_bytes())
+    capsys.readouterr()
+    again = [*base, "--labelled", str(one), "--out"]
+    assert main([*again, str(tmp_path / "r1")]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {tmp_path / 'r1'}: its sidecar {sidecar_path(one)} would replace" in err
+    assert f"the sidecar of {one} (a labelled plan given to --labelled)" in err
+    assert main([*again, str(sidecar_path(one))]) == 2  # the plan over r1's sidecar
+    assert f"would replace the sidecar of {one}" in capsys.readouterr().err
+    assert main([*base, "--out", str(tmp_path / "pool")]) == 2  # pool.meta.json: harmless, but
+    assert "the sidecar of" in capsys.readouterr().err  # a plan named after its pool confuses
+    assert (one.read_bytes(), sidecar_path(one).read_bytes()) == before
+    assert main([*again, str(tmp_path / "r2.csv")]) == 0
+
+
+def test_plan_refuses_to_erase_the_labels_of_an_existing_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Planning again with the same ``--out`` wiped the labels the auditors had filled in."""
+    pool, truth, _ = _pool(tmp_path, 3000, 0.05, seed=18)
+    one = tmp_path / "r1.csv"
+    argv = ["plan", "--pool", str(pool), "--budget", "60", "--alpha", "0.5", "--out", str(one)]
+    assert main(argv) == 0
+    assert main(argv) == 0  # no label yet: written again
+    _fill(one, one, truth, keep_pending=5)
+    before = one.read_bytes()
+    labels = len(read_plan(one)) - 5
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--out {one}: holds {labels} labels already" in err
+    assert "pick another --out, or move the file away first" in err
+    assert one.read_bytes() == before
