@@ -39,7 +39,7 @@ from monitor.offline.poolfile import (
     sidecar_path,
     write_plan,
 )
-from monitor.offline.rounds import known_labels, rounds_sample
+from monitor.offline.rounds import known_labels, planned_known, rounds_sample
 from monitor.stats.beta_calibration import CalibrationMap
 from monitor.stats.calibration import IDENTITY
 from monitor.stats.design import recalibrate
@@ -141,7 +141,7 @@ def _read_estimate_pool(path: str, plans: list[tuple[str, Plan]]) -> Pool:
 def _cmd_estimate(args: argparse.Namespace) -> int:
     plans = [(p, read_plan(p)) for p in args.labels]
     pool = None if args.pool is None else _read_estimate_pool(args.pool, plans)
-    if len(plans) == 1 and plans[0][1].meta.get("known_labels", "0") == "0":
+    if len(plans) == 1 and planned_known(plans[0][1], plans[0][0]) == 0:
         path, plan = plans[0]
         sample = plan_sample(plan)
         cal_map: CalibrationMap = IDENTITY  # no earlier labels to fit a map on

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.errors import InputFileError
-from monitor.offline.poolfile import Plan, Pool, sidecar_path
+from monitor.offline.poolfile import Plan, Pool, sidecar_path, whole_number
 from monitor.stats.beta_calibration import CalibrationMap
 from monitor.stats.design import recalibrate, recalibrated_weights, rounds_mixture
 from monitor.stats.response import response_sample
@@ -76,10 +76,21 @@ def require_sidecar(plan: Plan, path: str) -> None:
 def plan_round(plan: Plan, path: str) -> int:
     """The round a plan belongs to (``round`` in its header; 1 when absent)."""
     text = plan.meta.get("round", "1")
-    if not text.isdigit() or int(text) < 1:
+    value = whole_number(text)  # "2", or 2.0 as a JSON tool may write it
+    if value is None or value < 1:
         msg = f"{path}: header 'round={text}': expected a whole number >= 1"
         raise InputFileError(msg)
-    return int(text)
+    return value
+
+
+def planned_known(plan: Plan, path: str) -> int:
+    """How many labelled items of earlier rounds a plan was planned from (``known_labels``; 0)."""
+    text = plan.meta.get("known_labels", "0")
+    value = whole_number(text)  # "43", or 43.0 as a JSON tool may write it
+    if value is None:
+        msg = f"{path}: header 'known_labels={text}': expected a whole number >= 0"
+        raise InputFileError(msg)
+    return value
 
 
 def known_labels(plans: Sequence[tuple[str, Plan]]) -> Known:
@@ -161,15 +172,15 @@ def _planned_labels(plan: Plan, path: str) -> float:
 
 def _planned_from(plan: Plan, path: str, known: Known | None) -> str:
     """Why ``plan`` was not planned from exactly ``known`` ("" when it was)."""
-    want = plan.meta.get("known_labels", "0")
+    want = planned_known(plan, path)
     have = 0 if known is None else len(known.ids)
-    if str(have) == want:
+    if have == want:
         return ""
     msg = (
         f"{path}: planned with {want} labelled items of earlier rounds, but the other files "
         f"given hold {have}"
     )
-    if want.isdigit() and have > int(want):
+    if have > want:
         msg += (
             ", with the labels they held then (a label added to an earlier round after this "
             "round was planned)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 import re
 from dataclasses import replace
@@ -15,7 +16,7 @@ from monitor.cli import main
 from monitor.errors import InputFileError
 from monitor.offline.estimate import estimate_plan
 from monitor.offline.plan import make_plan
-from monitor.offline.poolfile import Plan, Pool, read_plan
+from monitor.offline.poolfile import Plan, Pool, read_plan, sidecar_path
 from monitor.offline.rounds import known_labels, rounds_sample
 from monitor.sim.simulate import calibrated_pool
 from monitor.stats.falpha import falpha_exact
@@ -380,3 +381,33 @@ def test_pending_counts_each_item_once_over_the_rounds(
     assert again  # the case: round 2 drew and labelled items round 1 left pending
     result = _estimate_json(capsys, "--labels", str(one_done), str(two_done))
     assert result["pending"] == len(pending) < 25
+
+
+def _edit_sidecar(plan: Path, **meta: object) -> None:
+    """Set ``meta`` keys of a plan's sidecar, as a tool that rewrites the JSON would."""
+    side = sidecar_path(plan)
+    doc = json.loads(side.read_text())
+    doc["meta"].update(meta)
+    side.write_text(json.dumps(doc))
+
+
+def test_round_counts_written_as_floats_are_the_same_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``"known_labels": 43.0`` or ``"round": "2.0"`` were refused (or a single plan with
+    ``"known_labels": 0.0`` taken for a later round), while ``pool_size`` as 3000.0 was read."""
+    pool, truth, _ = _overconfident_pool(tmp_path, 3000, seed=12)
+    one_done, two, two_done = _two_rounds(tmp_path, pool, truth, (60, 90))
+    _fill(two, two_done, truth)
+    want = _estimate_json(capsys, "--labels", str(one_done), str(two_done))
+    known = float(read_plan(two_done).meta["known_labels"])
+    _edit_sidecar(two_done, known_labels=known, round="2.0")
+    assert _estimate_json(capsys, "--labels", str(one_done), str(two_done)) == want
+    single = _estimate_json(capsys, "--labels", str(one_done))
+    _edit_sidecar(one_done, known_labels=0.0, round=1.0)
+    assert _estimate_json(capsys, "--labels", str(one_done)) == single
+    assert single["rounds"] is None
+    _edit_sidecar(two_done, known_labels=known + 0.5)
+    assert main(["estimate", "--labels", str(one_done), str(two_done)]) == 2
+    err = capsys.readouterr().err
+    assert f"{two_done}: header 'known_labels={known + 0.5!r}': expected a whole number" in err
