@@ -39,7 +39,12 @@ from monitor.offline.poolfile import (
     sidecar_path,
     write_plan,
 )
-from monitor.offline.rounds import known_labels, planned_known, rounds_sample
+from monitor.offline.rounds import (
+    check_earlier_rounds,
+    known_labels,
+    planned_known,
+    rounds_sample,
+)
 from monitor.stats.beta_calibration import CalibrationMap
 from monitor.stats.calibration import IDENTITY
 from monitor.stats.design import recalibrate
@@ -94,6 +99,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     _check_out(args.out, {**inputs, args.pool: "the pool"})
     pool = read_pool(args.pool, args.threshold)
     earlier = [(p, read_plan(p)) for p in args.labelled]
+    if earlier:
+        check_earlier_rounds(earlier)  # every round, of this audit, as estimate will need them
     known = known_labels(earlier) if earlier else None
     plan = make_plan(
         pool,

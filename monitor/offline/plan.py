@@ -17,8 +17,10 @@ records what the estimate needs: design, alpha, budget, seed and salt (``plan:SE
 lambda, threshold, ``pool_size`` and ``pool_predicted_positives`` (the known stratum sizes, see
 ``offline.estimate``), the intrinsic F, kappa and ``zero_probability_items`` (pool items that
 could not be selected; estimates that give them weight are then biased, and ``estimate`` warns);
-for a next round also ``round``, ``known_labels``, ``calibration_map`` (the map the round's q* was
-evaluated at, e.g. ``platt a=-0.2 b=0.31``) and ``defensive_used``.
+for a next round also ``round``, ``known_labels`` and ``known_ids_sha256`` (how many labelled
+items of earlier rounds it was planned from, and the digest of their sorted ids),
+``calibration_map`` (the map the round's q* was evaluated at, e.g. ``platt a=-0.2 b=0.31``) and
+``defensive_used``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.errors import InputFileError
-from monitor.offline.poolfile import Plan, Pool
+from monitor.offline.poolfile import Plan, Pool, ids_digest
 from monitor.offline.rounds import Known, next_round_weights
 from monitor.stats.falpha import intrinsic_falpha
 from monitor.stats.selection import (
@@ -105,6 +107,7 @@ def make_plan(
         extra = {
             "round": str(known.last_round + 1),
             "known_labels": str(len(known.ids)),
+            "known_ids_sha256": ids_digest(known.ids),
             "calibration_map": " ".join(
                 [cal_map.family, *(f"{k}={v!r}" for k, v in cal_map.params().items())]
             ),

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from monitor.errors import InputFileError
-from monitor.offline.poolfile import Plan, Pool, sidecar_path, whole_number
+from monitor.offline.poolfile import Plan, Pool, ids_digest, sidecar_path, whole_number
 from monitor.stats.beta_calibration import CalibrationMap
 from monitor.stats.design import recalibrate, recalibrated_weights, rounds_mixture
 from monitor.stats.response import response_sample
@@ -175,7 +175,15 @@ def _planned_from(plan: Plan, path: str, known: Known | None) -> str:
     want = planned_known(plan, path)
     have = 0 if known is None else len(known.ids)
     if have == want:
-        return ""
+        digest = plan.meta.get("known_ids_sha256")  # absent in plans of earlier versions
+        ids = known.ids if known is not None else np.array([], dtype=np.str_)
+        if digest is None or digest == ids_digest(ids):
+            return ""
+        return (
+            f"{path}: planned from {want} labelled items of earlier rounds, and the other files "
+            "given hold as many but not the same items (a round of another audit, or a label "
+            "moved to another item since)"
+        )
     msg = (
         f"{path}: planned with {want} labelled items of earlier rounds, but the other files "
         f"given hold {have}"
@@ -217,13 +225,30 @@ class Rounds:
     warnings: list[str]
 
 
-def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> Rounds:
-    """The sample of all rounds (``rounds_mixture``), with the latest plan and each round's share.
+@dataclass(frozen=True)
+class _Round:
+    """One round of an audit, checked.
 
-    One plan per round. The latest must have been planned with exactly the labelled rows of the
-    others (its ``known_labels`` header), else the estimate would not be unbiased. An earlier round
-    after the first that was not (a label added to a round before it afterwards) cannot estimate
-    the rest of the pool: it is counted exactly, with a warning.
+    Its number, file and plan, the labels of the rounds before it and why it was not planned
+    from exactly those ("" when it was).
+    """
+
+    number: int
+    path: str
+    plan: Plan
+    known: Known | None
+    why: str
+
+
+def _checked_rounds(plans: Sequence[tuple[str, Plan]], late_label_ok: bool) -> list[_Round]:
+    """The plans in round order, each checked against the rounds before it.
+
+    Each needs its sidecar, all one threshold, one plan per round, no item labelled in a round
+    before the one that planned it. The latest must have been planned from exactly the labels
+    of the others (``known_labels``, and ``known_ids_sha256`` where recorded): else a round is
+    missing or belongs to another audit, refused with the reason. With ``late_label_ok`` (a next
+    round planned from them) a label added to an earlier round since is accepted: the next round
+    is planned from it, and the estimate counts the latest given round exactly.
     """
     for pa, p in plans:
         require_sidecar(p, pa)
@@ -235,19 +260,17 @@ def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> Rounds:
         names = ", ".join(pa for r, pa, _ in ordered if r == twice)
         msg = f"{names}: two plans of the same round {twice}; give one plan per round"
         raise InputFileError(msg)
-    samples: list[LabeledSample] = []
-    shares: list[float] = []
-    warnings: list[str] = []
-    known: Known | None = None
-    for i, (_, pa, p) in enumerate(ordered):
+    out: list[_Round] = []
+    for i, (r, pa, p) in enumerate(ordered):
         known = known_labels([(q, o) for _, q, o in ordered[:i]]) if i else None
         why = _planned_from(p, pa, known)
-        if why and i == len(ordered) - 1:
+        late = "added" in why
+        if why and i == len(ordered) - 1 and not (late and late_label_ok):
             hint = "; pass exactly the files it was planned from"
             if numbers != list(range(1, len(numbers) + 1)):
                 absent = sorted(set(range(1, numbers[-1])) - set(numbers))
                 hint += f" (rounds given: {_listed(numbers)}; missing: {_listed(absent)})"
-            if "added" in why:
+            if late:
                 again = np.intersect1d(p.ids[p.labelled], known.ids if known else [])
                 hint += (
                     f" (clear the late label of item '{again[0]}': this round chose it again, "
@@ -256,28 +279,59 @@ def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> Rounds:
                     else " (clear the late label, or plan a further round from all the labels)"
                 )
             raise InputFileError(why + hint)
-        if why:
-            warnings.append(f"{why}: its labels are counted exactly, not used to estimate the rest")
         if known is not None:
             overlap = np.isin(p.ids, known.ids)
             if overlap.any():
                 msg = f"{pa}: item '{p.ids[overlap][0]}' was labelled in an earlier round"
                 raise InputFileError(msg)
-        if i == len(ordered) - 1 and not p.labelled.any():
-            msg = (
-                f"{pa}: round {numbers[-1]} has no label yet, so it cannot estimate the rest of "
-                "the pool: label some of its rows, or estimate from the earlier rounds alone "
-                "(leave this file out)"
+        out.append(_Round(r, pa, p, known, why))
+    return out
+
+
+def check_earlier_rounds(plans: Sequence[tuple[str, Plan]]) -> None:
+    """Refuse labelled rounds to plan the next one from that ``estimate`` would refuse.
+
+    The checks of ``rounds_sample`` (a round missing, one of another audit, ...), with a label
+    added to an earlier round since accepted: the next round is planned from every label.
+    """
+    _checked_rounds(plans, late_label_ok=True)
+
+
+def rounds_sample(plans: Sequence[tuple[str, Plan]]) -> Rounds:
+    """The sample of all rounds (``rounds_mixture``), with the latest plan and each round's share.
+
+    One plan per round. The latest must have been planned with exactly the labelled rows of the
+    others (its ``known_labels`` header, and ``known_ids_sha256`` where recorded), else the
+    estimate would not be unbiased. An earlier round after the first that was not (a label added
+    to a round before it afterwards) cannot estimate the rest of the pool: it is counted exactly,
+    with a warning.
+    """
+    rounds = _checked_rounds(plans, late_label_ok=False)
+    latest = rounds[-1]
+    if not latest.plan.labelled.any():
+        msg = (
+            f"{latest.path}: round {latest.number} has no label yet, so it cannot estimate the "
+            "rest of the pool: label some of its rows, or estimate from the earlier rounds alone "
+            "(leave this file out)"
+        )
+        raise InputFileError(msg)
+    samples: list[LabeledSample] = []
+    shares: list[float] = []
+    warnings: list[str] = []
+    for i, rnd in enumerate(rounds):
+        if rnd.why:
+            warnings.append(
+                f"{rnd.why}: its labels are counted exactly, not used to estimate the rest"
             )
-            raise InputFileError(msg)
-        samples.append(answered_sample(p))
-        first = i == 0 and len(ordered) > 1
-        shares.append(0.0 if first or why else _planned_labels(p, pa))
+        samples.append(answered_sample(rnd.plan))
+        first = i == 0 and len(rounds) > 1
+        shares.append(0.0 if first or rnd.why else _planned_labels(rnd.plan, rnd.path))
     total = sum(shares)
     parts = [
-        RoundShare(pa, r, len(x), w / total)
-        for (r, pa, _), x, w in zip(ordered, samples, shares, strict=True)
+        RoundShare(rnd.path, rnd.number, len(x), w / total)
+        for rnd, x, w in zip(rounds, samples, shares, strict=True)
     ]
-    _, pa, plan = ordered[-1]
-    earlier = known if known is not None else known_labels([])
-    return Rounds(rounds_mixture(samples, shares), plan, pa, earlier, parts, warnings)
+    earlier = latest.known if latest.known is not None else known_labels([])
+    return Rounds(
+        rounds_mixture(samples, shares), latest.plan, latest.path, earlier, parts, warnings
+    )

@@ -411,3 +411,71 @@ def test_round_counts_written_as_floats_are_the_same_counts(
     assert main(["estimate", "--labels", str(one_done), str(two_done)]) == 2
     err = capsys.readouterr().err
     assert f"{two_done}: header 'known_labels={known + 0.5!r}': expected a whole number" in err
+
+
+def test_a_next_round_needs_every_earlier_round_of_its_audit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``plan --labelled r2.csv`` without r1.csv was accepted, and round 3 chose items r1 had
+    labelled; refused now as ``estimate`` refuses a missing round. A label added to round 1
+    since round 2 was planned is fine: round 3 is planned from every label."""
+    pool, truth, _ = _overconfident_pool(tmp_path, 3000, seed=13)
+    one_done, two, two_done = _two_rounds(tmp_path, pool, truth, (60, 90), pending=10)
+    _fill(two, two_done, truth)
+    known = read_plan(two_done).meta["known_labels"]
+    three = tmp_path / "r3.csv"
+    base = ["plan", "--pool", str(pool), "--alpha", "0.5", "--budget", "90", "--out", str(three)]
+    capsys.readouterr()
+    assert main([*base, "--labelled", str(two_done)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"{two_done}: planned with {known} labelled items of earlier rounds, but the other files "
+        "given hold 0; pass exactly the files it was planned from (rounds given: 2; missing: 1)"
+    ) in err, err
+    assert not three.exists()
+    _answer_a_pending_row(one_done, read_plan(two), truth, chosen_again=False)
+    assert main([*base, "--labelled", str(one_done), str(two_done)]) == 0
+    assert read_plan(three).meta["round"] == "3"
+
+
+def test_a_round_of_another_audit_with_as_many_labels_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rounds were matched by their number of labels only: another audit's round 1 with as many
+    labels passed for round 2's. The sidecar records the digest of the labelled ids a round was
+    planned from (``known_ids_sha256``); a sidecar without it keeps the count check."""
+    pool, truth, _ = _overconfident_pool(tmp_path, 3000, seed=14)
+    one_done, two, two_done = _two_rounds(tmp_path, pool, truth, (60, 90))
+    _fill(two, two_done, truth)
+    labels = len(read_plan(one_done))
+    other, other_done = tmp_path / "o1.csv", tmp_path / "o1-done.csv"
+    argv = ["plan", "--pool", str(pool), "--alpha", "0.5", "--budget", "120", "--seed", "1"]
+    assert main([*argv, "--out", str(other)]) == 0
+    _fill(other, other_done, truth)
+    chosen = set(read_plan(two).ids.tolist())  # labelled in o1, they would overlap round 2
+    rows = list(csv.reader(other_done.open()))
+    for row in [r for r in rows[1:] if r[0] in chosen] + [
+        r for r in rows[1:] if r[0] not in chosen
+    ][labels:]:
+        row[-1] = ""  # as many labels as round 1's, none of round 2's items
+    with open(other_done, "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    assert int(read_plan(other_done).labelled.sum()) == labels
+    capsys.readouterr()
+    assert main(["estimate", "--labels", str(other_done), str(two_done)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"{two_done}: planned from {labels} labelled items of earlier rounds, and the other "
+        "files given hold as many but not the same items (a round of another audit"
+    ) in err, err
+    assert "pass exactly the files it was planned from" in err
+    three = ["plan", "--pool", str(pool), "--alpha", "0.5", "--budget", "90"]
+    three += ["--labelled", str(other_done), str(two_done), "--out", str(tmp_path / "r3.csv")]
+    assert main(three) == 2
+    assert "hold as many but not the same items" in capsys.readouterr().err
+    assert main(["estimate", "--labels", str(one_done), str(two_done)]) == 0
+    side = sidecar_path(two_done)  # a sidecar of an earlier version: the count alone
+    doc = json.loads(side.read_text())
+    del doc["meta"]["known_ids_sha256"]
+    side.write_text(json.dumps(doc))
+    assert main(["estimate", "--labels", str(other_done), str(two_done)]) == 0
