@@ -382,11 +382,26 @@ def _check_rows(path: str, ids: npt.NDArray[np.str_], meta: Mapping[str, str]) -
         else "holds other ids than those planned (an edited id, or a row replaced)"
     )
     msg = (
-        f"{path}: {what}; restore the plan's rows as monitor plan wrote them (leave a row's "
-        "label empty while it is pending, never delete it; ids must keep their exact text, "
-        "leading zeros included)"
+        f"{path}: {what}; {_other_plan(path, meta)}restore the plan's rows as monitor plan wrote "
+        "them (leave a row's label empty while it is pending, never delete it; ids must keep "
+        "their exact text, leading zeros included)"
     )
     raise InputFileError(msg)
+
+
+def _other_plan(path: str, meta: Mapping[str, str]) -> str:
+    """A hint when the sidecar names another plan than ``path`` ("" when it names this one).
+
+    A sidecar copied from another plan disagrees with the rows; so does a plan's own sidecar
+    beside a copy under a new name (as the README asks), hence "may".
+    """
+    name = meta.get("plan")
+    if name is None or name == Path(path).name:
+        return ""
+    return (
+        f"its sidecar {sidecar_path(path)} was written for the plan '{name}' and may belong to "
+        "that plan (put this plan's own sidecar beside it); else "
+    )
 
 
 PLAN_COLUMNS_DOC = "id,score,pred,pi|q,weight[,draws],label"
@@ -484,7 +499,10 @@ def whole_number(text: str) -> int | None:
 
 
 def read_sidecar(path: Path) -> dict[str, str]:
-    """The ``meta`` of a plan's sidecar as strings; empty when there is no sidecar."""
+    """The ``meta`` of a plan's sidecar as strings; empty when there is no sidecar.
+
+    With its ``format`` and, under ``plan``, the name of the plan it was written for.
+    """
     try:
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
@@ -502,6 +520,8 @@ def read_sidecar(path: Path) -> dict[str, str]:
         msg = f'{path}: expected a JSON object with a "meta" object (written by monitor plan)'
         raise InputFileError(msg)
     out = {"format": str(doc.get("format", PLAN_FORMAT))}
+    if isinstance(doc.get("plan"), str):
+        out["plan"] = doc["plan"]  # the name of the plan it was written for
     for key, value in meta.items():
         if isinstance(value, str):
             out[key] = value
@@ -532,7 +552,7 @@ def write_plan(path: str | os.PathLike[str], plan: Plan) -> None:
     Labels are written as given for labelled rows and empty for pending ones.
     """
     target = Path(path)
-    meta = {k: _json_value(v) for k, v in plan.meta.items() if k != "format"}
+    meta = {k: _json_value(v) for k, v in plan.meta.items() if k not in ("format", "plan")}
     meta["planned_rows"] = len(plan)
     meta["planned_ids_sha256"] = ids_digest(plan.ids)
     doc = {

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from monitor.errors import InputFileError
-from monitor.offline.poolfile import Plan, ids_digest, read_plan, read_pool, write_plan
+from monitor.offline.poolfile import (
+    Plan,
+    ids_digest,
+    read_plan,
+    read_pool,
+    sidecar_path,
+    write_plan,
+)
 
 
 def _write(tmp_path: Path, name: str, text: str | bytes) -> Path:
@@ -159,7 +168,7 @@ def test_plan_round_trip_is_exact(tmp_path: Path, design: str) -> None:
     if design == "with-replacement":
         np.testing.assert_array_equal(back.draws, plan.draws)
     rows = {"planned_rows": str(len(plan)), "planned_ids_sha256": ids_digest(plan.ids)}
-    assert dict(back.meta) == {"format": "2", **plan.meta, **rows}
+    assert dict(back.meta) == {"format": "2", "plan": "plan.csv", **plan.meta, **rows}
     text = path.read_text()
     header = text.splitlines()[0]  # a plain CSV: the header first, no comment line
     assert "#" not in text
@@ -184,6 +193,7 @@ def test_rows_deleted_added_or_edited_after_planning_are_refused(tmp_path: Path)
         with pytest.raises(InputFileError, match=r"plan\.csv: holds ") as err:
             read_plan(path)
         assert ("holds 2 rows, but 3" in str(err.value)) == (why == "held 2 rows")
+        assert "may belong to" not in str(err.value)  # its own sidecar
     path.write_text("\n".join([header, *reversed(rows)]) + "\n")
     assert sorted(read_plan(path).ids.tolist()) == sorted(_plan().ids.tolist())
 
@@ -302,3 +312,36 @@ def test_labels_as_spreadsheets_and_data_frames_write_them(tmp_path: Path) -> No
     assert plan.label[plan.labelled].tolist() == [1, 0, 1, 0, 1]
     assert plan.labelled.tolist() == [True] * 4 + [False, False, True, False]
     assert plan.pred.tolist() == [1] * 8
+
+
+def test_a_sidecar_of_another_plan_is_named(tmp_path: Path) -> None:
+    """A sidecar copied over from another plan disagrees with the rows: the message says it
+    may belong to that plan, named in the sidecar, not only that rows were edited."""
+    path, other = tmp_path / "r1.csv", tmp_path / "other.csv"
+    write_plan(path, _plan())
+    more = _plan()
+    write_plan(other, replace(more, ids=np.array(["x", "y", "z"])))
+    shutil.copyfile(sidecar_path(other), sidecar_path(path))
+    with pytest.raises(InputFileError) as err:
+        read_plan(path)
+    assert str(err.value).startswith(
+        f"{path}: holds other ids than those planned (an edited id, or a row replaced); its "
+        f"sidecar {sidecar_path(path)} was written for the plan 'other.csv' and may belong to "
+        "that plan (put this plan's own sidecar beside it); else restore the plan's rows"
+    )
+    two = slice(0, 2)  # another plan of two rows
+    fewer = replace(
+        more,
+        ids=np.array(["x", "y"]),
+        score=more.score[two],
+        pred=more.pred[two],
+        prob=more.prob[two],
+        weight=more.weight[two],
+        draws=more.draws[two],
+        label=more.label[two],
+        labelled=more.labelled[two],
+    )
+    write_plan(other, fewer)
+    shutil.copyfile(sidecar_path(other), sidecar_path(path))
+    with pytest.raises(InputFileError, match="holds 3 rows, but 2 were planned; its sidecar"):
+        read_plan(path)
