@@ -329,6 +329,7 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
         "a label 0 or 1 (or empty while pending)",
     )
     check.raise_first()
+    _check_values(table, design, ids, prob, draws)
     labelled = label_code != 2
     label = np.where(labelled, label_code, 0).astype(np.int8)
     return Plan(design, ids, score, pred, prob, weight, draws, label, labelled, table.meta)
@@ -385,6 +386,59 @@ def _check_rows(path: str, ids: npt.NDArray[np.str_], meta: Mapping[str, str]) -
         f"{path}: {what}; {_other_plan(path, meta)}restore the plan's rows as monitor plan wrote "
         "them (leave a row's label empty while it is pending, never delete it; ids must keep "
         "their exact text, leading zeros included)"
+    )
+    raise InputFileError(msg)
+
+
+def values_digest(
+    ids: npt.NDArray[np.str_], prob: npt.NDArray[np.float64], draws: npt.NDArray[np.int64]
+) -> str:
+    """SHA-256 of a plan's rows' id, pi (or q) and draws, in id order.
+
+    pi to 4 significant digits: what the estimate uses is unchanged by a spreadsheet that saves
+    the numbers rounded (Excel keeps 15 digits, LibreOffice what the cell shows), and an edited
+    pi changes it (an edit below 5e-5 of pi changes no estimate).
+    """
+    rows = sorted(
+        zip(ids.tolist(), (f"{float(p):.3e}" for p in prob), map(int, draws), strict=True)
+    )
+    text = "\n".join(json.dumps(row) for row in rows)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _check_values(
+    table: _Table,
+    design: str,
+    ids: npt.NDArray[np.str_],
+    prob: npt.NDArray[np.float64],
+    draws: npt.NDArray[np.int64],
+) -> None:
+    """Refuse a plan whose pi (q), weight or draws are not those it was written with.
+
+    The weight is checked against pi row by row (``_check_weights``); pi and weight edited
+    together, or a with-replacement draws count, changed the estimate unnoticed. The draws of a
+    with-replacement plan must sum to its budget; the sidecar's ``planned_values_sha256``, where
+    recorded, must be the rows' ``values_digest``.
+    """
+    path, meta = table.path, table.meta  # another plan's sidecar: its ids differ (_check_rows)
+    budget = whole_number(meta.get("budget", ""))
+    total = int(draws.sum())
+    if design == "with-replacement" and "draws" in table.columns and budget not in (None, total):
+        msg = (
+            f"{path}: its draws sum to {total}, but the plan drew {budget} (the budget in its "
+            "sidecar); restore the draws as monitor plan wrote them "
+            "(an item drawn twice is labelled once: its label counts for each draw)"
+        )
+        raise InputFileError(msg)
+    want = meta.get("planned_values_sha256")
+    if want is None or values_digest(ids, prob, draws) == want:
+        return
+    pcol = "pi" if design == "poisson" else "q"
+    msg = (
+        f"{path}: the columns '{pcol}', 'weight' or 'draws' hold other values than the plan was "
+        f"written with (its sidecar records a digest of every row's id, {pcol} and draws); "
+        "restore them as monitor plan wrote them (only the label "
+        "column is to be filled in)"
     )
     raise InputFileError(msg)
 
@@ -555,6 +609,7 @@ def write_plan(path: str | os.PathLike[str], plan: Plan) -> None:
     meta = {k: _json_value(v) for k, v in plan.meta.items() if k not in ("format", "plan")}
     meta["planned_rows"] = len(plan)
     meta["planned_ids_sha256"] = ids_digest(plan.ids)
+    meta["planned_values_sha256"] = values_digest(plan.ids, plan.prob, plan.draws)
     doc = {
         "about": "activeaudit-monitor audit plan: what monitor estimate needs beyond the rows",
         "format": PLAN_FORMAT,

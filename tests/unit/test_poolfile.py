@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +18,7 @@ from monitor.offline.poolfile import (
     read_plan,
     read_pool,
     sidecar_path,
+    values_digest,
     write_plan,
 )
 
@@ -167,7 +170,11 @@ def test_plan_round_trip_is_exact(tmp_path: Path, design: str) -> None:
         np.testing.assert_array_equal(getattr(back, name), getattr(plan, name), err_msg=name)
     if design == "with-replacement":
         np.testing.assert_array_equal(back.draws, plan.draws)
-    rows = {"planned_rows": str(len(plan)), "planned_ids_sha256": ids_digest(plan.ids)}
+    rows = {
+        "planned_rows": str(len(plan)),
+        "planned_ids_sha256": ids_digest(plan.ids),
+        "planned_values_sha256": values_digest(plan.ids, plan.prob, plan.draws),
+    }
     assert dict(back.meta) == {"format": "2", "plan": "plan.csv", **plan.meta, **rows}
     text = path.read_text()
     header = text.splitlines()[0]  # a plain CSV: the header first, no comment line
@@ -345,3 +352,73 @@ def test_a_sidecar_of_another_plan_is_named(tmp_path: Path) -> None:
     shutil.copyfile(sidecar_path(other), sidecar_path(path))
     with pytest.raises(InputFileError, match="holds 3 rows, but 2 were planned; its sidecar"):
         read_plan(path)
+
+
+def _edit_cells(path: Path, edit: dict[str, dict[str, str]]) -> None:
+    """Set cells of a plan file: ``{row id: {column: text}}``."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for row in rows:
+        row.update(edit.get(row["id"], {}))
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_draws_must_sum_to_the_budget_of_a_with_replacement_plan(tmp_path: Path) -> None:
+    """A row's draws edited (218 draws for a budget of 200) changed the estimate silently."""
+    path = tmp_path / "plan.csv"
+    write_plan(path, _plan("with-replacement"))  # draws 1 + 3 + 6 = budget 10
+    _edit_cells(path, {"c": {"draws": "7"}})
+    with pytest.raises(InputFileError) as err:
+        read_plan(path)
+    assert str(err.value) == (
+        f"{path}: its draws sum to 11, but the plan drew 10 (the budget in its sidecar); restore "
+        "the draws as monitor plan wrote them (an item drawn twice is labelled once: its label "
+        "counts for each draw)"
+    )
+    _edit_cells(path, {"b,2": {"draws": "4"}, "c": {"draws": "5"}})  # the same sum: the digest
+    with pytest.raises(InputFileError, match=r"'q', 'weight' or 'draws' hold other values"):
+        read_plan(path)
+
+
+def test_pi_and_weight_edited_together_are_refused(tmp_path: Path) -> None:
+    """The weight is checked against pi row by row: pi and weight edited together passed."""
+    path = tmp_path / "plan.csv"
+    write_plan(path, _plan())
+    _edit_cells(path, {"a": {"pi": "0.25", "weight": "4.0"}})
+    with pytest.raises(InputFileError) as err:
+        read_plan(path)
+    assert str(err.value) == (
+        f"{path}: the columns 'pi', 'weight' or 'draws' hold other values than the plan was "
+        "written with (its sidecar records a digest of every row's id, pi and draws); restore "
+        "them as monitor plan wrote them (only the label column is to be filled in)"
+    )
+    side = sidecar_path(path)  # a sidecar of an earlier version, without the digest: read
+    doc = json.loads(side.read_text())
+    del doc["meta"]["planned_values_sha256"]
+    side.write_text(json.dumps(doc))
+    assert read_plan(path).prob[0] == 0.25
+
+
+@pytest.mark.parametrize("digits", [15, 10, 17])
+def test_numbers_rounded_by_a_spreadsheet_keep_the_plans_digest(
+    tmp_path: Path, digits: int
+) -> None:
+    """Excel saves 15 significant digits, LibreOffice what the cell shows; 1.0 may come back
+    as 1: the digest is of the values, not of their text."""
+    plan = _plan()
+    prob = np.array([1.0 / 3.0, 0.123456789012345678, 1.0])
+    path = tmp_path / "plan.csv"
+    write_plan(path, replace(plan, prob=prob, weight=1.0 / prob))
+    _edit_cells(
+        path,
+        {
+            i: {"pi": f"{p:.{digits}g}", "weight": f"{1.0 / p:.{digits}g}"}
+            for i, p in zip(plan.ids.tolist(), prob.tolist(), strict=True)
+        },
+    )
+    text = path.read_text()
+    assert f"\na,0.1,0,{1.0 / 3.0:.{digits}g}," in text and ",0,1,1,6," in text  # pi 1 as 1
+    np.testing.assert_allclose(read_plan(path).prob, prob, rtol=1e-9)
