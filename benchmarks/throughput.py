@@ -628,6 +628,9 @@ class SyntheticSource:
     def caught_up(self, topics: Any) -> bool:
         return True
 
+    def assignment(self) -> list[tuple[str, int]]:
+        return [(self.topic, 0)]
+
     def partitions_for(self, topic: str) -> int:
         return 1
 

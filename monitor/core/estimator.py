@@ -7,6 +7,9 @@ is ``duplicate_label``, another value ``conflicting_label``; a label for a reque
 the model's watermark has passed, and written after the scored stream passed it
 (``_written_late``), is ``expired_request``; a label whose request is not known yet
 waits (parked, bounded) and becomes ``unknown_request`` after ``label_park_grace_s``. A label
+with a Kafka timestamp is judged against its deadline only once every scored record written
+before it has been read (``set_read_through``; until then it waits parked too), so the judgement
+does not depend on the order the topics were read in. A label
 naming a record id or model other than its request's is ``unknown_request`` too, and with
 ``labels.token_secret`` set a label must echo the request's HMAC token (``bad_token``, judged
 before a label is parked, so forged labels never take a parked one's place).
@@ -27,6 +30,7 @@ ratio estimates are kept beside them (``WindowEstimate.ratio``).
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -77,7 +81,11 @@ class RequestState:
 
 @dataclass(frozen=True)
 class ParkedLabel:
-    """A label waiting for its request; ``parked_at`` is wall-clock seconds."""
+    """A label waiting for its request, or for its judgement; ``parked_at`` is wall-clock seconds.
+
+    Whether it waits for its request or for its judgement is whether its request is known
+    (``EstimatorService.handle_labels``): the store keeps both alike.
+    """
 
     request_id: str
     label: LabelResult
@@ -126,6 +134,16 @@ class EstimatorService:
         for item in parked:
             self._parked.setdefault(item.request_id, []).append(item)
             self._n_parked += 1
+        # every scored record (role estimator: aggregates state) written before this Kafka time
+        # (ms) has been read (``set_read_through``; +inf: all of it, as for a caller that gives
+        # none); and a heap of (Kafka ms, request id) of the first label waiting for judgement
+        # of each known request, stale entries skipped when popped
+        self._read_through = math.inf
+        self._judging: list[tuple[int, str]] = []
+        for rid, items in self._parked.items():
+            if rid in self._requests:
+                self._judging.append((items[0].label.source.timestamp_ms, rid))
+        heapq.heapify(self._judging)
         self._watermarks: dict[str, float] = dict(watermarks or {})
         # (model, bucket) -> earliest Kafka timestamp (ms) of a scored record of the bucket
         self._first_written: dict[tuple[str, int], int] = {
@@ -158,7 +176,7 @@ class EstimatorService:
 
     @property
     def n_parked(self) -> int:
-        """Labels waiting for their request."""
+        """Labels waiting for their request or for their judgement."""
         return self._n_parked
 
     def request(self, request_id: str) -> RequestState | None:
@@ -274,9 +292,11 @@ class EstimatorService:
         can be read before it (and all its on-time labels would expire). So where Kafka
         timestamps are known, a label is late only if a scored record of a bucket after the
         deadline's was written before it (``_note_written``; in role ``estimator``: a sampler's
-        state of such a bucket): within the deadline's own bucket a label is on time. Without
-        a label timestamp, or without any written time of the model's traffic, the watermark
-        alone decides.
+        state of such a bucket): within the deadline's own bucket a label is on time. Such a
+        label is judged only once every record written before it has been read
+        (``_judgeable``): the records read so far would otherwise decide, and they depend on the
+        order the topics were read in. Without a label timestamp, or without any written time of
+        the model's traffic, the watermark alone decides.
         """
         written = lab.source.timestamp_ms
         known = [(b, ms) for (m, b), ms in self._first_written.items() if m == req.model]
@@ -316,7 +336,10 @@ class EstimatorService:
         stale = [
             r
             for r, s in self._requests.items()
-            if s.request.model == model and s.request.bucket < horizon and s.request.deadline < wm
+            if s.request.model == model
+            and s.request.bucket < horizon
+            and s.request.deadline < wm
+            and r not in self._parked  # labels wait for their judgement against it
         ]
         if not old and not stale:
             return
@@ -345,13 +368,8 @@ class EstimatorService:
             state = RequestState(req)
             self._requests[req.request_id] = state
             self._changes.requests[req.request_id] = state
-            waiting = self._parked.pop(req.request_id, [])
-            for item in waiting:
-                self._n_parked -= 1
-                self._changes.parked_removed.append(item)
-                rej = self._apply(state, item.label)
-                if rej is not None:
-                    rejects.append(rej)
+            if req.request_id in self._parked:
+                rejects.extend(self._release(req.request_id))
         return rejects
 
     # ------------------------------------------------------------------ labels
@@ -379,12 +397,83 @@ class EstimatorService:
                 self._changes.parked_added.append(item)
                 rejects.extend(self._evict_overflow())
                 continue
+            waits = rid in self._parked or not self._judgeable(lab)
+            if waits and self._screen(state, lab) is None:
+                # judged once the scored records written before it are read, and after the
+                # labels of its request read before it
+                item = ParkedLabel(rid, lab, now)
+                items = self._parked.setdefault(rid, [])
+                items.append(item)
+                if len(items) == 1:
+                    heapq.heappush(self._judging, (lab.source.timestamp_ms, rid))
+                self._n_parked += 1
+                self._changes.parked_added.append(item)
+                rejects.extend(self._evict_overflow())
+                continue
             rej = self._apply(state, lab)
             if rej is not None:
                 rejects.append(rej)
         return rejects
 
+    def set_read_through(self, written_ms: float) -> None:
+        """Every scored record written (Kafka time, ms) before ``written_ms`` has been read.
+
+        Role ``estimator``: every aggregates state (what ``note_published`` is fed). The caller
+        (``monitor.runtime.engine``) gives, over the partitions it reads, the least of each one's
+        newest Kafka timestamp read, or +inf for a partition read to its end. A label with a
+        Kafka timestamp is judged against its deadline only once it is before this
+        (``_judgeable``); ``judge_waiting`` then judges the labels that waited for it.
+        """
+        self._read_through = float(written_ms)
+
+    def _judgeable(self, lab: LabelResult) -> bool:
+        """Whether every scored record written at or before ``lab`` has been read.
+
+        Then ``_written_late`` knows every record that can make ``lab`` late, whatever order
+        the topics were read in. A label without a Kafka timestamp is judged at once (by the
+        watermark).
+        """
+        written = lab.source.timestamp_ms
+        return written <= 0 or written < self._read_through
+
+    def judge_waiting(self) -> list[Reject]:
+        """Judge the labels of known requests that waited for ``set_read_through`` to pass them.
+
+        In the order they were read, per request (the first valid label stands).
+        """
+        out: list[Reject] = []
+        while self._judging and self._judging[0][0] < self._read_through:
+            _, rid = heapq.heappop(self._judging)
+            if rid in self._parked and rid in self._requests:
+                out.extend(self._release(rid))
+        return out
+
+    def _release(self, request_id: str) -> list[Reject]:
+        """Judge the labels parked for a known request, in order, up to one that must wait."""
+        state = self._requests[request_id]
+        items = self._parked[request_id]
+        out: list[Reject] = []
+        while items:
+            item = items[0]
+            if self._screen(state, item.label) is None and not self._judgeable(item.label):
+                heapq.heappush(self._judging, (item.label.source.timestamp_ms, request_id))
+                break
+            items.pop(0)
+            self._n_parked -= 1
+            self._changes.parked_removed.append(item)
+            rej = self._apply(state, item.label)
+            if rej is not None:
+                out.append(rej)
+        if not items:
+            del self._parked[request_id]
+        return out
+
     def _evict_overflow(self) -> list[Reject]:
+        """Past ``label_park_max``, the oldest parked label goes.
+
+        Waiting for its request it is ``unknown_request``; waiting for its judgement, it is
+        judged on what has been read.
+        """
         out: list[Reject] = []
         while self._n_parked > max(0, self.config.label_park_max):
             rid = next(iter(self._parked))
@@ -394,7 +483,15 @@ class EstimatorService:
                 del self._parked[rid]
             self._n_parked -= 1
             self._changes.parked_removed.append(item)
-            out.append(self._unknown(item, "parked labels over the limit"))
+            state = self._requests.get(rid)
+            if state is None:
+                out.append(self._unknown(item, "parked labels over the limit"))
+                continue
+            rej = self._apply(state, item.label)
+            if rej is not None:
+                out.append(rej)
+            if items:  # the next one's turn to be judged
+                heapq.heappush(self._judging, (items[0].label.source.timestamp_ms, rid))
         return out
 
     def _unknown(self, item: ParkedLabel, why: str) -> Reject:
@@ -402,13 +499,19 @@ class EstimatorService:
         return Reject(RejectReason.UNKNOWN_REQUEST, detail, item.label.source)
 
     def expire_parked(self, requests_caught_up: bool = True) -> list[Reject]:
-        """Reject labels parked longer than the grace once the requests topic is caught up."""
+        """Reject labels parked longer than the grace once the requests topic is caught up.
+
+        Only labels waiting for their request: one whose request is known waits for its
+        judgement (``judge_waiting``), however long.
+        """
         if not self._parked or not requests_caught_up:
             return []
         now = self.clock()
         grace = self.config.label_park_grace_s
         out: list[Reject] = []
         for rid in list(self._parked):
+            if rid in self._requests:
+                continue
             items = self._parked[rid]
             keep = [i for i in items if now - i.parked_at < grace]
             for item in items:
@@ -432,7 +535,12 @@ class EstimatorService:
             return Reject(RejectReason.BAD_TOKEN, "token does not match", lab.source)
         return None
 
-    def _apply(self, state: RequestState, lab: LabelResult) -> Reject | None:
+    def _screen(self, state: RequestState, lab: LabelResult) -> Reject | None:
+        """The reject of ``lab`` that does not depend on when it is judged, if any.
+
+        A wrong token, another record or model than the request's, or a request already
+        labelled (``duplicate_label``, ``conflicting_label``).
+        """
         req = state.request
         bad = self._bad_token(req.request_id, lab)
         if bad is not None:
@@ -449,6 +557,14 @@ class EstimatorService:
                 return Reject(RejectReason.DUPLICATE_LABEL, detail, lab.source)
             detail = f"request {req.request_id} already labelled {state.label}, got {lab.label}"
             return Reject(RejectReason.CONFLICTING_LABEL, detail, lab.source)
+        return None
+
+    def _apply(self, state: RequestState, lab: LabelResult) -> Reject | None:
+        """Judge ``lab`` now: a reject, or None when it is accepted."""
+        req = state.request
+        rej = self._screen(state, lab)
+        if rej is not None:
+            return rej
         if self.watermark(req.model) > req.deadline and self._written_late(req, lab):
             detail = f"request {req.request_id} passed its deadline"
             return Reject(RejectReason.EXPIRED_REQUEST, detail, lab.source)

@@ -285,6 +285,10 @@ class KafkaSource:
         lag = self.lag()
         return all(lag.get(tp) == 0 for tp in parts if tp[0] in topics)
 
+    def assignment(self) -> list[TP]:
+        """The partitions the group assigned this consumer."""
+        return [(tp.topic, tp.partition) for tp in self._consumer.assignment()]
+
     def partitions_for(self, topic: str) -> int:
         """Number of partitions of ``topic`` (1 when unknown)."""
         try:

@@ -14,6 +14,11 @@ seeks back to the stored offsets; the deterministic decisions then reproduce the
 (idempotent by key and bytes). The models whose maps new labels are due to refit are stored in
 the step's transaction (``REFIT_DUE_KEY``) and cleared by the refit, so a crash between the two
 refits them at the restart, as the lost run would have.
+
+Before the records of a poll are applied, the estimator is told how far the scored topic (role
+``estimator``: the aggregates topic) has been read in Kafka time (``_read_through``): a label is
+judged against its deadline only once the traffic written before it is read, whatever order the
+client fetched the topics in (``EstimatorService.set_read_through``).
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _TOPIC_PARTITION = attrgetter("topic", "partition")
+_PARTITION = attrgetter("partition")
+_TIMESTAMP = attrgetter("timestamp_ms")
 SNAPSHOT_EVERY_S = 1.0  # snapshots at most this often...
 SNAPSHOT_LABELS_S = 0.2  # ...or this often when labels arrived
 FLUSH_TIMEOUT_S = 30.0
@@ -185,6 +192,9 @@ class Engine:
             first_written=self.store.get_json(FIRST_WRITTEN_KEY) or (),
         )
         self.feed = TrafficFeed(st.feed) if self.role == "estimator" else None
+        # per partition of the topic labels are judged against, the newest Kafka time read
+        # (``_read_through``); forgotten with the state it was read into
+        self._read_ms: dict[TP, int] = {}
         try:
             self.sampler.calibration = recalibration.decode(
                 self.store.get_json(recalibration.STORE_KEY)
@@ -346,6 +356,28 @@ class Engine:
         )
         self._maps_due.clear()
 
+    def _read_through(
+        self, source: Source, topic: str, records: Sequence[RawRecord], lag: Mapping[TP, int]
+    ) -> float:
+        """How far, in Kafka time, the traffic labels are judged against has been read.
+
+        ``topic`` is the scored topic (role ``estimator``: the aggregates topic, the samplers'
+        states that ``EstimatorService.note_published`` takes): every record of it written
+        before the returned ms has been read. Per assigned partition that is the newest Kafka
+        timestamp read from it (Kafka timestamps follow the write order), or +inf once it is
+        read to its end (an idle partition holds nothing back); the least of them, -inf while
+        nothing is assigned. ``records`` are this poll's records of the topic, to add first.
+        """
+        for p, run in itertools.groupby(records, _PARTITION):
+            newest = max(map(_TIMESTAMP, run))
+            if newest > self._read_ms.get((topic, p), 0):
+                self._read_ms[(topic, p)] = newest
+        parts = [tp for tp in source.assignment() if tp[0] == topic]
+        return min(
+            (math.inf if lag.get(tp) == 0 else self._read_ms.get(tp, -math.inf) for tp in parts),
+            default=-math.inf,
+        )
+
     @property
     def topics(self) -> list[str]:
         """The topics this role reads.
@@ -385,6 +417,10 @@ class Engine:
         if fp is not None and raw:
             fp.hit("decode")
         by_topic, _, offsets = split_poll(raw)
+        lag = source.lag()
+        # a label is judged against its deadline once the traffic written before it is read
+        against = topics.scored if self.feed is None else topics.aggregates
+        self.estimator.set_read_through(self._read_through(source, against, by_topic[against], lag))
         rejects: list[Reject] = []
         produced: list[AuditRequest] = []
         records: dict[str, int] = {}
@@ -422,7 +458,7 @@ class Engine:
             labels, bad = decode_labels(by_topic[topics.labels], now=now)
             rejects.extend(bad)
             rejects.extend(self.estimator.handle_labels(labels))
-        lag = source.lag()
+        rejects.extend(self.estimator.judge_waiting())
         # a parked label is unknown only once every request it could match has been seen: the
         # scored topic (role all: our own requests) or the requests topic (the samplers') is read
         caught_up = source.caught_up((topics.scored,) if self.feed is None else (topics.requests,))

@@ -52,6 +52,10 @@ class Source(Protocol):
         """Whether every assigned partition of ``topics`` is known to have lag 0."""
         ...
 
+    def assignment(self) -> list[TP]:
+        """The assigned topic-partitions (none while unassigned)."""
+        ...
+
     def partitions_for(self, topic: str) -> int:
         """Number of partitions of ``topic`` (1 when unknown)."""
         ...

@@ -102,6 +102,10 @@ class FakeSource:
         """Every partition of ``topics`` fully read."""
         return all(v == 0 for (t, _), v in self.lag().items() if t in topics)
 
+    def assignment(self) -> list[TP]:
+        """Every partition of the topics, none while ``unassigned``."""
+        return [] if self.unassigned else list(self.pos)
+
     def partitions_for(self, topic: str) -> int:
         """Partitions of a fake topic."""
         return len(self.log.topics.get(topic, [[]]))

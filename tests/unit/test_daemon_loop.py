@@ -594,6 +594,56 @@ def test_labels_written_before_their_deadline_count_however_late_they_are_read(
     assert late["expired_request"] > caught_up["expired_request"] > 0
 
 
+def test_labels_are_judged_alike_whatever_order_the_topics_are_read_in(
+    tmp_path: Path, workload: Workload, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two daemons on the same written data, one reading the scored topic first and one the
+    labels: the second read the labels before the record that passed their deadlines and
+    accepted those written after it. A label now waits until every scored record written
+    before it is read: both make the same decisions and estimates."""
+    short = functools.partial(_short_deadline, base=_config)
+    monkeypatch.setattr(sys.modules[__name__], "_config", short)
+    end = max(rec["ts"] for rec in workload.records())
+    later = {"id": "later", "score": 0.5, "ts": end + 3 * 3600.0, "model": "default"}
+
+    def scored() -> FakeLog:
+        log = FakeLog()
+        log.create(TOPICS.scored, 2)
+        for topic in (TOPICS.requests, TOPICS.labels, TOPICS.deadletter):
+            log.create(topic)
+        for i, rec in enumerate(workload.records()):
+            log.append(TOPICS.scored, json.dumps(rec).encode(), partition=i % 2, ts_ms=1_000)
+        return log
+
+    first = scored()
+    h = Harness(first, tmp_path / "requests")
+    h.drain()
+    h.close()
+    truth = dict(workload.truth_rows())
+    answers = [json.loads(v) for _, v in first.records(TOPICS.requests)]
+
+    def run(name: str, order: list[str]) -> tuple[list[tuple[int, str]], str]:
+        log = scored()
+        log.append(TOPICS.scored, json.dumps(later).encode(), partition=0, ts_ms=3_000)
+        for i, req in enumerate(answers):  # a third on time, the rest written after `later`
+            label = {"request_id": req["request_id"], "label": truth[req["id"]]}
+            log.append(TOPICS.labels, json.dumps(label).encode(), ts_ms=2_000 if i % 3 else 4_000)
+        h = Harness(log, tmp_path / name)
+        h.source = FakeSource(log, order, h.store.offsets)
+        h.drain()
+        windows = _windows(h)
+        h.close()
+        dead = [json.loads(v) for _, v in log.records(TOPICS.deadletter)]
+        return sorted((d["offset"], d["reason"]) for d in dead), windows
+
+    scored_first = run("a", [TOPICS.scored, TOPICS.requests, TOPICS.labels])
+    labels_first = run("b", [TOPICS.labels, TOPICS.requests, TOPICS.scored])
+    reasons = collections.Counter(r for _, r in scored_first[0])
+    assert set(reasons) == {"expired_request"}
+    assert len(answers) > reasons["expired_request"] > len(answers) // 3  # the late, and more
+    assert labels_first == scored_first
+
+
 def _short_deadline(data_dir: Path, base: Callable[[Path], Config]) -> Config:
     return dataclasses.replace(base(data_dir), label_deadline_s=2 * 3600.0)
 

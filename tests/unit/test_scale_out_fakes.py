@@ -350,6 +350,48 @@ def test_the_estimator_judges_late_labels_by_when_the_samplers_wrote_later_traff
     assert late["expired_request"] > caught_up["expired_request"] > 0
 
 
+def test_the_estimator_judges_labels_alike_whatever_order_it_reads_its_topics_in(
+    workload: Workload, tmp_path: Path
+) -> None:
+    """An estimator reading the labels before the samplers' states written before them
+    accepted the labels written after the state that passed their deadlines; a label now waits
+    until every state written before it is read."""
+    end = max(rec["ts"] for rec in workload.records())
+    later = {"id": "later", "score": 0.5, "ts": end + 3 * 3600.0, "model": "default"}
+    log = _log(workload)
+    cfg = dataclasses.replace(_config(tmp_path / "sampler"), label_deadline_s=2 * 3600.0)
+    sampler, src = _sampler(log, cfg, range(PARTITIONS))
+    sink = FakeSink(log)
+    sink.ts_ms = 1_000
+    _drain(sampler, src, sink)
+    truth = dict(workload.truth_rows())
+    for i, (_, value) in enumerate(log.records(TOPICS.requests)):
+        req = json.loads(value)
+        body = {"request_id": req["request_id"], "label": truth[req["id"]]}
+        log.append(TOPICS.labels, json.dumps(body).encode(), ts_ms=2_000 if i % 3 else 4_000)
+    log.append(TOPICS.scored, json.dumps(later).encode())
+    sink.ts_ms = 3_000  # the state that passes the deadlines: after a third of the labels
+    _drain(sampler, src, sink)
+
+    def run(name: str, order: list[str]) -> tuple[list[tuple[int, str]], list[tuple[object, ...]]]:
+        topics = {t: [list(p) for p in parts] for t, parts in log.topics.items()}
+        run_log = FakeLog(topics, dict(log.committed))  # each its own copy of the written data
+        c = dataclasses.replace(_config(tmp_path / name), label_deadline_s=2 * 3600.0)
+        store = Store(c.data_dir)
+        est = Engine(c, store, Exporter(c, CollectorRegistry()), role="estimator")
+        _drain(est, FakeSource(run_log, order, store.offsets), FakeSink(run_log))
+        estimates = _estimates(est.estimator.snapshot())
+        store.close()
+        dead = [json.loads(v) for _, v in run_log.records(TOPICS.deadletter)]
+        return sorted((d["offset"], d["reason"]) for d in dead), estimates
+
+    states_first = run("a", [TOPICS.aggregates, TOPICS.requests, TOPICS.labels])
+    labels_first = run("b", [TOPICS.labels, TOPICS.requests, TOPICS.aggregates])
+    reasons = collections.Counter(r for _, r in states_first[0])
+    assert set(reasons) == {"expired_request"} and reasons["expired_request"] > 0
+    assert labels_first == states_first
+
+
 def test_two_samplers_and_an_estimator_equal_one_process(
     workload: Workload, tmp_path: Path
 ) -> None:
