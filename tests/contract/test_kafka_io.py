@@ -186,6 +186,8 @@ def test_seek_rewinds_and_lag_counts_what_is_left(bus: Bus) -> None:
     assert not src.caught_up([bus.topics.requests])
     assert [r.offset for r in _drain(src, 5, bus.topics.requests)] == [7, 8, 9, 10, 11]
     assert src.assigned()
+    t = bus.topics
+    assert {(t.scored, 0), (t.requests, 0), (t.labels, 0)} <= set(src.assignment())
     assert src.partitions_for(bus.topics.scored) == 1
 
 
