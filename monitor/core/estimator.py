@@ -391,29 +391,28 @@ class EstimatorService:
                 if bad is not None:  # judged before parking: a forged label takes no place
                     rejects.append(bad)
                     continue
-                item = ParkedLabel(rid, lab, now)
-                self._parked.setdefault(rid, []).append(item)
-                self._n_parked += 1
-                self._changes.parked_added.append(item)
-                rejects.extend(self._evict_overflow())
+                rejects.extend(self._park(ParkedLabel(rid, lab, now), judging=False))
                 continue
             waits = rid in self._parked or not self._judgeable(lab)
             if waits and self._screen(state, lab) is None:
                 # judged once the scored records written before it are read, and after the
                 # labels of its request read before it
-                item = ParkedLabel(rid, lab, now)
-                items = self._parked.setdefault(rid, [])
-                items.append(item)
-                if len(items) == 1:
-                    heapq.heappush(self._judging, (lab.source.timestamp_ms, rid))
-                self._n_parked += 1
-                self._changes.parked_added.append(item)
-                rejects.extend(self._evict_overflow())
+                rejects.extend(self._park(ParkedLabel(rid, lab, now), judging=True))
                 continue
             rej = self._apply(state, lab)
             if rej is not None:
                 rejects.append(rej)
         return rejects
+
+    def _park(self, item: ParkedLabel, judging: bool) -> list[Reject]:
+        """Park ``item`` (for its request, or with ``judging`` for its judgement); the evicted."""
+        items = self._parked.setdefault(item.request_id, [])
+        items.append(item)
+        if judging and len(items) == 1:
+            heapq.heappush(self._judging, (item.label.source.timestamp_ms, item.request_id))
+        self._n_parked += 1
+        self._changes.parked_added.append(item)
+        return self._evict_overflow()
 
     def set_read_through(self, written_ms: float) -> None:
         """Every scored record written (Kafka time, ms) before ``written_ms`` has been read.

@@ -51,8 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _TOPIC_PARTITION = attrgetter("topic", "partition")
-_PARTITION = attrgetter("partition")
-_TIMESTAMP = attrgetter("timestamp_ms")
 SNAPSHOT_EVERY_S = 1.0  # snapshots at most this often...
 SNAPSHOT_LABELS_S = 0.2  # ...or this often when labels arrived
 FLUSH_TIMEOUT_S = 30.0
@@ -64,21 +62,24 @@ FIRST_WRITTEN_KEY = "first_written"
 
 def split_poll(
     raw: Sequence[RawRecord],
-) -> tuple[dict[str, list[RawRecord]], dict[TP, int], dict[TP, int]]:
-    """A poll's records by topic, and per topic-partition its first and its next offset.
+) -> tuple[dict[str, list[RawRecord]], dict[TP, int], dict[TP, int], dict[TP, int]]:
+    """A poll's records by topic; per topic-partition its first and next offset, last Kafka ms.
 
-    A poll holds runs of records of one topic-partition in offset order: grouped by run, not
-    by record.
+    The Kafka timestamp is that of the record before the next offset. A poll holds runs of
+    records of one topic-partition in offset order: grouped by run, not by record.
     """
     by_topic: dict[str, list[RawRecord]] = collections.defaultdict(list)
     first: dict[TP, int] = {}
     nxt: dict[TP, int] = {}
+    last_ms: dict[TP, int] = {}
     for (t, p), run in itertools.groupby(raw, _TOPIC_PARTITION):
         recs = list(run)
         by_topic[t].extend(recs)
         first.setdefault((t, p), recs[0].offset)
-        nxt[(t, p)] = max(nxt.get((t, p), 0), recs[-1].offset + 1)
-    return by_topic, first, nxt
+        if recs[-1].offset + 1 > nxt.get((t, p), 0):
+            nxt[(t, p)] = recs[-1].offset + 1
+            last_ms[(t, p)] = recs[-1].timestamp_ms
+    return by_topic, first, nxt, last_ms
 
 
 def count_step(
@@ -357,7 +358,7 @@ class Engine:
         self._maps_due.clear()
 
     def _read_through(
-        self, source: Source, topic: str, records: Sequence[RawRecord], lag: Mapping[TP, int]
+        self, source: Source, topic: str, last_ms: Mapping[TP, int], lag: Mapping[TP, int]
     ) -> float:
         """How far, in Kafka time, the traffic labels are judged against has been read.
 
@@ -366,12 +367,12 @@ class Engine:
         before the returned ms has been read. Per assigned partition that is the newest Kafka
         timestamp read from it (Kafka timestamps follow the write order), or +inf once it is
         read to its end (an idle partition holds nothing back); the least of them, -inf while
-        nothing is assigned. ``records`` are this poll's records of the topic, to add first.
+        nothing is assigned. ``last_ms``: this poll's Kafka timestamp of the last record read per
+        topic-partition (``split_poll``), added first.
         """
-        for p, run in itertools.groupby(records, _PARTITION):
-            newest = max(map(_TIMESTAMP, run))
-            if newest > self._read_ms.get((topic, p), 0):
-                self._read_ms[(topic, p)] = newest
+        for tp, ms in last_ms.items():
+            if tp[0] == topic and ms > self._read_ms.get(tp, 0):
+                self._read_ms[tp] = ms
         parts = [tp for tp in source.assignment() if tp[0] == topic]
         return min(
             (math.inf if lag.get(tp) == 0 else self._read_ms.get(tp, -math.inf) for tp in parts),
@@ -416,11 +417,11 @@ class Engine:
         fp = self.failpoint
         if fp is not None and raw:
             fp.hit("decode")
-        by_topic, _, offsets = split_poll(raw)
+        by_topic, _, offsets, last_ms = split_poll(raw)
         lag = source.lag()
         # a label is judged against its deadline once the traffic written before it is read
         against = topics.scored if self.feed is None else topics.aggregates
-        self.estimator.set_read_through(self._read_through(source, against, by_topic[against], lag))
+        self.estimator.set_read_through(self._read_through(source, against, last_ms, lag))
         rejects: list[Reject] = []
         produced: list[AuditRequest] = []
         records: dict[str, int] = {}

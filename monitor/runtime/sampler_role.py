@@ -277,7 +277,7 @@ class SamplerEngine:
         fp = self.failpoint
         if fp is not None:
             fp.hit("decode")
-        _, first, offsets = split_poll(raw)  # only the scored topic is subscribed
+        _, first, offsets, _ = split_poll(raw)  # only the scored topic is subscribed
         batch, rejects = decode_scored(raw, cfg, now=time.time())
         res = self.sampler.process(batch)
         starts = {p: o for (_, p), o in first.items()}
