@@ -81,7 +81,31 @@ from monitor.stats.budget import (
     with_refreshes,
 )
 
+#: The value format of this release's states and maps. Raise it when a change is one an earlier
+#: release cannot read, so that its samplers say so (``LaterFormat``) instead of calling the
+#: record malformed.
 FORMAT_VERSION = 1
+
+
+class LaterFormat(ValueError):
+    """A record of the aggregates topic in a later release's format (``v`` above ours)."""
+
+    def __init__(self, what: str, v: int, model: str | None = None) -> None:
+        self.model = model
+        super().__init__(
+            f"{what} is in the format of a later release (v={v}; this release reads "
+            f"v={FORMAT_VERSION}): upgrade the samplers before the estimator"
+        )
+
+
+def _check_format(obj: object, what: str, model: str | None = None) -> None:
+    """``ValueError`` unless ``obj`` is a JSON object of ``FORMAT_VERSION``."""
+    v = obj.get("v") if isinstance(obj, dict) else None
+    if type(v) is int and v > FORMAT_VERSION:
+        raise LaterFormat(what, v, model)
+    if v != FORMAT_VERSION:
+        msg = f"{what} must be a JSON object with v={FORMAT_VERSION}"
+        raise ValueError(msg)
 
 
 @dataclass
@@ -153,9 +177,7 @@ def decode(key: bytes | None, value: bytes | None) -> tuple[PartKey, BucketState
     if value is None:
         return pk, None
     obj = json.loads(value)
-    if not isinstance(obj, dict) or obj.get("v") != FORMAT_VERSION:
-        msg = f"aggregates value must be a JSON object with v={FORMAT_VERSION}"
-        raise ValueError(msg)
+    _check_format(obj, "aggregates value")
     try:
         ctl = obj["control"]
         segments = obj["segments"]
@@ -209,15 +231,14 @@ def decode_map(key: bytes | None, value: bytes | None) -> tuple[str, Calibration
         msg = f"calibration map of model {model!r} has no value (maps are never deleted)"
         raise ValueError(msg)
     obj = json.loads(value)
-    if not isinstance(obj, dict) or obj.get("v") != FORMAT_VERSION:
-        msg = f"calibration map value must be a JSON object with v={FORMAT_VERSION}"
-        raise ValueError(msg)
+    _check_format(obj, f"the calibration map of model {model!r}", model)
     if obj.get("model") != model:
         msg = f"calibration map key names model {model!r}, its value {obj.get('model')!r}"
         raise ValueError(msg)
     want = (
         "[version >= 1, a finite, b >= 0, lam in (0, 1]] (Platt) or "
-        "[version >= 1, c finite, a >= 0, b >= 0, lam in (0, 1]] (beta)"
+        "[version >= 1, c finite, a >= 0, b >= 0, lam in (0, 1]] (beta), then optionally "
+        "[score counts] and {segment: map}"
     )
     try:
         cal = Calibration.from_list(obj.get("calibration"))

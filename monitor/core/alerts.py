@@ -312,8 +312,14 @@ class AlertEvaluator:
                 since=math.nan if item.get("since") is None else float(item["since"]),
                 looks=int(item["looks"]),
             )
-        if state.get("version") != STATE_VERSION:
-            return  # a history without its measure is dropped: f_dropped waits one lag again
+        if state.get("version") != STATE_VERSION:  # a history without its measure
+            if state.get("history"):
+                log.warning(
+                    "alert history of an earlier release dropped: f_dropped compares again once "
+                    "reference_lag_s of new estimates are recorded",
+                    extra={"event": "alert_history_dropped", "windows": len(state["history"])},
+                )
+            return
         for item in state.get("history", []):
             m, s, w, measure = (str(x) for x in item["key"])
             self._history[(m, s, w)] = (

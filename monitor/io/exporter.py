@@ -344,14 +344,15 @@ class Exporter:
         self._maps_ignored = Counter(
             "monitor_calibration_maps_ignored",
             "Calibration maps a sampler read but did not take: a version below the one it holds "
-            "(older) or equal to it with other parameters (conflicting); 0 unless two "
-            "estimators publish",
+            "(older), equal to it with other parameters (conflicting), or in a later release's "
+            "format (later_format); 0 unless two estimators publish or an upgrade took the "
+            "estimator before the samplers",
             ["model", "reason"],
             registry=r,
         )
         for model in models:
             if config.models[model].recalibrate:
-                for why in ("older", "conflicting"):
+                for why in ("older", "conflicting", "later_format"):
                     self._maps_ignored.labels(model=model, reason=why)
         self._cal_version = Gauge(
             "monitor_calibration_version",
@@ -464,7 +465,7 @@ class Exporter:
         _add(self._folded, ("model",), {(m,): n for m, n in per_model.items()})
 
     def count_maps_ignored(self, model: str, reason: str) -> None:
-        """Add one calibration map a sampler ignored (``reason``: older or conflicting)."""
+        """Add one calibration map a sampler ignored (older, conflicting or later_format)."""
         self._maps_ignored.labels(model=model, reason=reason).inc()
 
     def set_calibration(self, model: str, calibration: Calibration) -> None:

@@ -36,7 +36,10 @@ from monitor.stats.budget import (
     with_refreshes,
 )
 
-SCHEMA_VERSION = "1"
+#: What the store's contents are written in; raised whenever a stored format changes, so that a
+#: release refuses a directory a later release wrote rather than misread it (releases before 2
+#: did not check). 2: the alert history names its measure; maps carry their reference scores.
+SCHEMA_VERSION = 2
 DB_NAME = "monitor.sqlite"
 LOCK_NAME = "monitor.lock"
 
@@ -129,12 +132,14 @@ class Store:
             # offsets stored in this same database and replays (decisions are deterministic)
             self._db.execute("PRAGMA synchronous=NORMAL")
             tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
+            if "meta" in tables:
+                self._check_schema()
             for old, new in _TABLE_RENAMES:
                 if old in tables and new not in tables:
                     self._db.execute(f"ALTER TABLE {old} RENAME TO {new}")
             self._db.executescript(_SCHEMA)
             self._db.execute(
-                "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,)
+                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
             rows = self._db.execute("SELECT topic, partition, next_offset FROM offsets")
             self._offsets = {(t, int(p)): int(o) for t, p, o in rows}
@@ -142,6 +147,22 @@ class Store:
             self.close()
             msg = f"cannot open the state store in {self.data_dir}: {exc}"
             raise StoreError(msg) from exc
+        except StoreError:
+            self.close()
+            raise
+
+    def _check_schema(self) -> None:
+        """``StoreError`` when a later release wrote the store (its schema version is newer)."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        written = str(row[0]) if row is not None else "1"
+        if written.isdigit() and int(written) <= SCHEMA_VERSION:
+            return
+        msg = (
+            f"the state store in {self.data_dir} was written by a later release (store schema "
+            f"{written}; this release reads {SCHEMA_VERSION} and earlier): run that release, or "
+            "restore the copy of the data directory taken before the upgrade (README, Deploying)"
+        )
+        raise StoreError(msg)
 
     def pin(self, key: str, value: str, hint: str) -> None:
         """Record a setting the stored state depends on, or check it against the recorded one.

@@ -39,7 +39,14 @@ import time
 from collections.abc import Sequence
 
 from monitor.config.schema import Config
-from monitor.core.aggregates import BucketStates, as_of, decode_map, is_map, newest_maps
+from monitor.core.aggregates import (
+    BucketStates,
+    LaterFormat,
+    as_of,
+    decode_map,
+    is_map,
+    newest_maps,
+)
 from monitor.core.records import deadletter_value, decode_scored
 from monitor.errors import BrokerUnavailable
 from monitor.runtime.engine import FLUSH_TIMEOUT_S, count_step, split_poll
@@ -194,6 +201,14 @@ class SamplerEngine:
                 continue  # a bucket state (ours or another sampler's)
             try:
                 model, cal = decode_map(key, value)
+            except LaterFormat as exc:
+                if exc.model is not None and exc.model in self.config.models:
+                    self.metrics.count_maps_ignored(exc.model, "later_format")
+                log.warning(
+                    "calibration map ignored: written by a later release",
+                    extra={"event": "calibration_ignored", "partition": p, "error": str(exc)},
+                )
+                continue
             except (ValueError, RecursionError) as exc:
                 log.warning(
                     "malformed calibration map skipped (the estimator dead-letters it)",

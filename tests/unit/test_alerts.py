@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import socket
 import time
@@ -217,7 +218,7 @@ def test_dropped_against_the_same_window_a_lag_earlier() -> None:
     assert short.evaluate(_snap(1, _window(healthy))) == []
 
 
-def test_a_reference_of_another_measure_is_no_reference() -> None:
+def test_a_reference_of_another_measure_is_no_reference(caplog: pytest.LogCaptureFixture) -> None:
     """Monitoring switched from recall (0.90) to precision (0.60): f_dropped read "precision
     0.600 vs reference 0.900" and fired, though the model had not changed."""
     settings = {"reference_lag_s": 86_400, "check_calibration": False, "likelihood_floor": None}
@@ -243,9 +244,13 @@ def test_a_reference_of_another_measure_is_no_reference() -> None:
         "history": [{**h, "key": h["key"][:3]} for h in saved["history"]],
     }
     again = _evaluator(measure="recall", **settings)
-    again.restore(earlier)
+    with caplog.at_level(logging.WARNING):
+        again.restore(earlier)
     (status,) = again.evaluate(_snap(30, dropped))
     assert not status.active and math.isnan(status.threshold)
+    # and says so (an upgrade switched f_dropped off for a reference lag without a word)
+    (line,) = [r for r in caplog.records if getattr(r, "event", "") == "alert_history_dropped"]
+    assert "reference_lag_s" in line.getMessage()
 
 
 def test_untrustworthy_on_low_likelihood_or_intrinsic_disagreement() -> None:

@@ -248,3 +248,24 @@ def test_a_sampler_counts_and_logs_the_maps_it_ignores(
         ("conflicting", 2, 2),
     }
     assert all(r.levelno == logging.WARNING for r in lines)
+
+
+def test_a_map_in_a_later_releases_format_is_counted_and_named(
+    workload: Workload, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An upgrade that took the estimator first: its maps, in a format the sampler's release
+    cannot read, were logged as malformed and counted nowhere, so no alert said the samplers'
+    decisions no longer followed the labels."""
+    log = _log(workload)
+    a, src = _sampler(log, _recal(tmp_path), range(PARTITIONS))
+    later = aggregates.encode_map("default", V7).replace(b'"v":1', b'"v":2')
+    key = aggregates.encode_map_key("default")
+    for p in range(len(log.topics[TOPICS.aggregates])):
+        log.append(TOPICS.aggregates, later, key, p)
+    a.step(src, FakeSink(log))
+    assert "default" not in a.maps or a.maps["default"] != V7
+    assert _ignored(a, "later_format") == len(log.topics[TOPICS.aggregates])
+    (line, *_) = _events(caplog, "calibration_ignored")
+    assert "upgrade the samplers before the estimator" in line.error  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="must be a JSON object with v=1"):
+        aggregates.decode_map(key, later.replace(b'"v":2', b'"v":"2"'))

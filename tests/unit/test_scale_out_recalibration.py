@@ -168,7 +168,7 @@ def test_map_records_round_trip_and_are_not_state_keys() -> None:
         (
             b'{"calibration": "m"}',
             b'{"v": 1, "model": "m", "calibration": [1, 0.0, 1.0, 0.0]}',
-            "lam in \\(0, 1\\]\\] \\(beta\\) \\(a control",
+            "\\{segment: map\\} \\(a control",
         ),
         (
             b'{"calibration": "m"}',

@@ -1,4 +1,6 @@
+import fcntl
 import os
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +11,7 @@ from monitor.core.estimator import EstimatorService
 from monitor.core.messages import LabelResult, RawRecord
 from monitor.core.sampler import SamplerService
 from monitor.errors import StoreError
-from monitor.io.store import Store
+from monitor.io.store import SCHEMA_VERSION, Store
 from tests.unit.engine_streams import make_stream
 
 CFG = Config(
@@ -157,3 +159,36 @@ def test_an_unreadable_row_is_a_store_error_naming_the_fix(
         store.load()
         store.get_json("alerts")
     store.close()
+
+
+def test_a_store_written_by_a_later_release_is_refused_before_it_is_touched(
+    tmp_path: Path,
+) -> None:
+    """A rollback used to read a later release's alert history and maps and stop with a
+    traceback at every start (``ValueError: too many values to unpack``)."""
+    Store(tmp_path).close()
+    db = sqlite3.connect(tmp_path / "monitor.sqlite")
+    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match=r"written by a later release .*restore the copy"):
+        Store(tmp_path)
+    db = sqlite3.connect(tmp_path / "monitor.sqlite")
+    (written,) = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    db.close()
+    assert written == str(SCHEMA_VERSION + 1)  # left as it was
+    with (tmp_path / "monitor.lock").open("ab") as lock:  # and released
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_a_store_of_an_earlier_schema_opens_and_is_marked_current(tmp_path: Path) -> None:
+    Store(tmp_path).close()
+    db = sqlite3.connect(tmp_path / "monitor.sqlite")
+    db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    Store(tmp_path).close()
+    db = sqlite3.connect(tmp_path / "monitor.sqlite")
+    (written,) = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    db.close()
+    assert written == str(SCHEMA_VERSION)
