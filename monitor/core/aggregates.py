@@ -68,7 +68,7 @@ import numpy as np
 from monitor.config.schema import Config
 from monitor.core.messages import RawRecord, Reject, decode_reason
 from monitor.core.records import MAX_FUTURE_S
-from monitor.core.sampler import PartKey, SamplerChanges, SamplerService
+from monitor.core.sampler import OTHER_SEGMENT, PartKey, SamplerChanges, SamplerService
 from monitor.core.windows import GroupKey, TrafficAggregate, bucket_of
 from monitor.errors import RejectReason
 from monitor.stats.budget import (
@@ -437,9 +437,11 @@ class BucketStates:
         again but not counted twice, and the controls published beyond it, which it takes
         when it freezes a control again at the same record.
         """
-        segments: dict[str, set[str]] = {}
+        segments: dict[str, dict[str, int]] = {}  # per model: each segment's latest bucket
         for st in self.states.values():
-            segments.setdefault(st.model, set()).update(st.segments)
+            held = segments.setdefault(st.model, {})
+            for seg in st.segments.keys() - {"", OTHER_SEGMENT}:  # the slots of admitted ones
+                held[seg] = max(st.bucket, held.get(seg, st.bucket))
         return SamplerService(
             config,
             n_partitions,

@@ -102,7 +102,8 @@ class SamplerChanges:
 
     traffic: dict[PartKey, TrafficAggregate] = field(default_factory=dict)
     controls: dict[PartKey, Control] = field(default_factory=dict)
-    segments: set[tuple[str, str]] = field(default_factory=set)
+    segments: set[tuple[str, str]] = field(default_factory=set)  # admitted
+    dropped: set[tuple[str, str]] = field(default_factory=set)  # slots freed (``_expire``)
     prune: dict[tuple[str, int], int] = field(default_factory=dict)  # (model, partition) -> min
 
 
@@ -127,7 +128,7 @@ class SamplerService:
         *,
         traffic: Mapping[PartKey, TrafficAggregate] | None = None,
         controls: Mapping[PartKey, Control] | None = None,
-        segments: Mapping[str, set[str]] | None = None,
+        segments: Mapping[str, Mapping[str, int]] | None = None,
         counted: Mapping[PartKey, int] | None = None,
         published: Mapping[PartKey, Control] | None = None,
     ) -> None:
@@ -141,7 +142,10 @@ class SamplerService:
         self._max_bucket: dict[tuple[str, int], int] = {}
         for m, p, b in self._controls:
             self._max_bucket[(m, p)] = max(b, self._max_bucket.get((m, p), b))
-        self._segments: dict[str, set[str]] = {m: set(s) for m, s in (segments or {}).items()}
+        # per model: each admitted segment's latest bucket (``_fold_segments``)
+        self._segments: dict[str, dict[str, int]] = {
+            m: dict(s) for m, s in (segments or {}).items()
+        }
         # per (model, partition): bucket -> offset below which its records are already counted
         self._counted: dict[tuple[str, int], dict[int, int]] = {}
         for (m, p, b), through in (counted or {}).items():
@@ -167,25 +171,52 @@ class SamplerService:
 
     # ---------------------------------------------------------------- decisions
     def _fold_segments(
-        self, model: str, segment: npt.NDArray[np.str_]
+        self, model: str, segment: npt.NDArray[np.str_], bucket: npt.NDArray[np.int64]
     ) -> tuple[npt.NDArray[np.str_], int]:
+        """The records' segments with those beyond ``max_segments_per_model`` as ``__other__``.
+
+        Segments are admitted in the order they first appear. A segment holds its slot while it
+        has traffic inside the retention: when the cap binds, the segments whose latest bucket
+        is behind the retention horizon of the new segment's first record give theirs up
+        (``_expire``), so a deployment whose segments come and go (a campaign a week) keeps
+        tracking the live ones instead of folding every new one for good.
+        """
         uniq, first, inv = np.unique(segment, return_index=True, return_inverse=True)
-        admitted = self._segments.setdefault(model, set())
+        inv = inv.reshape(-1)
+        latest = np.full(len(uniq), np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(latest, inv, bucket)
+        admitted = self._segments.setdefault(model, {})
+        names = uniq.tolist()
+        for j, seg in enumerate(names):  # seen in this batch: not expired by it
+            if seg in admitted:
+                admitted[seg] = max(admitted[seg], int(latest[j]))
         cap = self.config.max_segments_per_model
         mapping = [""] * len(uniq)
         for j in np.argsort(first, kind="stable").tolist():
-            seg = str(uniq[j])
+            seg = names[j]
             if seg == "" or seg in admitted:
                 mapping[j] = seg
-            elif len(admitted) < cap:
-                admitted.add(seg)
+                continue
+            if len(admitted) >= cap:
+                self._expire(model, int(bucket[first[j]]) - self.retention + 1)
+            if len(admitted) < cap:
+                admitted[seg] = int(latest[j])
                 self._changes.segments.add((model, seg))
+                self._changes.dropped.discard((model, seg))
                 mapping[j] = seg
             else:
                 mapping[j] = OTHER_SEGMENT
-        out = np.asarray(mapping, dtype=np.str_)[inv.reshape(-1)]
+        out = np.asarray(mapping, dtype=np.str_)[inv]
         folded = np.count_nonzero(out == OTHER_SEGMENT) - np.count_nonzero(segment == OTHER_SEGMENT)
         return out, max(0, int(folded))
+
+    def _expire(self, model: str, horizon: int) -> None:
+        """Free the slots of ``model``'s segments whose latest bucket is before ``horizon``."""
+        admitted = self._segments[model]
+        for seg in [s for s, b in admitted.items() if b < horizon]:
+            del admitted[seg]
+            self._changes.segments.discard((model, seg))
+            self._changes.dropped.add((model, seg))
 
     def _stored(self, key: PartKey, offset: int | None) -> Control | Refresh | None:
         """The control of ``key`` published beyond the resume point, if any.
@@ -345,8 +376,9 @@ class SamplerService:
         self, model: str, batch: ScoredBatch, idx: npt.NDArray[np.intp], result: SamplerResult
     ) -> None:
         cfg = self.model_config(model)
-        segment, folded = self._fold_segments(model, batch.segment[idx])
         ts = batch.ts[idx]
+        bucket = bucket_of(ts, self.config.windows.bucket_s)
+        segment, folded = self._fold_segments(model, batch.segment[idx], bucket)
         n = len(idx)
         cols = _Cols(
             ids=batch.ids[idx],
@@ -355,7 +387,7 @@ class SamplerService:
             pred=batch.pred[idx],
             ts=ts,
             segment=segment,
-            bucket=bucket_of(ts, self.config.windows.bucket_s),
+            bucket=bucket,
             u=hash_uniform(batch.ids[idx], f"{self.config.salt}|{model}"),
             qstar=np.zeros(n, dtype=np.float64),
             pi=np.zeros(n, dtype=np.float64),

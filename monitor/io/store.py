@@ -91,7 +91,7 @@ class LoadedState:
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     sampler_traffic: dict[PartKey, TrafficAggregate] = field(default_factory=dict)
     controls: dict[PartKey, Control] = field(default_factory=dict)
-    segments: dict[str, set[str]] = field(default_factory=dict)
+    segments: dict[str, dict[str, int]] = field(default_factory=dict)  # latest bucket each
     segment_traffic: dict[tuple[str, str, int], TrafficAggregate] = field(default_factory=dict)
     requests: list[RequestState] = field(default_factory=list)
     parked: list[ParkedLabel] = field(default_factory=list)
@@ -237,10 +237,14 @@ class Store:
             key = (m, int(p), int(b))
             if key in st.controls:
                 st.controls[key] = with_refreshes(st.controls[key], json.loads(r))
-        for m, s in db.execute("SELECT model, segment FROM segments"):
-            st.segments.setdefault(m, set()).add(s)
         for m, s, b, agg in db.execute("SELECT model, segment, bucket, agg FROM segment_traffic"):
             st.segment_traffic[(m, s, int(b))] = TrafficAggregate.from_list(json.loads(agg))
+        latest: dict[tuple[str, str], int] = {}
+        for m, s, b in st.segment_traffic:
+            latest[(m, s)] = max(b, latest.get((m, s), b))
+        for m, s in db.execute("SELECT model, segment FROM segments"):
+            # a segment without traffic held is behind any retention horizon (bucket -1)
+            st.segments.setdefault(m, {})[s] = latest.get((m, s), -1)
         for body, label, labeler, label_ts in db.execute(
             "SELECT body, label, labeler, label_ts FROM requests ORDER BY rowid"
         ):
@@ -351,6 +355,7 @@ class Store:
                 if c.refreshes
             ],
         )
+        db.executemany("DELETE FROM segments WHERE model=? AND segment=?", sorted(sampler.dropped))
         db.executemany("INSERT OR IGNORE INTO segments VALUES (?, ?)", sorted(sampler.segments))
         for (m, p), horizon in sampler.prune.items():
             args = (m, p, horizon)

@@ -125,6 +125,41 @@ def test_segment_cap_folds_new_segments_into_other(rng: np.random.Generator) -> 
     assert sampler.take_changes().segments == {("default", x) for x in kept}
 
 
+def test_a_segment_without_traffic_for_the_retention_gives_up_its_slot(
+    rng: np.random.Generator,
+) -> None:
+    """Segments used to hold their slot for ever: once ``max_segments_per_model`` names had
+    been seen, every later segment (a campaign a week) was folded into ``__other__`` for good.
+    Retention here is 2 buckets (one 1 h window)."""
+    cfg = _config(
+        max_segments_per_model=2,
+        windows=WindowsConfig(bucket_s=3600, report=(("1h", 3600),)),
+    )
+    sampler = SamplerService(cfg)
+    start = 1_700_000_000 - 1_700_000_000 % 3600  # on an hour: bucket h is hour h
+    first = make_stream(rng, 400, start=start, span_s=3000.0, segments=("live", "campaign-1"))
+    sampler.process(first.batch(slice(None)))
+    assert sampler.take_changes().segments == {("default", "live"), ("default", "campaign-1")}
+
+    def hour(h: int, segments: tuple[str, ...], offset: int) -> Stream:
+        s = make_stream(rng, 200, start=start + h * 3600.0, span_s=3000.0, segments=segments)
+        s.offset += offset
+        return s
+
+    # an hour later campaign-1 is still inside the retention: campaign-2 is folded
+    res = sampler.process(hour(1, ("live", "campaign-2"), 400).batch(slice(None)))
+    assert {k.segment for k in res.traffic} == {"live", OTHER_SEGMENT}
+    assert not sampler.take_changes().dropped
+    # two hours after its last records campaign-1 is behind the horizon: campaign-2 takes its
+    # slot, live (seen every hour) keeps its own
+    res = sampler.process(hour(2, ("live", "campaign-2"), 600).batch(slice(None)))
+    assert {k.segment for k in res.traffic} == {"live", "campaign-2"}
+    changes = sampler.take_changes()
+    assert changes.dropped == {("default", "campaign-1")}
+    assert changes.segments == {("default", "campaign-2")}
+    assert res.folded == {}
+
+
 def test_records_beyond_retention_are_counted_not_audited(rng: np.random.Generator) -> None:
     cfg = _config(windows=WindowsConfig(bucket_s=3600, report=(("1h", 3600),)))
     s = make_stream(rng, 1000, span_s=600)

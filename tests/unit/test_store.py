@@ -9,7 +9,8 @@ import pytest
 from monitor.config.schema import Config, ModelConfig
 from monitor.core.estimator import EstimatorService
 from monitor.core.messages import LabelResult, RawRecord
-from monitor.core.sampler import SamplerService
+from monitor.core.sampler import SamplerChanges, SamplerService
+from monitor.core.windows import bucket_of
 from monitor.errors import StoreError
 from monitor.io.store import SCHEMA_VERSION, Store
 from tests.unit.engine_streams import make_stream
@@ -192,3 +193,24 @@ def test_a_store_of_an_earlier_schema_opens_and_is_marked_current(tmp_path: Path
     (written,) = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     db.close()
     assert written == str(SCHEMA_VERSION)
+
+
+def test_segments_come_back_with_their_latest_bucket_and_freed_slots_leave(
+    tmp_path: Path, rng: np.random.Generator
+) -> None:
+    """Each admitted segment is loaded with the latest bucket of its traffic held (the slot
+    it holds expires with it); one with none held (pruned, or written by an earlier release
+    that kept every segment for ever) is behind any horizon; a freed slot leaves the table."""
+    s = make_stream(rng, 2000, span_s=3 * 3600, segments=("a", "b"))
+    sampler, est = SamplerService(CFG), EstimatorService(CFG)
+    store = Store(tmp_path)
+    est.apply_traffic(sampler.process(s.batch(slice(None))).traffic)
+    store.commit(sampler.take_changes(), est.take_changes(), {("scored", 0): len(s)})
+    store._db.execute("INSERT INTO segments VALUES ('default', 'gone')")
+    st = store.load()
+    newest = {seg: int(bucket_of(s.ts[s.segment == seg], 3600).max()) for seg in ("a", "b")}
+    assert st.segments == {"default": {**newest, "gone": -1}}
+    changes = SamplerChanges(dropped={("default", "gone"), ("default", "a")})
+    store.commit(changes, est.take_changes(), {("scored", 0): len(s)})
+    assert store.load().segments == {"default": {"b": newest["b"]}}
+    store.close()
