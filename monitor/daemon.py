@@ -426,6 +426,8 @@ def _alert_hook(
 ) -> Callable[[Snapshot], None]:
     """Evaluate alerts on each snapshot, export and store them, and push them if configured.
 
+    The state is written only when it differs from the last one written (or read at start-up):
+    snapshots come about once a second while data flows, and most change no alert state.
     ``pusher.push`` only queues the statuses for its own thread: the data path never waits
     for Alertmanager.
     """
@@ -435,11 +437,16 @@ def _alert_hook(
     saved = store.get_json("alerts")
     if isinstance(saved, dict):
         evaluator.restore(saved)
+    written = saved  # the state as the store holds it
 
     def hook(snapshot: Snapshot) -> None:
+        nonlocal written
         statuses = evaluator.evaluate(snapshot)
         exporter.publish_alerts(statuses)
-        store.put_json("alerts", evaluator.state())
+        state = evaluator.state()
+        if state != written:
+            store.put_json("alerts", state)
+            written = state
         if pusher is not None:
             pusher.push(statuses)
 

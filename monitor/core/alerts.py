@@ -179,6 +179,8 @@ class AlertEvaluator:
     def evaluate(self, snapshot: Snapshot) -> list[AlertStatus]:
         """Decide every enabled alert of every window in ``snapshot`` (at most once per check).
 
+        The state of inactive keys the snapshot does not report is forgotten (:meth:`_forget`).
+
         Returns:
             One status per (alert, model, segment, window) present in the snapshot.
         """
@@ -209,7 +211,24 @@ class AlertEvaluator:
             for alert in alerts:
                 look = _Look(alert, w, cfg, est, reference, split, cfg.horizon_looks(span))
                 out.append(self._look(look, check, now))
+        self._forget({s.key for s in out})
         return out
+
+    def _forget(self, decided: set[Key]) -> None:
+        """Drop the state of every inactive key this snapshot does not report, and unused history.
+
+        A segment whose traffic has aged out leaves the snapshots (campaign segments come and
+        go): its keys' looks and references would otherwise be kept, and stored, for ever. An
+        active key is kept until a look clears it: it is not reported while its window is
+        absent (the exporter drops its series and the Alertmanager push sends it resolved),
+        and if the segment comes back the alert holds until the evidence clears it. A window's
+        reference history lives as long as its ``f_dropped`` key.
+        """
+        for key in [k for k, s in self._state.items() if k not in decided and not s.active]:
+            del self._state[key]
+        dropped = {(m, s, w) for a, m, s, w in self._state if a == "f_dropped"}
+        for window in [k for k in self._history if k not in dropped]:
+            del self._history[window]
 
     def _look(self, look: _Look, check: int, now: float) -> AlertStatus:
         alert, w, cfg = look.alert, look.window, look.cfg

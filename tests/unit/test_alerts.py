@@ -8,6 +8,7 @@ import logging
 import math
 import socket
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -16,9 +17,11 @@ from monitor.config.load import parse_config
 from monitor.config.schema import AlertConfig, Config, ModelConfig
 from monitor.core.alerts import AlertEvaluator, AlertStatus
 from monitor.core.snapshot import Snapshot, WindowEstimate
+from monitor.daemon import _alert_hook
 from monitor.errors import ConfigError
 from monitor.io.alertmanager import AlertmanagerPusher
 from monitor.io.exporter import Exporter
+from monitor.io.store import Store
 from monitor.stats.alerting import drop_bound, likelihood_upper_bound, look_error, upper_bound
 from monitor.stats.estimate import Confusion, Estimate
 
@@ -396,3 +399,88 @@ def test_likelihood_alert_is_a_test_inside_the_false_alarm_budget() -> None:
     ev = _evaluator(likelihood_floor=0.6, check_calibration=False)
     (status,) = ev.evaluate(_snap(1, sure))
     assert status.active and status.bound < 0.6
+
+
+def _keys(ev: AlertEvaluator) -> tuple[set[tuple[str, ...]], set[tuple[str, ...]]]:
+    """The (alert, model, segment, window) keys and (model, segment, window) histories kept."""
+    state = ev.state()
+    keys = {tuple(k["key"]) for k in state["keys"]}
+    return keys, {tuple(h["key"][:3]) for h in state["history"]}
+
+
+def test_the_state_of_a_segment_gone_from_the_snapshots_is_forgotten() -> None:
+    ev = _evaluator(floor=0.7, reference_lag_s=86_400, check_calibration=False)
+    healthy = _window(_est(0.9, 0.02), likelihood=0.9)
+    campaign = dataclasses.replace(healthy, segment="campaign")
+    for hour in range(30):
+        ev.evaluate(_snap(hour, healthy, campaign))
+    keys, history = _keys(ev)
+    assert ("f_dropped", "m", "campaign", "24h") in keys and ("m", "campaign", "24h") in history
+    statuses = ev.evaluate(_snap(30, healthy))  # the campaign's traffic has aged out
+    assert {s.segment for s in statuses} == {""}
+    keys, history = _keys(ev)
+    assert {k[2] for k in keys} == {""} and len(keys) == 3
+    assert history == {("m", "", "24h")}
+
+
+class _RecordingPusher(AlertmanagerPusher):
+    """Keeps the alert lists it would POST instead of sending them."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[dict[str, object]]] = []
+        super().__init__("http://127.0.0.1:9", resend_s=3600.0)
+
+    def _send(self, alerts: list[dict[str, object]]) -> None:
+        self.sent.append(alerts)
+
+
+def test_a_firing_alert_of_a_vanished_segment_is_kept_until_it_clears() -> None:
+    """Its state stays (and holds if the segment returns); Alertmanager is told it resolved."""
+    ev = _evaluator(floor=0.7, check_calibration=False, likelihood_floor=None)
+    overall = _window(_est(0.9, 0.02))
+    bad = dataclasses.replace(_window(_est(0.5, 0.02)), segment="campaign")
+    key = ("f_below_floor", "m", "campaign", "24h")
+    pusher = _RecordingPusher()
+    pusher.push(ev.evaluate(_snap(1, overall, bad)), now=100.0)
+    pusher.push(ev.evaluate(_snap(2, overall)), now=101.0)  # the campaign ended
+    pusher.close()
+    assert key in _keys(ev)[0]
+    ((resolved,),) = pusher.sent[-1:]  # the segment's alert, sent resolved (endsAt = now)
+    assert resolved["labels"]["segment"] == "campaign"  # type: ignore[index]
+    assert resolved["endsAt"] == "1970-01-01T00:01:41.000Z"
+    (status,) = [s for s in ev.evaluate(_snap(3, overall, bad)) if s.segment == "campaign"]
+    assert status.active and status.since == 1 * HOUR + 10.0  # back: still firing
+    healed = dataclasses.replace(bad, f=_est(0.9, 0.02))
+    (status,) = [s for s in ev.evaluate(_snap(4, overall, healed)) if s.segment == "campaign"]
+    assert not status.active
+    ev.evaluate(_snap(5, overall))
+    assert key not in _keys(ev)[0]  # resolved, then gone: forgotten
+
+
+def test_the_daemon_stores_the_alert_state_only_when_it_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alerts = AlertConfig(floor=0.7, looks_per_window=0, check_calibration=False)
+    config = Config(models={"m": ModelConfig(name="m", alerts=alerts)}, default_model="m")
+    store = Store(tmp_path)
+    writes: list[object] = []
+    put = store.put_json
+
+    def counted(key: str, value: object) -> None:
+        writes.append(value)
+        put(key, value)
+
+    monkeypatch.setattr(store, "put_json", counted)
+    hook = _alert_hook(config, store, Exporter(config, registry=CollectorRegistry()))
+    window = _window(_est(0.9, 0.02), likelihood=0.9)
+    for created in range(10):  # one look per hour: the snapshots of an hour change nothing
+        hook(dataclasses.replace(_snap(1, window), created_at=float(created)))
+    assert len(writes) == 1
+    hook(_snap(2, window))  # the next look counts
+    assert len(writes) == 2
+    again = _alert_hook(config, store, Exporter(config, registry=CollectorRegistry()))
+    few = dataclasses.replace(window, f=_est(0.9, 0.02, n=5), labels=5)
+    again(_snap(3, few))  # after a restart: too few labels decide nothing, nothing to write
+    assert len(writes) == 2
+    assert store.get_json("alerts") == writes[-1]
+    store.close()
