@@ -25,9 +25,10 @@ Phases:
 
    While a run lasts, this process reads every sampler's JSON log (stderr) and samples the CPU
    time (``utime + stime`` of ``/proc/PID/stat``) of each sampler and of the broker every
-   0.1 s. The run ends when the samplers have committed every partition's end offset (their
-   ``batch_processed`` events; confirmed afterwards by reading the group's committed offsets);
-   then each sampler gets SIGTERM and must exit 0.
+   0.1 s. The samplers run with ``--log-level DEBUG``, which logs each batch (``batch_processed``;
+   INFO has one summary a minute). The run ends when the samplers have committed every
+   partition's end offset (their ``batch_processed`` events; confirmed afterwards by reading the
+   group's committed offsets); then each sampler gets SIGTERM and must exit 0.
 
 **Clock**: from the moment every sampler owns its final share of the partitions (the last
 ``sampler_rebuilt`` event of the run) to the ``batch_processed`` event that committed the last
@@ -340,7 +341,7 @@ def run_samplers(
     commands = []
     for i in range(k):
         cmd = [sys.executable, "-m", "monitor", "run", "--config", str(config)]
-        cmd += ["--role", "sampler", "--metrics-port", str(free_port())]
+        cmd += ["--role", "sampler", "--metrics-port", str(free_port()), "--log-level", "DEBUG"]
         if pinned:
             cmd = ["taskset", "-c", str(i % cpus), *cmd]
         commands.append((f"sampler-{i + 1}", cmd, work / f"{tag}-sampler-{i + 1}.log"))

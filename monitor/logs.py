@@ -2,7 +2,7 @@
 
 Call sites pass structured fields through ``extra``::
 
-    log.info("batch processed", extra={"event": "batch_processed", "records": 500})
+    log.info("batches processed", extra={"event": "batches_processed", "records": 500})
 """
 
 from __future__ import annotations

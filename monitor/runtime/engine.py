@@ -41,6 +41,7 @@ from monitor.core.records import deadletter_value, decode_labels, decode_request
 from monitor.core.sampler import SamplerService
 from monitor.core.snapshot import Snapshot
 from monitor.errors import BrokerUnavailable, StoreError
+from monitor.runtime.batch_log import BatchLog
 from monitor.runtime.failpoint import Failpoint
 from monitor.runtime.ports import TP, Metrics, Sink, Source, TopicReader
 from monitor.runtime.reject_log import RejectLog
@@ -145,6 +146,7 @@ class Engine:
             store.before_commit = lambda: failpoint.hit("store")
         self.metrics = metrics
         self._reject_log = RejectLog(config.kafka.topics)
+        self._batch_log = BatchLog()
         self.clock = clock
         self.on_snapshot = list(on_snapshot)
         self.n_partitions = 1
@@ -521,24 +523,20 @@ class Engine:
             self.metrics.observe_label_latency(latencies)
         self.metrics.set_lags(lag)
         if raw:
-            self.metrics.observe_batch(time.monotonic() - started)
-            log.info(
-                "batch processed",
-                extra={
-                    "event": "batch_processed",
-                    "records": len(raw),
-                    "scored": len(by_topic[topics.scored]),
-                    "requests": len(produced),
-                    "labels": sum(labels_ok.values()),
-                    "rejected": len(rejects),
-                    "offsets": {f"{t}/{p}": o for (t, p), o in sorted(offsets.items())},
-                },
-            )
+            took = time.monotonic() - started
+            self.metrics.observe_batch(took)
+            self._batch_log.note(
+                took, offsets, records=len(raw), scored=len(by_topic[topics.scored]),
+                requests=len(produced), labels=sum(labels_ok.values()), rejected=len(rejects),
+            )  # fmt: skip
+        else:
+            self._batch_log.tick()
         self.maybe_publish(force=bool(labels_ok))
         return len(raw)
 
     def shutdown(self, source: Source | None, sink: Sink | None) -> None:
-        """Before closing: publish the last state (skipped when nothing changed)."""
+        """Before closing: log the pending batch summary, publish the last state (if changed)."""
+        self._batch_log.flush()
         self.maybe_publish(force=True)
 
     def maybe_publish(self, force: bool = False) -> Snapshot | None:

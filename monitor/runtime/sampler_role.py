@@ -49,6 +49,7 @@ from monitor.core.aggregates import (
 )
 from monitor.core.records import deadletter_value, decode_scored
 from monitor.errors import BrokerUnavailable
+from monitor.runtime.batch_log import BatchLog
 from monitor.runtime.engine import FLUSH_TIMEOUT_S, count_step, split_poll
 from monitor.runtime.failpoint import Failpoint
 from monitor.runtime.ports import TP, Entry, Metrics, Sink, Source, TopicReader
@@ -81,6 +82,7 @@ class SamplerEngine:
         self.flush_every_s = flush_every_s
         self.metrics = metrics
         self._reject_log = RejectLog(config.kafka.topics)
+        self._batch_log = BatchLog()
         self.aggregates = aggregates
         self.failpoint = failpoint
         self.n_partitions = 1
@@ -244,7 +246,11 @@ class SamplerEngine:
             )
 
     def shutdown(self, source: Source | None, sink: Sink | None) -> None:
-        """Before closing: flush and commit what the last steps produced (if the broker lets)."""
+        """Before closing: log the pending batch summary, flush and commit the last steps.
+
+        The flush and commit need the broker: without it the next owner replays those steps.
+        """
+        self._batch_log.flush()
         if source is None or sink is None:
             return
         try:
@@ -287,6 +293,7 @@ class SamplerEngine:
             self._follow_maps(self.aggregates.follow())
         if not raw:
             self._flush(source, sink)  # idle: make everything durable now
+            self._batch_log.tick()
             return 0
         started = time.monotonic()
         fp = self.failpoint
@@ -321,16 +328,10 @@ class SamplerEngine:
         self._reject_log.note(rejects)
         if res.folded:
             self.metrics.count_segments_folded(res.folded)
-        self.metrics.observe_batch(time.monotonic() - started)
-        log.info(
-            "batch processed",
-            extra={
-                "event": "batch_processed",
-                "records": len(raw),
-                "requests": len(res.requests),
-                "states": len(messages),
-                "rejected": len(rejects),
-                "offsets": {f"{t}/{p}": o for (t, p), o in sorted(offsets.items())},
-            },
-        )
+        took = time.monotonic() - started
+        self.metrics.observe_batch(took)
+        self._batch_log.note(
+            took, offsets, records=len(raw), requests=len(res.requests), states=len(messages),
+            rejected=len(rejects),
+        )  # fmt: skip
         return len(raw)
