@@ -297,10 +297,14 @@ def label_panels() -> list[Json]:
         )
     )
     pending = timeseries(
-        "Pending share of the window's weight",
-        "Share of the window's sampling weight sum(1/pi) in requests not answered yet: how much "
-        "of the estimate still rests on labels to come.",
-        targets((f"monitor_pending_weight_ratio{{{MS}}}", "{{window}}")),
+        "Pending and missing shares of the window's weight",
+        "Share of the window's sampling weight sum(1/pi) in requests not answered yet (how much "
+        "of the estimate still rests on labels to come) and past their deadline without a label "
+        "(skipped or lost: the estimate assumes they are missing at random within their class).",
+        targets(
+            (f"monitor_pending_weight_ratio{{{MS}}}", "pending {{window}}"),
+            (f"monitor_missing_weight_ratio{{{MS}}}", "missing {{window}}"),
+        ),
         unit="percentunit",
         unit_range=(0.0, 1.0),
     )

@@ -711,6 +711,9 @@ class EstimatorService:
                         pending_weight=pending_share(
                             r_pi[in_win], (unlabelled & ~(r_dead < wm))[in_win]
                         ),
+                        missing_weight=pending_share(
+                            r_pi[in_win], (unlabelled & (r_dead < wm))[in_win]
+                        ),
                         worst=_worst_case(*labels_in, cfg.alpha),
                         intrinsic_f_recalibrated=recal_f,
                         calibration_error=ece,

@@ -54,10 +54,11 @@ class WindowEstimate:
     intrinsic_se: float = math.nan
     likelihood_log_se: float = math.nan  # super-population se of log(likelihood)
     # labels that arrive late or never (monitor.stats.response): answered / issued requests of
-    # the predicted negatives and positives, the share of the window's sampling weight sum(1/pi)
-    # still pending, and the worst-case bounds
+    # the predicted negatives and positives, the shares of the window's sampling weight
+    # sum(1/pi) still pending and past its deadline unanswered, and the worst-case bounds
     answer_rate: tuple[float, float] = _NO_BOUNDS
     pending_weight: float = math.nan
+    missing_weight: float = math.nan
     worst: WorstCase = field(default_factory=WorstCase)
     # intrinsic F from the recalibrated probabilities p_hat of the window's traffic (under the
     # calibration map of each bucket's control; equal to intrinsic_f without maps)

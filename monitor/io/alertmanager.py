@@ -7,8 +7,10 @@ and ``source="activeaudit-monitor"``; annotations ``summary``, ``description``, 
 ``threshold`` and ``runbook_url``. Named as the rules name them, a pushed alert and the rule's
 fall into one Alertmanager group and the shipped inhibitions apply to both. A firing alert's
 ``endsAt`` lies ``3 * resend_s`` ahead and is pushed again every ``resend_s`` (Alertmanager
-resolves an alert whose ``endsAt`` has passed, so a dead daemon's alerts resolve on their own);
-an alert that stops firing is sent once with ``endsAt`` = now.
+resolves an alert whose ``endsAt`` has passed, so a dead daemon's alerts resolve on their own),
+by the pusher's own thread while no new statuses come (a model whose traffic stopped publishes
+no snapshot, and its firing alerts used to resolve three minutes later); an alert that stops
+firing is sent once with ``endsAt`` = now.
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ class AlertmanagerPusher:
     """Forwards firing and resolved alerts to Alertmanager's v2 API without blocking.
 
     ``push`` only hands the latest alert list to a background thread; older undelivered lists
-    are replaced. Firing alerts are re-sent every ``resend_s`` (Alertmanager resolves an alert
-    whose ``endsAt`` passes); an alert that stops firing is sent once with ``endsAt`` = now.
+    are replaced. Firing alerts are re-sent every ``resend_s``, pushed or not (Alertmanager
+    resolves an alert whose ``endsAt`` passes); an alert that stops firing is sent once with
+    ``endsAt`` = now. ``clock``: wall time in seconds (``time.time``; injected by tests).
     A POST is retried ``retries`` times with doubling back-off; when all fail, ``on_error(1)``
     is called (wire it to ``Exporter.count_alertmanager_errors``); the next resend tries again.
     """
@@ -65,42 +68,47 @@ class AlertmanagerPusher:
         backoff_s: float = 0.5,
         resend_s: float = 60.0,
         generator_url: str = "",
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.endpoint = url.rstrip("/") + "/api/v2/alerts"
         self._on_error = on_error
         self._timeout_s, self._retries, self._backoff_s = timeout_s, retries, backoff_s
         self._resend_s, self._generator_url = resend_s, generator_url
+        self._clock = clock
         self._cond = threading.Condition()
         self._pending: list[dict[str, Any]] | None = None
         self._closed = False
         self._firing: dict[Key, float] = {}  # key -> wall time first seen firing
         self._last_sent = -math.inf
         self._last_keys: frozenset[Key] = frozenset()
+        self._active: list[AlertStatus] = []  # the firing statuses last pushed
         self.delivered = 0  # successful POSTs (for tests and logs)
         self._thread = threading.Thread(target=self._run, name="alertmanager-push", daemon=True)
         self._thread.start()
 
     def push(self, statuses: Sequence[AlertStatus], now: float | None = None) -> None:
         """Queue the alerts that fire or just resolved; returns immediately."""
-        now = time.time() if now is None else now
+        now = self._clock() if now is None else now
         firing = {s.key: s for s in statuses if s.active}
-        resolved = [k for k in self._firing if k not in firing]
-        keys = frozenset(firing)
-        if not resolved and keys == self._last_keys and now - self._last_sent < self._resend_s:
-            return
-        alerts = [
-            self._payload(s, self._firing.setdefault(k, now), now + 3 * self._resend_s)
-            for k, s in firing.items()
-        ]
-        for k in resolved:
-            start = self._firing.pop(k)
-            alerts.append(self._payload(AlertStatus(*k, active=False), start, now))
-        self._last_sent, self._last_keys = now, keys
-        if not alerts:
-            return
         with self._cond:
-            self._pending = alerts
-            self._cond.notify()
+            self._active = list(firing.values())
+            resolved = [k for k in self._firing if k not in firing]
+            keys = frozenset(firing)
+            if not resolved and keys == self._last_keys and now - self._last_sent < self._resend_s:
+                return
+            alerts = self._firing_payloads(now)
+            for k in resolved:
+                start = self._firing.pop(k)
+                alerts.append(self._payload(AlertStatus(*k, active=False), start, now))
+            self._last_sent, self._last_keys = now, keys
+            if alerts:
+                self._pending = alerts
+                self._cond.notify()
+
+    def _firing_payloads(self, now: float) -> list[dict[str, Any]]:
+        """The firing alerts, each ending ``3 * resend_s`` after ``now`` (lock held)."""
+        ends = now + 3 * self._resend_s
+        return [self._payload(s, self._firing.setdefault(s.key, now), ends) for s in self._active]
 
     def _payload(self, s: AlertStatus, starts: float, ends: float) -> dict[str, Any]:
         name = RULE_NAMES.get(s.alert, s.alert)
@@ -135,7 +143,12 @@ class AlertmanagerPusher:
         while True:
             with self._cond:
                 while self._pending is None and not self._closed:
-                    self._cond.wait()
+                    due = self._last_sent + self._resend_s - self._clock()
+                    if self._active and due <= 0:  # no push for resend_s: send them again
+                        now = self._clock()
+                        self._pending, self._last_sent = self._firing_payloads(now), now
+                    else:
+                        self._cond.wait(due if self._active else None)
                 if self._pending is None:
                     return
                 alerts, self._pending = self._pending, None

@@ -162,6 +162,14 @@ def _render_answers(fam: _Families, w: WindowEstimate, base: tuple[str, str, str
         base,
         w.pending_weight,
     )
+    fam.add(
+        "monitor_missing_weight_ratio",
+        "Share of the window's sampling weight sum(1/pi) in requests past their deadline "
+        "without a label (skipped or lost)",
+        WINDOW_LABELS,
+        base,
+        w.missing_weight,
+    )
     with_alpha = (*WINDOW_LABELS, "alpha")
     alpha_values = (*base, alpha_label(w.alpha))
     for name, doc, (low, high) in (

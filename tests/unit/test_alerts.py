@@ -9,6 +9,7 @@ import math
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -484,3 +485,34 @@ def test_the_daemon_stores_the_alert_state_only_when_it_changed(
     assert len(writes) == 2
     assert store.get_json("alerts") == writes[-1]
     store.close()
+
+
+def test_firing_alerts_are_sent_again_while_no_statuses_come() -> None:
+    """A model whose traffic stopped publishes no snapshot, so nothing was pushed: its firing
+    alerts reached their endsAt and Alertmanager resolved them three minutes later."""
+
+    class Recording(AlertmanagerPusher):
+        def __init__(self) -> None:
+            self.sent: list[list[dict[str, Any]]] = []
+            super().__init__("http://127.0.0.1:9", resend_s=0.1)
+
+        def _send(self, alerts: list[dict[str, Any]]) -> None:
+            self.sent.append(alerts)
+
+    pusher = Recording()
+    firing = AlertStatus("f_below_floor", "m", "", "24h", True, 0.5, 0.7, 1.0)
+    pusher.push([firing])
+    deadline = time.monotonic() + 10
+    while len(pusher.sent) < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pusher.push([dataclasses.replace(firing, active=False)])
+    time.sleep(0.3)
+    pusher.close()
+    *again, last = pusher.sent
+    assert len(again) >= 4
+    assert all(a["labels"]["alert"] == "f_below_floor" for (a,) in again)
+    ends = [a["endsAt"] for (a,) in again]
+    assert ends == sorted(ends) and len(set(ends)) == len(ends)  # each later than the last
+    assert {a["startsAt"] for (a,) in again} == {again[0][0]["startsAt"]}
+    ((resolved,),) = [last]
+    assert resolved["endsAt"] < ends[-1]  # sent once, resolved; nothing after it

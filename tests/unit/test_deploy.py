@@ -168,6 +168,7 @@ def _window(model: str, segment: str, window: str) -> WindowEstimate:
         missing=10,
         answer_rate=(0.5, 0.9),
         pending_weight=0.2,
+        missing_weight=0.05,
         worst=WorstCase((0.6, 0.8), (0.7, 0.9), (0.5, 0.75)),
         psi=0.012,
         ratio=(est, est, est),  # as with estimator: model_assisted
@@ -284,6 +285,7 @@ def test_exporter_renders_the_contract_metrics(exported: set[str]) -> None:
         "monitor_labels_missing",
         "monitor_answer_rate",
         "monitor_pending_weight_ratio",
+        "monitor_missing_weight_ratio",
         "monitor_f_measure_worst_case_lower",
         "monitor_f_measure_worst_case_upper",
         "monitor_label_latency_seconds_bucket",

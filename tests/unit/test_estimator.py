@@ -301,3 +301,25 @@ def test_a_model_removed_from_the_configuration_is_neither_estimated_nor_exporte
     assert snap.windows == () and snap.watermarks == {}
     assert restarted.unconfigured_models() == ["default"]  # the engine warns of it at start
     assert restarted.watermark("default") == est.watermark("default")  # kept, not dropped
+
+
+def test_requests_past_their_deadline_show_as_missing_weight(rng: np.random.Generator) -> None:
+    """Skipped requests left the pending share at their deadline and no metric showed the
+    weight the estimate had lost (a drill: 9.5% of a window's weight, pending share 0.007)."""
+    cfg = dataclasses.replace(CFG, label_deadline_s=3600.0)
+    s = make_stream(rng, 6000, span_s=3 * 3600)
+    res = SamplerService(cfg).process(s.batch(slice(None)))
+    est = EstimatorService(cfg, Clock())
+    est.apply_traffic(res.traffic)
+    est.upsert_requests(res.requests)
+    watermark = float(s.ts.max())
+    dead = [r for r in res.requests if r.deadline < watermark]  # the first two hours'
+    open_ = [r for r in res.requests if r.deadline >= watermark]
+    assert est.handle_labels([_label(r.request_id, 0, i) for i, r in enumerate(open_[::2])]) == []
+    waiting = open_[1::2]
+    row = next(w for w in est.snapshot().windows if w.window == "24h" and w.segment == "")
+    weight = {r.request_id: 1.0 / r.pi for r in res.requests}
+    total = sum(weight.values())
+    assert row.missing == len(dead) > 0 and row.pending == len(waiting)
+    assert row.missing_weight == pytest.approx(sum(weight[r.request_id] for r in dead) / total)
+    assert row.pending_weight == pytest.approx(sum(weight[r.request_id] for r in waiting) / total)

@@ -102,12 +102,13 @@ def test_every_snapshot_family_is_rendered_from_the_snapshot(exporter: Exporter)
 
 def test_answer_rates_pending_weight_and_worst_case_bounds(exporter: Exporter) -> None:
     worst = WorstCase(f=(0.5, 0.8), precision=(0.7, 0.9), recall=(0.4, 0.75))
-    w = _window(answer_rate=(0.5, 0.9), pending_weight=0.3, worst=worst)
+    w = _window(answer_rate=(0.5, 0.9), pending_weight=0.3, missing_weight=0.1, worst=worst)
     exporter.publish(Snapshot(windows=(w,)))
     get = exporter.registry.get_sample_value
     assert get("monitor_answer_rate", {**W, "pred": "0"}) == 0.5
     assert get("monitor_answer_rate", {**W, "pred": "1"}) == 0.9
     assert get("monitor_pending_weight_ratio", W) == 0.3
+    assert get("monitor_missing_weight_ratio", W) == 0.1
     assert get("monitor_f_measure_worst_case_lower", WA) == 0.5
     assert get("monitor_f_measure_worst_case_upper", WA) == 0.8
     assert get("monitor_precision_worst_case_lower", W) == 0.7
