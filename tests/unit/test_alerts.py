@@ -427,11 +427,11 @@ def test_the_state_of_a_segment_gone_from_the_snapshots_is_forgotten() -> None:
 class _RecordingPusher(AlertmanagerPusher):
     """Keeps the alert lists it would POST instead of sending them."""
 
-    def __init__(self) -> None:
-        self.sent: list[list[dict[str, object]]] = []
-        super().__init__("http://127.0.0.1:9", resend_s=3600.0)
+    def __init__(self, resend_s: float = 3600.0) -> None:
+        self.sent: list[list[dict[str, Any]]] = []
+        super().__init__("http://127.0.0.1:9", resend_s=resend_s)
 
-    def _send(self, alerts: list[dict[str, object]]) -> None:
+    def _send(self, alerts: list[dict[str, Any]]) -> None:
         self.sent.append(alerts)
 
 
@@ -447,7 +447,7 @@ def test_a_firing_alert_of_a_vanished_segment_is_kept_until_it_clears() -> None:
     pusher.close()
     assert key in _keys(ev)[0]
     ((resolved,),) = pusher.sent[-1:]  # the segment's alert, sent resolved (endsAt = now)
-    assert resolved["labels"]["segment"] == "campaign"  # type: ignore[index]
+    assert resolved["labels"]["segment"] == "campaign"
     assert resolved["endsAt"] == "1970-01-01T00:01:41.000Z"
     (status,) = [s for s in ev.evaluate(_snap(3, overall, bad)) if s.segment == "campaign"]
     assert status.active and status.since == 1 * HOUR + 10.0  # back: still firing
@@ -490,16 +490,7 @@ def test_the_daemon_stores_the_alert_state_only_when_it_changed(
 def test_firing_alerts_are_sent_again_while_no_statuses_come() -> None:
     """A model whose traffic stopped publishes no snapshot, so nothing was pushed: its firing
     alerts reached their endsAt and Alertmanager resolved them three minutes later."""
-
-    class Recording(AlertmanagerPusher):
-        def __init__(self) -> None:
-            self.sent: list[list[dict[str, Any]]] = []
-            super().__init__("http://127.0.0.1:9", resend_s=0.1)
-
-        def _send(self, alerts: list[dict[str, Any]]) -> None:
-            self.sent.append(alerts)
-
-    pusher = Recording()
+    pusher = _RecordingPusher(resend_s=0.1)
     firing = AlertStatus("f_below_floor", "m", "", "24h", True, 0.5, 0.7, 1.0)
     pusher.push([firing])
     deadline = time.monotonic() + 10
