@@ -184,11 +184,6 @@ class LabelStudioClient:
         """One task with its annotations and meta."""
         return _obj(self.call("GET", f"/api/tasks/{task_id}"))
 
-    def annotations(self, task_id: int) -> list[JsonObj]:
-        """The task's annotations, cancelled (skipped) ones included."""
-        out = self.call("GET", f"/api/tasks/{task_id}/annotations")
-        return [a for a in out if isinstance(a, dict)] if isinstance(out, list) else []
-
     def delete_task(self, task_id: int) -> None:
         """DELETE /api/tasks/{id} (a task already gone is fine)."""
         try:
