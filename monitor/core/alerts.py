@@ -401,8 +401,9 @@ def _untrusted(w: WindowEstimate, cfg: AlertConfig, error: float) -> _Decision:
     bound of the likelihood (:func:`monitor.stats.alerting.likelihood_upper_bound`) is below
     the floor and clears when the bound at the unadjusted ``false_alarm_rate`` is back above it
     (above it by ``LIKELIHOOD_BAND`` when the likelihood has no standard error). The evidence
-    exported is that of the failing check (the likelihood's if both fail), else the likelihood
-    bound while it is known, else the calibration bound.
+    exported is that of the failing check (the likelihood's if both fail), then of the
+    calibration check while it is not clear (it holds a firing alert between its two levels),
+    else the likelihood bound while it is known, else the calibration bound.
     """
     floor = cfg.likelihood_floor
     lik_known = floor is not None and not math.isnan(w.likelihood)
@@ -420,7 +421,7 @@ def _untrusted(w: WindowEstimate, cfg: AlertConfig, error: float) -> _Decision:
     if not lik_known and math.isnan(bound):
         return _NO_DECISION
     fires, clears = lik_bad or outside, lik_clear and inside
-    if lik_bad or (lik_known and not outside):
+    if lik_bad or (lik_known and inside):
         text = (
             f"model likelihood {_fmt(w.likelihood)} (upper bound {_fmt(lik_bound)} at error "
             f"{error:.2g}) vs floor {_fmt(float(floor or 0.0))}"

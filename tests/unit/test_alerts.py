@@ -507,3 +507,16 @@ def test_firing_alerts_are_sent_again_while_no_statuses_come() -> None:
     assert {a["startsAt"] for (a,) in again} == {again[0][0]["startsAt"]}
     ((resolved,),) = [last]
     assert resolved["endsAt"] < ends[-1]  # sent once, resolved; nothing after it
+
+
+def test_an_alert_held_by_the_calibration_check_shows_that_checks_evidence() -> None:
+    """Between its firing and clearing levels the calibration check holds the alert; the
+    evidence used to switch to the likelihood's bound (1.02 against a floor of 0.5), which
+    reads as passing while the alert fires."""
+    ev = _evaluator(likelihood_floor=0.6)
+    (status,) = ev.evaluate(_snap(1, _window(_est(0.7, 0.01), intrinsic=0.8, likelihood=0.9)))
+    assert status.active and status.threshold == 0.8  # fired on the calibration check
+    held = _window(_est(0.7, 0.03), intrinsic=0.77, likelihood=0.9)  # 2.3 se: neither level
+    (status,) = ev.evaluate(_snap(2, held))
+    assert status.active
+    assert status.threshold == 0.77 and status.description.startswith("intrinsic F")
