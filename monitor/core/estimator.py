@@ -628,7 +628,8 @@ class EstimatorService:
                 in_win = seg_mask & (r_bucket >= cur.start) & (r_bucket < cur.stop)
                 labelled = in_win & (r_label >= 0)
                 unlabelled = in_win & (r_label < 0)
-                missing = int(np.count_nonzero(unlabelled & (r_dead < wm)))
+                dead = unlabelled & (r_dead < wm)  # past the deadline without a label
+                missing = int(np.count_nonzero(dead))
                 n_lab = int(np.count_nonzero(labelled))
                 intrinsic = intrinsic_falpha_from_sums(
                     agg.pred_score_total, float(agg.n_pred), agg.score_total, cfg.alpha
@@ -708,12 +709,8 @@ class EstimatorService:
                         psi=float(drift),
                         likelihood_log_se=lik_se,
                         answer_rate=_answer_rates(r_pred[in_win], r_label[in_win]),
-                        pending_weight=pending_share(
-                            r_pi[in_win], (unlabelled & ~(r_dead < wm))[in_win]
-                        ),
-                        missing_weight=pending_share(
-                            r_pi[in_win], (unlabelled & (r_dead < wm))[in_win]
-                        ),
+                        pending_weight=pending_share(r_pi[in_win], (unlabelled & ~dead)[in_win]),
+                        missing_weight=pending_share(r_pi[in_win], dead[in_win]),
                         worst=_worst_case(*labels_in, cfg.alpha),
                         intrinsic_f_recalibrated=recal_f,
                         calibration_error=ece,

@@ -170,20 +170,24 @@ def _planned_labels(plan: Plan, path: str) -> float:
     return value
 
 
-def _planned_from(plan: Plan, path: str, known: Known | None) -> str:
-    """Why ``plan`` was not planned from exactly ``known`` ("" when it was)."""
+def _planned_from(plan: Plan, path: str, known: Known | None) -> tuple[str, bool]:
+    """Why ``plan`` was not planned from exactly ``known`` ("" when it was), and whether late.
+
+    Late: the files given hold more labels than it was planned from (a label added since).
+    """
     want = planned_known(plan, path)
     have = 0 if known is None else len(known.ids)
     if have == want:
         digest = plan.meta.get("known_ids_sha256")  # absent in plans of earlier versions
         ids = known.ids if known is not None else np.array([], dtype=np.str_)
         if digest is None or digest == ids_digest(ids):
-            return ""
-        return (
+            return "", False
+        why = (
             f"{path}: planned from {want} labelled items of earlier rounds, and the other files "
             "given hold as many but not the same items (a round of another audit, or a label "
             "moved to another item since)"
         )
+        return why, False
     msg = (
         f"{path}: planned with {want} labelled items of earlier rounds, but the other files "
         f"given hold {have}"
@@ -193,7 +197,7 @@ def _planned_from(plan: Plan, path: str, known: Known | None) -> str:
             ", with the labels they held then (a label added to an earlier round after this "
             "round was planned)"
         )
-    return msg
+    return msg, have > want
 
 
 @dataclass(frozen=True)
@@ -263,8 +267,7 @@ def _checked_rounds(plans: Sequence[tuple[str, Plan]], late_label_ok: bool) -> l
     out: list[_Round] = []
     for i, (r, pa, p) in enumerate(ordered):
         known = known_labels([(q, o) for _, q, o in ordered[:i]]) if i else None
-        why = _planned_from(p, pa, known)
-        late = "added" in why
+        why, late = _planned_from(p, pa, known)
         if why and i == len(ordered) - 1 and not (late and late_label_ok):
             hint = "; pass exactly the files it was planned from"
             if numbers != list(range(1, len(numbers) + 1)):
