@@ -622,6 +622,9 @@ class SyntheticSource:
     def lag(self) -> dict[tuple[str, int], int]:
         return {(self.topic, 0): 0}
 
+    def skipped(self) -> dict[tuple[str, int], int]:
+        return {}
+
     def assigned(self) -> bool:
         return True
 

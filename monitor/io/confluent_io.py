@@ -33,6 +33,7 @@ from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable
 from monitor.io.positions import note_beyond_end, note_rewind
 from monitor.runtime.ports import TP, Assigned
+from monitor.runtime.skips import Skips
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class ConfluentSource:
         self._next: dict[TP, int] = {}
         self._ends: dict[TP, int] = {}
         self._beyond: dict[TP, float] = {}  # a next offset past the end: since when
+        self._skips = Skips()
         settings: dict[str, Any] = {
             "bootstrap.servers": ",".join(kc.bootstrap_servers),
             "group.id": group_id or kc.group_id,
@@ -104,6 +106,7 @@ class ConfluentSource:
         for tp in partitions:
             key = (tp.topic, tp.partition)
             off = offsets.get(key)
+            self._skips.forget(key)
             tp.offset = OFFSET_BEGINNING if off is None else off
             if off is None:
                 self._next.pop(key, None)
@@ -134,6 +137,7 @@ class ConfluentSource:
         keys = list(zip(topics, partitions, strict=True))
         for key, first in dict(zip(reversed(keys), reversed(offsets), strict=True)).items():
             note_rewind(key, first, self._next.get(key))  # each partition's first offset
+            self._skips.note(key, first, self._next.get(key), functools.partial(self._start, key))
         self._next.update(zip(keys, map(_NEXT, offsets), strict=True))
         return list(
             map(
@@ -149,6 +153,21 @@ class ConfluentSource:
                 ),
             )
         )
+
+    def _start(self, key: TP) -> int:
+        """The partition's log start offset (its first record still on the broker)."""
+        try:
+            low, _ = self._consumer.get_watermark_offsets(
+                TopicPartition(*key), timeout=METADATA_TIMEOUT_S, cached=False
+            )
+        except KafkaException as exc:
+            msg = "cannot fetch the log start offset"
+            raise BrokerUnavailable.on(msg, exc) from exc
+        return int(low)
+
+    def skipped(self) -> dict[TP, int]:
+        """Records deleted before they were read, per partition, since the last call."""
+        return self._skips.take()
 
     @staticmethod
     def _without_errors(msgs: list[Message]) -> list[Message]:

@@ -413,6 +413,13 @@ class Exporter:
             registry=r,
         )
         self._lag_keys: set[tuple[str, int]] = set()
+        self._skipped = Counter(
+            "monitor_records_skipped",
+            "Records deleted (retention, delete-records) before this process read them: in no "
+            "count or estimate",
+            ["topic", "partition"],
+            registry=r,
+        )
         budget = Gauge(
             "monitor_label_budget_per_hour",
             "Configured audit label budget (labels per hour)",
@@ -511,6 +518,11 @@ class Exporter:
         for (topic, partition), lag in lags.items():
             self._lag.labels(topic=topic, partition=str(partition)).set(lag)
         self._lag_keys = set(lags)
+
+    def count_skipped(self, skipped: Mapping[tuple[str, int], int]) -> None:
+        """Add the records deleted before they were read, per topic-partition."""
+        for (topic, partition), n in skipped.items():
+            self._skipped.labels(topic=topic, partition=str(partition)).inc(n)
 
     def set_ready(self, ready: bool) -> None:
         """Flip readiness (``/readyz`` and ``monitor_ready``)."""

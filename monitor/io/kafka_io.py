@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from functools import partial
 from itertools import repeat
 from operator import attrgetter
 from typing import Any, TypeVar
@@ -29,6 +30,7 @@ from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable, ConfigError
 from monitor.io.positions import note_beyond_end, note_rewind
 from monitor.runtime.ports import TP, Assigned, Entry
+from monitor.runtime.skips import Skips
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,7 @@ class KafkaSource:
         self._next: dict[TP, int] = {}
         self._ends: dict[TP, int] = {}  # end offsets from the last probe
         self._beyond: dict[TP, float] = {}  # a next offset past the end: since when
+        self._skips = Skips()
         kc = config.kafka
         options: dict[str, Any] = {
             "bootstrap_servers": list(kc.bootstrap_servers),
@@ -192,8 +195,21 @@ class KafkaSource:
             )
             key = (tp.topic, tp.partition)
             note_rewind(key, recs[0].offset, self._next.get(key))
+            self._skips.note(key, recs[0].offset, self._next.get(key), partial(self._start, tp))
             self._next[key] = recs[-1].offset + 1
         return out
+
+    def _start(self, tp: TopicPartition) -> int:
+        """The partition's log start offset (its first record still on the broker)."""
+        try:
+            return int(self._consumer.beginning_offsets([tp])[tp])
+        except KafkaError as exc:
+            msg = "cannot fetch the log start offset"
+            raise BrokerUnavailable.on(msg, exc) from exc
+
+    def skipped(self) -> dict[TP, int]:
+        """Records deleted before they were read, per partition, since the last call."""
+        return self._skips.take()
 
     def commit(self, offsets: Mapping[TP, int]) -> None:
         """Commit next offsets to the group (a mirror of the store)."""
@@ -227,6 +243,7 @@ class KafkaSource:
         for tp in partitions:
             key = (tp.topic, tp.partition)
             off = offsets.get(key)
+            self._skips.forget(key)
             if off is None:
                 self._consumer.seek_to_beginning(tp)
                 self._next.pop(key, None)

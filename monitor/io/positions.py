@@ -9,6 +9,7 @@ one line per partition and event (README, runbook "The scored topic was recreate
 offset beyond the end is logged only once it has lasted ``BEYOND_GRACE_S``: a broker restarting
 reports a stale end for a moment (seen on Apache Kafka 4.1.1: an end 1,590 records short, read
 past within a second), and the hint would have an operator throw the data directory away.
+Records deleted before they were read: ``monitor.runtime.skips``.
 """
 
 from __future__ import annotations

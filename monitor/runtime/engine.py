@@ -522,6 +522,7 @@ class Engine:
         if latencies:
             self.metrics.observe_label_latency(latencies)
         self.metrics.set_lags(lag)
+        self.metrics.count_skipped(source.skipped())
         if raw:
             took = time.monotonic() - started
             self.metrics.observe_batch(took)

@@ -44,6 +44,10 @@ class Source(Protocol):
         """Records not yet consumed per assigned partition (when known)."""
         ...
 
+    def skipped(self) -> dict[TP, int]:
+        """Records deleted before they were read, per partition, since the last call (logged)."""
+        ...
+
     def assigned(self) -> bool:
         """Whether the source has partitions to read."""
         ...
@@ -117,6 +121,7 @@ class Metrics(Protocol):
     def set_calibration(self, model: str, calibration: Calibration) -> None: ...  # noqa: D102
     def observe_batch(self, seconds: float) -> None: ...  # noqa: D102
     def set_lags(self, lags: Mapping[TP, int]) -> None: ...  # noqa: D102
+    def count_skipped(self, skipped: Mapping[TP, int]) -> None: ...  # noqa: D102
     def set_ready(self, ready: bool) -> None: ...  # noqa: D102
 
 

@@ -289,6 +289,7 @@ class SamplerEngine:
             self._resync(source)
             return 0
         self.metrics.set_lags(source.lag())
+        self.metrics.count_skipped(source.skipped())
         if self._follow:  # only maps are wanted from what follows
             self._follow_maps(self.aggregates.follow())
         if not raw:

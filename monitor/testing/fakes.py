@@ -6,12 +6,14 @@ They implement ``monitor.runtime.ports`` like the Kafka adapters do, with the sa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable
 from monitor.runtime.ports import TP, Entry
+from monitor.runtime.skips import Skips
 
 
 @dataclass
@@ -22,6 +24,7 @@ class FakeLog:
         default_factory=dict
     )
     committed: dict[TP, int] = field(default_factory=dict)
+    start: dict[TP, int] = field(default_factory=dict)  # log start offsets (records below: gone)
 
     def create(self, topic: str, partitions: int = 1) -> None:
         """Create a topic if absent."""
@@ -38,6 +41,10 @@ class FakeLog:
         """Append one record."""
         self.create(topic)
         self.topics[topic][partition].append((key, value, ts_ms))
+
+    def delete_records(self, topic: str, partition: int, before: int) -> None:
+        """Move the partition's log start to ``before`` (retention, delete-records)."""
+        self.start[(topic, partition)] = before
 
     def records(self, topic: str) -> list[tuple[bytes | None, bytes]]:
         """Every (key, value) of a topic, partition by partition (tombstones left out)."""
@@ -58,6 +65,7 @@ class FakeSource:
             log_.create(t)
             for p in range(len(log_.topics[t])):
                 self.pos[(t, p)] = stored.get((t, p), 0)
+        self._skips = Skips()
         self.fail_polls = 0
         self.down = False
         self.unassigned = False
@@ -71,10 +79,14 @@ class FakeSource:
         out: list[RawRecord] = []
         if self.unassigned:
             return out
-        for (t, p), off in self.pos.items():
+        for (t, p), expected in self.pos.items():
+            start = self.log.start.get((t, p), 0)
+            off = max(expected, start)  # like Kafka's reset to the log start
             take = self.log.topics[t][p][off : off + max_records - len(out)]
+            if take:
+                self._skips.note((t, p), off, expected, functools.partial(int, start))
             out.extend(RawRecord(t, p, off + i, ts, k, v) for i, (k, v, ts) in enumerate(take))
-            self.pos[(t, p)] = off + len(take)
+            self.pos[(t, p)] = off + len(take) if take else expected
         return out
 
     def commit(self, offsets: Mapping[TP, int]) -> None:
@@ -89,10 +101,15 @@ class FakeSource:
         """Rewind to stored offsets (0 where none)."""
         for tp in self.pos:
             self.pos[tp] = offsets.get(tp, 0)
+            self._skips.forget(tp)
 
     def lag(self) -> dict[TP, int]:
         """Records left per partition."""
         return {(t, p): len(self.log.topics[t][p]) - off for (t, p), off in self.pos.items()}
+
+    def skipped(self) -> dict[TP, int]:
+        """Records below the log start the source expected to read, since the last call."""
+        return self._skips.take()
 
     def assigned(self) -> bool:
         """Assigned every partition unless ``unassigned`` is set."""

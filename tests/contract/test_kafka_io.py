@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
+from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
@@ -354,3 +355,34 @@ def test_a_stored_offset_beyond_the_partitions_end_is_logged(
         assert "move its data directory aside" in record.hint  # type: ignore[attr-defined]
         assert offsets == [] and record.next_offset == 1000  # type: ignore[attr-defined]
         assert record.end_offset == 10  # type: ignore[attr-defined]
+
+
+@pytest.mark.integration
+@pytest.mark.brokers("kafka")  # Tansu deletes no records
+@pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
+def test_records_deleted_before_they_were_read_are_logged_and_counted(
+    library: str,
+    broker: Broker,
+    make_topics: Callable[..., TopicsConfig],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Retention (here delete-records) took records 2-5 before the monitor read them: Kafka
+    refuses the fetch at 2 and the client resumes at 6; that used to pass without a word."""
+    topics, config, source_class = _ten_records(library, broker, make_topics, "scored")
+    tp = (topics.scored, 0)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.delete_records({KafkaTopicPartition(topics.scored, 0): 6})
+    finally:
+        admin.close()
+    src = source_class(config, lambda: {tp: 2}, topics=[topics.scored])
+    try:
+        with caplog.at_level(logging.WARNING, logger="monitor.runtime.skips"):
+            got = [r.offset for r in _drain(src, 4, topics.scored)]
+        skipped = src.skipped()
+    finally:
+        src.close()
+    assert got == [6, 7, 8, 9]
+    assert skipped == {tp: 4}
+    (record,) = [r for r in caplog.records if getattr(r, "event", "") == "records_skipped"]
+    assert (record.expected_offset, record.records) == (2, 4)  # type: ignore[attr-defined]

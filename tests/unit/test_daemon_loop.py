@@ -131,6 +131,31 @@ def test_stream_to_estimate_with_offsets_and_counters(tmp_path: Path, workload: 
     h.close()
 
 
+def test_records_deleted_before_they_were_read_are_logged_and_counted(
+    tmp_path: Path, workload: Workload, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retention removed records while the monitor was down: the client resumed at the log
+    start without a word, 500 records were in no count and nothing said so."""
+    log = FakeLog()
+    _fill(log, workload)
+    h = Harness(log, tmp_path / "d")
+    h.engine.step(h.source, h.sink)
+    h.engine.step(h.source, h.sink)
+    assert h.store.offsets()[(TOPICS.scored, 0)] == 1000
+    h.close()
+    log.delete_records(TOPICS.scored, 0, 1500)  # while the monitor is down
+    h = Harness(log, tmp_path / "d")
+    with caplog.at_level(logging.WARNING, logger="monitor.runtime.skips"):
+        h.drain()
+    (record,) = [r for r in caplog.records if getattr(r, "event", "") == "records_skipped"]
+    assert (record.topic, record.partition, record.records) == (TOPICS.scored, 0, 500)  # type: ignore[attr-defined]
+    assert (record.expected_offset, record.first_offset) == (1000, 1500)  # type: ignore[attr-defined]
+    skipped = h.value("monitor_records_skipped_total", topic=TOPICS.scored, partition="0")
+    assert skipped == 500
+    assert h.value("monitor_records_total", model="default") == 2500  # the rest, once each
+    h.close()
+
+
 def _crash_run(tmp_path: Path, w: Workload, fail: Callable[[Harness, int], None]) -> FakeLog:
     """Run with injected failures: ``fail(h, step)`` may raise; a crash = drop the process."""
     log = FakeLog()
