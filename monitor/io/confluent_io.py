@@ -27,7 +27,11 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from monitor.config.kafka_client import RECONNECT_BACKOFF_MAX_MS, confluent_client_options
+from monitor.config.kafka_client import (
+    METADATA_MAX_AGE_MS,
+    RECONNECT_BACKOFF_MAX_MS,
+    confluent_client_options,
+)
 from monitor.config.schema import Config
 from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable
@@ -70,6 +74,8 @@ class ConfluentSource:
             # few hundred ms sooner; an idle consumer sends ten fetches a second
             "fetch.wait.max.ms": 100,
             "auto.offset.reset": "earliest",
+            # partitions added to a subscribed topic are consumed within this (librdkafka: 5 min)
+            "topic.metadata.refresh.interval.ms": METADATA_MAX_AGE_MS,
             "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
             "logger": log,  # librdkafka's own log lines, through the JSON log formatter
             **confluent_client_options(kc, "consumer"),

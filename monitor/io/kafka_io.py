@@ -24,7 +24,11 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaConfigurationError, KafkaError, TopicAlreadyExistsError
 from kafka.structs import OffsetAndMetadata
 
-from monitor.config.kafka_client import RECONNECT_BACKOFF_MAX_MS, kafka_client_options
+from monitor.config.kafka_client import (
+    METADATA_MAX_AGE_MS,
+    RECONNECT_BACKOFF_MAX_MS,
+    kafka_client_options,
+)
 from monitor.config.schema import Config, TopicsConfig
 from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable, ConfigError
@@ -120,6 +124,7 @@ class KafkaSource:
             "enable_auto_commit": False,
             "auto_offset_reset": "earliest",
             **FETCH_OPTIONS,
+            "metadata_max_age_ms": METADATA_MAX_AGE_MS,
             "max_poll_records": kc.max_poll_records,
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
             "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
@@ -493,6 +498,7 @@ class KafkaTopicReader:
             "group_id": None,
             "enable_auto_commit": False,
             **FETCH_OPTIONS,
+            "metadata_max_age_ms": METADATA_MAX_AGE_MS,
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
             "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
         }
