@@ -46,7 +46,7 @@ from monitor.bridges.ls_config import parse_labelstudio
 from monitor.config.load import load_config
 from monitor.config.schema import Config
 from monitor.core.snapshot import Snapshot
-from monitor.errors import BrokerUnavailable, ConfigError, StoreError
+from monitor.errors import BrokerUnavailable, ConfigError, StoreError, TopicsNotReady
 from monitor.io.store import Store
 from monitor.logs import LOG_LEVELS, log_level, setup_logging
 from monitor.runtime.engine import Engine
@@ -100,6 +100,7 @@ class Daemon:
         self._beat = time.monotonic()  # end of the last successful iteration
         self._unassigned_since: float | None = None  # start of the current unassigned spell
         self._warned_unassigned = False
+        self._stalled = False  # "down" logged by the watchdog: the step's own error not yet
         # a step blocked on the broker (e.g. a flush waiting FLUSH_TIMEOUT_S) is not ready
         self.stall_s = engine.config.kafka.poll_timeout_ms / 1000.0 + PROBE_TIMEOUT_S + STALL_S
 
@@ -110,16 +111,22 @@ class Daemon:
             if self._state == "up" and stalled > self.stall_s:
                 self.engine.metrics.set_ready(False)
                 self._set_state("down", f"no step completed for {stalled:.0f} s")
+                self._stalled = True
 
     def _set_state(self, state: str, error: str = "") -> None:
+        """Log a change of state: ``up``, ``down`` (broker) or ``topics`` (``TopicsNotReady``)."""
         if state == self._state:
             return
         self._state = state
-        extra: dict[str, Any] = {"event": f"broker_{state}"}
+        extra: dict[str, Any] = {
+            "event": "topics_not_ready" if state == "topics" else f"broker_{state}"
+        }
         if error:
             extra["error"] = error
         if state == "up":
             log.info("broker connected", extra=extra)
+        elif state == "topics":
+            log.error("the topics need an operator's fix, retrying with backoff", extra=extra)
         else:
             log.warning("broker unavailable, retrying with backoff", extra=extra)
 
@@ -185,7 +192,13 @@ class Daemon:
                 engine.metrics.set_ready(assigned or engine.standby_ok)
                 backoff = BACKOFF_MIN_S
             except BrokerUnavailable as exc:
-                self._set_state("down", str(exc))
+                if self._stalled and self._state == "down":
+                    # the watchdog said only that the step hung; this says why (once)
+                    log.warning(
+                        "the stalled step failed", extra={"event": "step_failed", "error": str(exc)}
+                    )
+                self._stalled = False
+                self._set_state("topics" if isinstance(exc, TopicsNotReady) else "down", str(exc))
                 engine.metrics.set_ready(False)
                 if source is not None:
                     engine.rollback(source)

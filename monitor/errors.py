@@ -36,6 +36,10 @@ class BrokerUnavailable(MonitorError):
         return cls(f"{what}: {type(exc).__name__}: {exc}")
 
 
+class TopicsNotReady(BrokerUnavailable):
+    """The topics are not laid out as the daemon needs; retried like an outage until fixed."""
+
+
 class RejectReason(enum.StrEnum):
     """Why an input record went to the dead-letter topic (the ``reason`` metric label)."""
 

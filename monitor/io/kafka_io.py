@@ -352,6 +352,7 @@ class KafkaSink:
             "bootstrap_servers": list(config.kafka.bootstrap_servers),
             "acks": "all",
             "linger_ms": 5,
+            "metadata_max_age_ms": METADATA_MAX_AGE_MS,
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
             "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
             "max_block_ms": MAX_BLOCK_MS,
@@ -372,7 +373,10 @@ class KafkaSink:
             fut = self._producer.send(topic, key=key, value=value, partition=partition)
             self._pending.append(fut)
         except KafkaError as exc:
-            msg = "produce failed"
+            msg = f"produce to {topic} failed"
+            raise BrokerUnavailable.on(msg, exc) from exc
+        except ValueError as exc:  # a partition added since the producer's last metadata
+            msg = f"produce to {topic} failed (partitions added? metadata refreshes within 10 s)"
             raise BrokerUnavailable.on(msg, exc) from exc
 
     def flush(self, timeout_s: float) -> None:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from monitor.config.schema import Config
 from monitor.core.aggregates import (
@@ -48,7 +48,7 @@ from monitor.core.aggregates import (
     newest_maps,
 )
 from monitor.core.records import deadletter_value, decode_scored
-from monitor.errors import BrokerUnavailable
+from monitor.errors import BrokerUnavailable, TopicsNotReady
 from monitor.runtime.batch_log import BatchLog
 from monitor.runtime.engine import FLUSH_TIMEOUT_S, count_step, split_poll
 from monitor.runtime.failpoint import Failpoint
@@ -123,6 +123,7 @@ class SamplerEngine:
             return {p % self._n_aggregates for p in at}
 
         records = self.aggregates.read(select)
+        self._check_homes(at)
         rebuilt = as_of(((k, v) for _, k, v in records), at)
         by_partition: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
         for p, key, value in records:
@@ -152,6 +153,27 @@ class SamplerEngine:
                 "seconds": round(time.monotonic() - started, 3),
             },
         )
+
+    def _check_homes(self, at: Mapping[int, int]) -> None:
+        """Refuse scored partitions without an aggregates partition of their own.
+
+        Partition ``p``'s states go to aggregates partition ``p``; one beyond the aggregates
+        topic's partitions went to ``p % n``, and the topic grown to match later (as the README
+        asks) put its states elsewhere: the rebuild found none and the estimator lost the
+        partition's open buckets without a word. Its records now wait, unread, until the
+        aggregates topic has the partitions (``TopicsNotReady``: not ready, retried).
+        """
+        homeless = sorted(p for p in at if p >= self._n_aggregates)
+        if homeless:
+            topics = self.config.kafka.topics
+            msg = (
+                f"the aggregates topic {topics.aggregates} has {self._n_aggregates} partitions, "
+                f"fewer than the scored topic {topics.scored} (this sampler holds its partitions "
+                f"{homeless}): add partitions to it, kafka-topics.sh --alter --topic "
+                f"{topics.aggregates} --partitions {homeless[-1] + 1} or more (as many as the "
+                "scored topic has); those records are not read until then"
+            )
+            raise TopicsNotReady(msg)
 
     def _take_map(self, model: str, cal: Calibration) -> None:
         """Use ``cal`` for new controls of ``model`` if it recalibrates and ``cal`` is newer."""
@@ -239,6 +261,8 @@ class SamplerEngine:
         self._stale = True
         try:
             self._resync(source)
+        except TopicsNotReady:
+            pass  # the daemon logged it once
         except BrokerUnavailable as exc:
             log.warning(
                 "cannot rebuild the sampler state yet",

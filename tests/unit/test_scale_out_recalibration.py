@@ -371,7 +371,7 @@ def test_the_estimator_publishes_its_maps_to_every_partition_and_counts_no_map_a
     a = _sampler(log, cfg, range(PARTITIONS))
     _run_until_idle([(*a, FakeSink(log))], est)
     per_partition = _maps_by_partition(log)
-    assert len(per_partition) == 3 and all(m == per_partition[0] for m in per_partition)
+    assert len(per_partition) == PARTITIONS and all(m == per_partition[0] for m in per_partition)
     versions = [c.version for c in per_partition[0]]
     assert versions == sorted(set(versions)) and len(versions) >= 3, versions
     stored = est.engine.store.get_json("calibration")
@@ -418,7 +418,7 @@ def test_a_map_stored_but_not_published_before_a_crash_is_published_at_restart(
     est.close()
     est = _Estimator(log, cfg, workload)  # the restart
     est.tick()
-    assert [m[-1].to_list() for m in _maps_by_partition(log)] == [stored["default"]] * 3
+    assert [m[-1].to_list() for m in _maps_by_partition(log)] == [stored["default"]] * PARTITIONS
     est.close()
 
 
