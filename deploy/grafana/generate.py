@@ -366,8 +366,15 @@ def pipeline_panels() -> list[Json]:
     lag = timeseries(
         "Consumer lag",
         "Records not yet consumed, summed per topic. MonitorConsumerLagGrowing fires when it "
-        "keeps growing for 30 min.",
-        targets(("job_topic:monitor_consumer_lag:sum", "{{topic}}")),
+        "keeps growing for 30 min. Below it, records deleted before they were read over the "
+        "last hour (MonitorRecordsSkipped).",
+        targets(
+            ("job_topic:monitor_consumer_lag:sum", "{{topic}}"),
+            (
+                "sum by (topic) (increase(monitor_records_skipped_total[1h])) > 0",
+                "skipped: {{topic}}",
+            ),
+        ),
     )
     batch = timeseries(
         "Batch processing time",

@@ -6,7 +6,7 @@ fetch and the client resets to the log start, so the records come back from a la
 without a word. ``Skips`` asks for the log start when a batch starts beyond the next offset
 expected, and logs and counts the records that are gone (a gap above the log start is a
 transaction marker or a compacted record, not a loss); the engines export the count as
-``monitor_records_skipped_total`` (README, "Records deleted before they were read").
+``monitor_records_skipped_total`` (README, "Alert MonitorRecordsSkipped").
 """
 
 from __future__ import annotations

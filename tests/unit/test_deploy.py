@@ -51,6 +51,7 @@ EXPECTED_ALERTS = {
     "MonitorNoLabelsArriving": "warning",
     "MonitorLabelBudgetExhausted": "warning",
     "MonitorInvalidRecords": "warning",
+    "MonitorRecordsSkipped": "warning",
     "MonitorLabelsRejected": "warning",
     "MonitorCalibrationMapsIgnored": "warning",
     "MonitorFMeasureBelowFloor": "critical",
@@ -207,6 +208,7 @@ def exported_metric_names() -> set[str]:
     exporter.observe_label_latency({"fraud": [600.0]})
     exporter.observe_batch(0.02)
     exporter.set_lags({("predictions", 0): 12})
+    exporter.count_skipped({("predictions", 0): 500})
     exporter.set_ready(True)
     return {sample.name for family in registry.collect() for sample in family.samples}
 
