@@ -53,6 +53,7 @@ _TOPIC_NAME = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9._-]{1,249}")  # Kafka refuses "
 _PATH = re.compile(r"[^\x00]+")
 _HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
 _MIN_TOKEN_SECRET = 16
+MAX_REPLICATION_FACTOR = 32_767  # a replication factor is a 16-bit field of CreateTopics
 _LIBRARY = re.compile("|".join(re.escape(x) for x in LIBRARIES))
 
 _TOP_KEYS = (
@@ -76,6 +77,7 @@ _KAFKA_KEYS = (
     "max_poll_records",
     "client",
     "client_library",
+    "replication_factor",
 )
 _TOPIC_KEYS = ("scored", "requests", "labels", "deadletter", "aggregates")
 _MODEL_KEYS = (
@@ -343,6 +345,11 @@ def _kafka(problems: Problems, value: Any) -> KafkaConfig:
         max_poll_records=sec.integer("max_poll_records", base.max_poll_records, 1, 1_000_000),
         client=client,
         client_library=library,
+        replication_factor=(
+            sec.integer("replication_factor", 1, 1, MAX_REPLICATION_FACTOR)
+            if "replication_factor" in sec
+            else base.replication_factor
+        ),
     )
 
 

@@ -97,6 +97,9 @@ class KafkaConfig:
     client: Mapping[str, Any] = field(default_factory=dict, repr=False)
     # kafka-python (the default) or confluent-kafka (the optional extra, ~5x less CPU per record)
     client_library: str = "kafka-python"
+    # replicas of each topic ``--create-topics`` creates; None: the broker's
+    # ``default.replication.factor`` (what kafka-topics.sh does without --replication-factor)
+    replication_factor: int | None = None
 
     @property
     def sampler_group_id(self) -> str:

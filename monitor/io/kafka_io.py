@@ -410,7 +410,8 @@ def create_topics(config: Config, scored_partitions: int = 1) -> list[str]:
 
     The requests and labels topics keep their records for 30 days or twice the label deadline,
     whichever is longer (a broker's default, often 7 days, is the deadline itself: an estimator
-    rebuilt from the topics, or the Label Studio bridge, would miss requests still open).
+    rebuilt from the topics, or the Label Studio bridge, would miss requests still open). Each
+    topic gets ``kafka.replication_factor`` replicas (the broker's default when unset).
     """
     keep_ms = max(KEEP_MIN_MS, int(2_000 * config.label_deadline_s))
     return ensure_topics(
@@ -419,6 +420,7 @@ def create_topics(config: Config, scored_partitions: int = 1) -> list[str]:
         scored_partitions,
         kafka_client_options(config.kafka, "admin"),
         retention_ms=keep_ms,
+        replication_factor=config.kafka.replication_factor,
     )
 
 
@@ -429,6 +431,7 @@ def ensure_topics(
     client_options: Mapping[str, Any] | None = None,
     *,
     retention_ms: int | None = None,
+    replication_factor: int | None = None,
 ) -> list[str]:
     """Create whichever of ``topics`` is absent; returns the names created.
 
@@ -436,7 +439,8 @@ def ensure_topics(
     three), but the aggregates topic as many as the scored topic has (a scored partition's
     buckets go to aggregates partition ``partition % n``: fewer spread no load); it is compacted
     (``AGGREGATES_TOPIC_CONFIG``). ``retention_ms``: the requests and labels topics' retention
-    (the broker's default when None).
+    (the broker's ``log.retention.*`` when None); ``replication_factor``: every topic's replicas
+    (the broker's ``default.replication.factor`` when None).
     """
     try:
         options = {"bootstrap_servers": bootstrap, **(client_options or {})}
@@ -445,6 +449,7 @@ def ensure_topics(
         msg = "cannot connect the admin client"
         raise BrokerUnavailable.on(msg, exc) from exc
     created: list[str] = []
+    replicas = -1 if replication_factor is None else replication_factor  # -1: the broker's
     try:
         existing = set(admin.list_topics())
         scored = partitions
@@ -466,7 +471,7 @@ def ensure_topics(
             elif name in (topics.requests, topics.labels) and retention_ms is not None:
                 conf = {"retention.ms": str(retention_ms)}
             try:
-                admin.create_topics([NewTopic(name, parts, 1, topic_configs=conf)])
+                admin.create_topics([NewTopic(name, parts, replicas, topic_configs=conf)])
                 created.append(name)
             except TopicAlreadyExistsError:
                 pass

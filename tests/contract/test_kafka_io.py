@@ -22,8 +22,15 @@ from kafka.admin import (
 
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.core.messages import RawRecord
+from monitor.errors import BrokerUnavailable
 from monitor.io.confluent_io import ConfluentSink, ConfluentSource
-from monitor.io.kafka_io import KafkaSink, KafkaSource, KafkaTopicReader, ensure_topics
+from monitor.io.kafka_io import (
+    KafkaSink,
+    KafkaSource,
+    KafkaTopicReader,
+    create_topics,
+    ensure_topics,
+)
 from monitor.runtime.ports import Sink, Source, TopicReader
 from monitor.sim.embedded_broker import EmbeddedBroker
 from monitor.testing.fakes import FakeLog, FakeSink, FakeSource, FakeTopicReader
@@ -295,6 +302,32 @@ def test_the_aggregates_topic_gets_the_scored_topics_partitions(broker: Broker) 
     finally:
         admin.close()
     assert counts == {topics.scored: 3, topics.aggregates: 3, topics.requests: 1}
+
+
+@pytest.mark.integration
+@pytest.mark.brokers("tansu", "kafka")
+def test_created_topics_get_the_configured_replicas_else_the_brokers_default(
+    broker: Broker,
+) -> None:
+    """``--create-topics`` created every topic with one replica whatever the cluster: a broker
+    lost for good took the audit requests with it. ``kafka.replication_factor`` now sets it,
+    unset the broker's ``default.replication.factor`` does (a three-node cluster:
+    ``tests/integration/test_kafka_failover.py``)."""
+    topics = TopicsConfig().tagged(uuid.uuid4().hex[:8])
+    kafka = KafkaConfig(bootstrap_servers=(broker.bootstrap,), topics=topics)
+    assert sorted(create_topics(Config(kafka=kafka))) == sorted(vars(topics).values())
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        described = admin.describe_topics(list(vars(topics).values()))
+    finally:
+        admin.close()
+    assert {len(p["replica_nodes"]) for d in described for p in d["partitions"]} == {1}
+    if isinstance(broker, EmbeddedBroker):
+        return  # Tansu keeps one copy whatever it is asked for
+    more = TopicsConfig().tagged(uuid.uuid4().hex[:8])
+    two = replace(kafka, topics=more, replication_factor=2)  # more than the one node
+    with pytest.raises(BrokerUnavailable, match="InvalidReplicationFactor"):
+        create_topics(Config(kafka=two))
 
 
 @pytest.mark.integration

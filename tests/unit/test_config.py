@@ -75,6 +75,7 @@ def test_full_custom_config(tmp_path: Path) -> None:
 kafka:
   bootstrap_servers: "10.0.0.1:9092, broker-2:9093"
   topics: {scored: s, requests: r, labels: l, deadletter: d}
+  replication_factor: 3
 windows:
   bucket_s: 30m
   report: ["1h", "6h", "2d"]
@@ -88,6 +89,7 @@ default_model: fraud
     config = load_config(path)
     assert config.kafka.bootstrap_servers == ("10.0.0.1:9092", "broker-2:9093")
     assert config.kafka.topics.labels == "l"
+    assert config.kafka.replication_factor == 3
     assert config.windows.bucket_s == 1800
     assert config.windows.report == (("1h", 3600), ("6h", 21_600), ("2d", 172_800))
     assert config.label_deadline_s == 172_800.0
@@ -155,6 +157,8 @@ default_model: fraud
         ({"kafka": {"group_id": 5}}, r"^kafka\.group_id: expected a non-empty string, got 5$"),
         ({"kafka": {"poll_timeout_ms": 0}}, r"^kafka\.poll_timeout_ms: must be in \[1, 600000\], got 0$"),
         ({"kafka": {"max_poll_records": 2.5}}, r"^kafka\.max_poll_records: expected an integer, got 2\.5$"),
+        ({"kafka": {"replication_factor": 0}}, r"^kafka\.replication_factor: must be in \[1, 32767\], got 0$"),
+        ({"kafka": {"replication_factor": "3"}}, r"^kafka\.replication_factor: expected an integer, got '3'"),
         ({"kafka": {"topics": {"scored": "a b"}}}, r"^kafka\.topics\.scored: expected a Kafka topic name"),
         ({"kafka": {"topics": {"labels": "predictions"}}}, r"^kafka\.topics: scored and labels must be different topics, both are 'predictions'$"),
         ({"kafka": {"topic": {}}}, r"^kafka\.topic: unknown key \(did you mean 'topics'\?\)$"),
