@@ -36,6 +36,8 @@ _RESERVED_CLIENT: Mapping[str, str] = {
     "max_poll_records": "set it with kafka.max_poll_records",
     "enable_auto_commit": "the monitor commits offsets itself, after its state is durable",
     "transactional_id": "the monitor does not use Kafka transactions",
+    "acks": "the monitor's producer waits for every in-sync replica (acks=all)",
+    "enable_idempotence": "the monitor's producer is idempotent: a retried batch is written once",
     "consumer_timeout_ms": "the monitor polls with kafka.poll_timeout_ms",
     "key_deserializer": "the monitor decodes records itself",
     "value_deserializer": "the monitor decodes records itself",

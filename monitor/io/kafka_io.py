@@ -345,12 +345,19 @@ class KafkaSource:
 
 
 class KafkaSink:
-    """A producer with ``acks=all``; ``flush`` raises ``BrokerUnavailable`` on any failure."""
+    """An idempotent producer with ``acks=all``; ``flush`` raises ``BrokerUnavailable`` on failure.
+
+    kafka-python (3.0) is idempotent by default but turns that off, with only a warning in its
+    own log, when ``kafka.client`` sets ``retries: 0`` or more than 5 requests in flight; then a
+    batch retried after a leader change (NOT_LEADER, a lost connection) can be written twice.
+    Asked for explicitly, such a setting is refused: a ``ConfigError`` (exit 2) at the start.
+    """
 
     def __init__(self, config: Config) -> None:
         options: dict[str, Any] = {
             "bootstrap_servers": list(config.kafka.bootstrap_servers),
             "acks": "all",
+            "enable_idempotence": True,
             "linger_ms": 5,
             "metadata_max_age_ms": METADATA_MAX_AGE_MS,
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,

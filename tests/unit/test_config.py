@@ -17,7 +17,7 @@ from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.config.validate import parse_duration
 from monitor.daemon import config_overrides
 from monitor.errors import ConfigError
-from monitor.io.kafka_io import _client
+from monitor.io.kafka_io import KafkaSink, _client
 
 REFERENCE = Path(__file__).resolve().parents[2] / "config" / "monitor.yaml"
 
@@ -165,6 +165,8 @@ default_model: fraud
         ({"kafka": {"client": {"sasl_plain_pasword": "x"}}}, r"^kafka\.client\.sasl_plain_pasword: unknown key \(did you mean 'sasl_plain_password'\?\)$"),
         ({"kafka": {"client": {"group_id": "g"}}}, r"^kafka\.client\.group_id: not allowed here: set it with kafka\.group_id$"),
         ({"kafka": {"client": {"enable_auto_commit": True}}}, r"^kafka\.client\.enable_auto_commit: not allowed here"),
+        ({"kafka": {"client": {"acks": 1}}}, r"^kafka\.client\.acks: not allowed here: the monitor's producer waits for every in-sync replica"),
+        ({"kafka": {"client": {"enable_idempotence": False}}}, r"^kafka\.client\.enable_idempotence: not allowed here: the monitor's producer is idempotent"),
         ({"kafka": {"client": {"session_timeout_ms": "2s"}}}, r"^kafka\.client\.session_timeout_ms: expected an integer, got '2s'"),
         ({"kafka": {"client": {"ssl_check_hostname": "yes"}}}, r"^kafka\.client\.ssl_check_hostname: expected a boolean"),
         ({"kafka": {"client": {"sasl_plain_password": {"env": "X", "default": "y"}}}}, r"^kafka\.client\.sasl_plain_password: a mapping here must be exactly \{env: VARIABLE_NAME\}$"),
@@ -542,6 +544,33 @@ def test_client_settings_kafka_python_refuses_stop_the_start_with_a_config_error
     options = {"bootstrap_servers": ["127.0.0.1:1"], "request_timeout_ms": 1}
     with pytest.raises(ConfigError, match=r"^kafka\.client: kafka-python refused the consumer"):
         _client(KafkaConsumer, options, "consumer")
+
+
+# a producer that needs no broker to start: the broker's version is given
+_OFFLINE = {"bootstrap_servers": ["127.0.0.1:1"], "client": {"api_version": [4, 0]}}
+
+
+def test_the_audit_request_producer_is_idempotent_with_acks_all() -> None:
+    sink = KafkaSink(parse_config({"kafka": _OFFLINE}, "t"))
+    try:
+        assert sink._producer.config["enable_idempotence"] is True
+        assert sink._producer.config["acks"] == -1
+    finally:
+        sink.close()
+
+
+@pytest.mark.parametrize("setting", [{"retries": 0}, {"max_in_flight_requests_per_connection": 6}])
+def test_a_setting_that_would_end_the_producers_idempotence_stops_the_start(
+    setting: dict[str, int],
+) -> None:
+    """kafka-python turned idempotence off for these with a warning in its own log: a batch
+    retried after a leader change could then write audit requests twice."""
+    kafka = {**_OFFLINE, "client": {**_OFFLINE["client"], **setting}}  # type: ignore[dict-item]
+    with pytest.raises(
+        ConfigError,
+        match=r"^kafka\.client: .*refused the producer settings: .*enable_idempotence=True is incom",
+    ):
+        KafkaSink(parse_config({"kafka": kafka}, "t"))
 
 
 def test_compression_none_is_each_librarys_own_spelling() -> None:
