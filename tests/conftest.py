@@ -31,7 +31,7 @@ from monitor.config.schema import TopicsConfig
 from monitor.errors import MonitorError
 from monitor.io.kafka_io import ensure_topics
 from monitor.sim.embedded_broker import EmbeddedBroker
-from monitor.sim.kafka_broker import KafkaBroker
+from monitor.sim.kafka_broker import KafkaBroker, KafkaCluster
 
 UNDER_CI = os.environ.get("CI", "").lower() == "true"
 REQUIRE_REAL = UNDER_CI or os.environ.get("MONITOR_REQUIRE_REAL", "") in {"1", "true"}
@@ -133,6 +133,23 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     real.stop()
 
 
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A three-node Apache Kafka cluster for one test module (tests kill and restart its nodes).
+
+    Always started here (``MONITOR_TEST_KAFKA_BOOTSTRAP`` names nothing this session may kill);
+    ~10 s to start, ~1 GiB while it runs, stopped after the module.
+    """
+    cluster = KafkaCluster(data_dir=tmp_path_factory.mktemp("kafka-cluster"))
+    try:
+        cluster.start()
+    except MonitorError as exc:
+        missing_component(f"Apache Kafka cluster: {exc}")
+        raise  # unreachable: missing_component skips or fails
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture
 def own_kafka(kafka_broker: Broker) -> KafkaBroker:
     """The session's Apache Kafka when this session runs it (tests that stop and restart it)."""
@@ -225,7 +242,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under pytest-xdist (``--dist loadgroup``), keep tests that share heavy things together.
 
     Session fixtures are per worker, so every worker that ran an Apache Kafka test would start
-    its own broker (~10 s, ~1 GiB): all ``kafka`` cases share one group. Tests of the other real
+    its own broker (~10 s, ~1 GiB): all ``kafka`` cases share one group, the three-node cluster's
+    too (never beside another broker's tests on the 2-core machine). Tests of the other real
     components (Tansu, Prometheus, Label Studio) share another, so one worker makes Label
     Studio's template; each slow simulation module is its own group so the two workers split them.
     """
@@ -234,7 +252,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         callspec = getattr(item, "callspec", None)
         on_kafka = (callspec is not None and callspec.params.get("broker") == "kafka") or bool(
-            {"kafka_broker", "own_kafka"} & set(getattr(item, "fixturenames", ()))
+            {"kafka_broker", "own_kafka", "kafka_cluster"} & set(getattr(item, "fixturenames", ()))
         )
         if on_kafka:
             group = "kafka"

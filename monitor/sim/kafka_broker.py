@@ -1,4 +1,4 @@
-"""A real Apache Kafka broker (single-node KRaft) on 127.0.0.1 for tests, benchmarks and developers.
+"""Real Apache Kafka on 127.0.0.1 for tests, benchmarks and developers: one KRaft node or three.
 
 The broker's jars come from Maven Central (``scripts/kafka/pom.xml``: ``kafka_2.13`` and its
 runtime dependencies), copied once per version into ``~/.cache/activeaudit-monitor/kafka-VERSION``
@@ -6,6 +6,9 @@ runtime dependencies), copied once per version into ``~/.cache/activeaudit-monit
 first time (the storage tool, a random cluster id), runs ``kafka.Kafka`` with a small heap and waits
 until the broker answers an ApiVersions request; ``start`` again after ``stop`` or ``kill`` reuses
 the same log directory and ports, so topics, records and committed offsets survive a restart.
+``KafkaCluster`` runs three such processes as one KRaft cluster (every node a broker and a voting
+controller, one cluster id, internal topics replicated three times, ``min.insync.replicas=2``),
+so that a test can kill the leader of a partition and watch the clients follow the new one.
 
 The interface mirrors ``monitor.embedded_broker.EmbeddedBroker`` (Tansu) so tests take either::
 
@@ -28,6 +31,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
@@ -69,6 +73,25 @@ TEST_SETTINGS: Mapping[str, str] = {
     "broker.heartbeat.interval.ms": "500",
     "broker.session.timeout.ms": "3000",
 }
+
+
+def cluster_settings(size: int) -> dict[str, str]:
+    """Broker settings of a ``size``-node cluster: every topic, internal ones too, on every node.
+
+    An acknowledged write (``acks=all``) is on at least two nodes (one when ``size`` is 1), so
+    one node may die without losing it, and the others keep accepting writes.
+    """
+    replicas, min_isr = str(size), str(max(1, size - 1))
+    return {
+        "offsets.topic.replication.factor": replicas,
+        "transaction.state.log.replication.factor": replicas,
+        "transaction.state.log.min.isr": min_isr,
+        "share.coordinator.state.topic.replication.factor": replicas,
+        "share.coordinator.state.topic.min.isr": min_isr,
+        "default.replication.factor": replicas,
+        "min.insync.replicas": min_isr,
+    }
+
 
 DEFAULT_HEAP_MB = 256
 JVM_OPTIONS = (
@@ -196,7 +219,9 @@ class KafkaBroker:
 
     ``data_dir`` holds ``server.properties`` and the log directory ``logs/``; without one a
     temporary directory is used and removed on exit. ``settings`` override ``DEPLOY_SETTINGS``
-    and ``TEST_SETTINGS``.
+    and ``TEST_SETTINGS``. Alone it is node 1 of its own cluster (a random cluster id, itself the
+    only voter); ``KafkaCluster`` sets ``node_id``, ``cluster_id`` and ``quorum_voters`` of its
+    nodes.
     """
 
     def __init__(
@@ -209,9 +234,15 @@ class KafkaBroker:
         heap_mb: int = DEFAULT_HEAP_MB,
         settings: Mapping[str, str] | None = None,
         version: str = KAFKA_VERSION,
+        node_id: int = 1,
+        cluster_id: str | None = None,
     ) -> None:
         self.port = port or free_port()
         self.controller_port = free_port()
+        self.node_id = node_id
+        self.cluster_id = cluster_id  # formats the log directory with it (None: a random one)
+        # the KRaft controllers, ``id@host:port`` comma-separated: this node alone by default
+        self.quorum_voters = f"{node_id}@127.0.0.1:{self.controller_port}"
         # the port clients are told to use (e.g. a proxy in front of the broker in tests)
         self.advertised_port = advertised_port or self.port
         self.log_path = log_path
@@ -249,8 +280,8 @@ class KafkaBroker:
         controller = f"CONTROLLER://127.0.0.1:{self.controller_port}"
         return {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.quorum_voters,
             "controller.listener.names": "CONTROLLER",
             "listeners": f"{listener},{controller}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.advertised_port}",
@@ -287,7 +318,8 @@ class KafkaBroker:
         """Format the KRaft log directory once (skipped when it holds ``meta.properties``)."""
         if (self.log_dir / "meta.properties").is_file():
             return
-        cmd = [*java, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(props)]
+        cid = self.cluster_id or _cluster_id()
+        cmd = [*java, "kafka.tools.StorageTool", "format", "-t", cid, "-c", str(props)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             tail = done.stdout[-1500:] + done.stderr[-1500:]
@@ -392,6 +424,110 @@ class KafkaBroker:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def __enter__(self) -> KafkaBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class KafkaCluster:
+    """``size`` Apache Kafka processes on 127.0.0.1 forming one KRaft cluster; a context manager.
+
+    Every node is a broker and a voting controller (``controller.quorum.voters`` lists all of
+    them), formatted with one shared cluster id, with ``cluster_settings(size)`` on top of the
+    single node's settings (``settings`` override both). Node ``i`` (``node(i)``, 1-based) keeps
+    its data in ``data_dir/node-i`` and its log in ``data_dir/node-i.log``; without
+    ``data_dir`` a temporary directory is used and removed on exit. ``start`` starts the nodes
+    together, since a KRaft node serves clients only once a majority of the voters runs; a node
+    killed alone (``node(i).kill()``) comes back with its own ``start``.
+    """
+
+    def __init__(
+        self,
+        size: int = 3,
+        *,
+        data_dir: Path | None = None,
+        heap_mb: int = DEFAULT_HEAP_MB,
+        settings: Mapping[str, str] | None = None,
+        version: str = KAFKA_VERSION,
+    ) -> None:
+        self._owned_dir = data_dir is None
+        self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="kafka-cluster-"))
+        cluster_id = _cluster_id()
+        merged = {**cluster_settings(size), **(settings or {})}
+        self.brokers = [
+            KafkaBroker(
+                log_path=self.data_dir / f"node-{i}.log",
+                data_dir=self.data_dir / f"node-{i}",
+                heap_mb=heap_mb,
+                settings=merged,
+                version=version,
+                node_id=i,
+                cluster_id=cluster_id,
+            )
+            for i in range(1, size + 1)
+        ]
+        voters = ",".join(f"{b.node_id}@127.0.0.1:{b.controller_port}" for b in self.brokers)
+        for broker in self.brokers:
+            broker.quorum_voters = voters
+
+    @property
+    def bootstrap(self) -> str:
+        """Every node's ``host:port``, comma-separated (clients take any that answers)."""
+        return ",".join(b.bootstrap for b in self.brokers)
+
+    @property
+    def pid(self) -> None:
+        """No single process: each node's is ``node(i).pid``."""
+        return None
+
+    def node(self, node_id: int) -> KafkaBroker:
+        """The node with Kafka's ``node.id`` ``node_id`` (as metadata names a leader)."""
+        for broker in self.brokers:
+            if broker.node_id == node_id:
+                return broker
+        msg = f"no node {node_id} in this cluster (nodes 1..{len(self.brokers)})"
+        raise MonitorError(msg)
+
+    def start(self, timeout_s: float = 180.0) -> KafkaCluster:
+        """Start every node that is not running, together; wait until each answers."""
+        stopped = [b for b in self.brokers if not b.running]
+        if not stopped:
+            return self
+        try:
+            with ThreadPoolExecutor(len(stopped)) as pool:
+                list(pool.map(lambda b: b.start(timeout_s), stopped))
+        except MonitorError:
+            for broker in stopped:
+                broker.kill()
+            raise
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the nodes one by one (SIGTERM, a controlled shutdown), the last one with SIGKILL.
+
+        A node's controlled shutdown waits for the controllers' quorum, which the last node
+        alone no longer has: it would wait ``timeout_s`` in vain (it recovers its log directory
+        at its next start like a node that crashed).
+        """
+        running = [b for b in self.brokers if b.running]
+        for broker in running[:-1]:
+            broker.stop(timeout_s)
+        for broker in running[-1:]:
+            broker.kill()
+
+    def close(self) -> None:
+        """Stop the cluster and remove its data directory if it was a temporary one."""
+        self.stop()
+        if self._owned_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> KafkaCluster:
         return self.start()
 
     def __exit__(

@@ -258,8 +258,13 @@ def _scored(w: Workload) -> list[bytes]:
     return [json.dumps(r).encode() for r in w.records()]
 
 
-def _predict(config: Config, w: Workload, tmp_path: Path) -> tuple[list[bytes], str]:
-    """The requests (in order) and final estimates the engine gives over in-memory fakes."""
+def _predict(
+    config: Config, w: Workload, tmp_path: Path, registry: CollectorRegistry | None = None
+) -> tuple[list[bytes], str]:
+    """The requests (in order) and final estimates the engine gives over in-memory fakes.
+
+    ``registry`` receives the engine's metrics, the final estimates published.
+    """
     topics = config.kafka.topics
     log = FakeLog()
     for t in (topics.scored, topics.requests, topics.labels, topics.deadletter):
@@ -267,7 +272,7 @@ def _predict(config: Config, w: Workload, tmp_path: Path) -> tuple[list[bytes], 
     for v in _scored(w):
         log.append(topics.scored, v)
     store = Store(tmp_path / "predicted")
-    engine = Engine(config, store, Exporter(config, CollectorRegistry()))
+    engine = Engine(config, store, Exporter(config, registry or CollectorRegistry()))
     source = FakeSource(log, [topics.scored, topics.requests, topics.labels], store.offsets)
     sink = FakeSink(log)
     while engine.step(source, sink):
@@ -277,9 +282,10 @@ def _predict(config: Config, w: Workload, tmp_path: Path) -> tuple[list[bytes], 
         log.append(topics.labels, v)
     while engine.step(source, sink):
         pass
-    out = repr(engine.estimator.snapshot().windows)
+    snapshot = engine.estimator.snapshot()
+    engine.metrics.publish(snapshot)
     store.close()
-    return requests, out
+    return requests, repr(snapshot.windows)
 
 
 def _labels(w: Workload, requests: list[bytes]) -> list[bytes]:

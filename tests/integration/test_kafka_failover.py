@@ -1,0 +1,289 @@
+"""A partition leader dies mid-stream on a three-node Apache Kafka cluster (``KafkaCluster``).
+
+The daemon creates its topics itself (``create_topics``, ``kafka.replication_factor: 3``; the
+cluster has ``min.insync.replicas=2``). One node is made the leader of every partition the daemon
+reads and writes (it led the audit-requests partition; the others are moved to it) and the
+coordinator of the daemon's consumer group (by the choice of the group id). A fifth of the way
+through the scored stream it is SIGKILLed, and the run finishes on the two nodes left:
+
+- the audit requests are the undisturbed run's (the engine over in-memory fakes), byte for byte,
+  in the same order, each exactly once: a producer's retry after NOT_LEADER writes nothing twice;
+- no dead letter; the estimates, and the exported estimates and counters, are the undisturbed
+  run's;
+- ``/readyz`` answers 200 again (the times are printed);
+- the killed node restarts and rejoins the in-sync replicas of every partition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import TopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.errors import KafkaError
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from monitor.config.load import load_config
+from monitor.config.schema import TopicsConfig
+from monitor.io.kafka_io import create_topics
+from monitor.sim.kafka_broker import KafkaCluster
+from monitor.sim.workload import WorkloadSpec, generate
+from tests.integration.test_daemon_kafka import (
+    Run,
+    _labels,
+    _predict,
+    _produce,
+    _read_all,
+    _scored,
+    _yaml,
+)
+from tests.integration.test_kafka_real import _status
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+REPLICAS = 3
+OFFSETS = "__consumer_offsets"  # its partition's leader coordinates the groups placed on it
+# the exported series that must equal the undisturbed run's: every estimate of every window (not
+# the alerts: the daemon's snapshot hook decides those, the engine alone does not), and the
+# counters of what was consumed, requested, joined and rejected
+COUNTERS = {
+    "monitor_records",
+    "monitor_audit_requests",
+    "monitor_labels_received",
+    "monitor_invalid_records",
+}
+
+
+def _java_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (ASCII text): Kafka places a group by it."""
+    h = 0
+    for c in text:
+        h = (31 * h + ord(c)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def _coordinator_partition(group: str, partitions: int) -> int:
+    """The ``__consumer_offsets`` partition whose leader coordinates ``group``."""
+    h = _java_hash(group)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+class Cluster:
+    """Admin views of the cluster: leaders, in-sync replicas, group coordinators."""
+
+    def __init__(self, cluster: KafkaCluster) -> None:
+        self.cluster = cluster
+        self.admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+
+    def partitions(self, topics: list[str]) -> dict[tuple[str, int], Any]:
+        """(topic, partition) -> leader_id, replica_nodes, isr_nodes, as metadata says."""
+        return {
+            (t["name"], p["partition_index"]): p
+            for t in self.admin.describe_topics(topics)
+            for p in t["partitions"]
+        }
+
+    def leaders(self, topics: list[str]) -> dict[tuple[str, int], int]:
+        return {tp: int(p["leader_id"]) for tp, p in self.partitions(topics).items()}
+
+    def offsets_partitions(self, timeout_s: float = 15.0) -> int:
+        """How many partitions ``__consumer_offsets`` has, once each has a leader (a group
+        lookup creates the topic)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            # COORDINATOR_NOT_AVAILABLE while the topic is being created
+            with contextlib.suppress(KafkaError):
+                self.admin.describe_groups(["probe"])
+            found = self.leaders([OFFSETS])
+            if found and all(leader >= 0 for leader in found.values()):
+                return len(found)
+            assert time.monotonic() < deadline, "__consumer_offsets has no leaders"
+            time.sleep(0.25)
+
+    def lead(self, node: int, tps: list[tuple[str, int]]) -> None:
+        """Make ``node`` the leader of the partitions ``tps`` (same replicas, ``node`` first)."""
+        topics = sorted({t for t, _ in tps})
+        info = self.partitions(topics)
+        moves = {
+            TopicPartition(t, p): [node, *(r for r in info[(t, p)]["replica_nodes"] if r != node)]
+            for t, p in tps
+            if info[(t, p)]["leader_id"] != node
+        }
+        if not moves:
+            return
+        self.admin.alter_partition_reassignments(moves)
+        elect: dict[str, list[int]] = {}
+        for tp in moves:
+            elect.setdefault(tp.topic, []).append(tp.partition)
+        deadline = time.monotonic() + 15
+        while any(self.leaders(topics)[tp] != node for tp in tps):
+            assert time.monotonic() < deadline, self.partitions(topics)
+            # the preferred replica, ``node``, once it is in sync (an error until then)
+            self.admin.elect_leaders(0, elect, raise_errors=False)
+            time.sleep(0.25)
+
+    def controller(self) -> int:
+        """The node leading the KRaft quorum (the active controller)."""
+        quorum = self.admin.describe_metadata_quorum()
+        return int(quorum["topics"][0]["partitions"][0]["leader_id"])
+
+    def close(self) -> None:
+        self.admin.close()
+
+
+class Readiness:
+    """``/readyz`` every 0.1 s in a thread: each change of status with its time."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.changes: list[tuple[float, int]] = [(time.monotonic(), _status(port))]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            code = _status(self.port)
+            if self.changes[-1][1] != code:
+                self.changes.append((time.monotonic(), code))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def after(self, t0: float) -> list[tuple[float, int]]:
+        """The changes since ``t0``, as (seconds after ``t0``, status)."""
+        return [(round(t - t0, 1), code) for t, code in self.changes if t >= t0]
+
+
+def _estimates(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], str]:
+    """Every estimate series (those with a ``window``) and the ``COUNTERS``, values as text."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            estimate = "window" in s.labels and not family.name.startswith("monitor_alert")
+            if estimate or family.name in COUNTERS:
+                out[(s.name, tuple(sorted(s.labels.items())))] = repr(s.value)
+    return out
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+        return bytes(resp.read()).decode()
+
+
+@pytest.fixture
+def admin(kafka_cluster: KafkaCluster) -> Iterator[Cluster]:
+    kafka_cluster.start()  # a node an earlier case killed comes back
+    view = Cluster(kafka_cluster)
+    yield view
+    view.close()
+
+
+@pytest.mark.parametrize("client_library", ["kafka-python", "confluent-kafka"])
+def test_the_leader_killed_mid_stream_equals_the_undisturbed_run(
+    client_library: str, kafka_cluster: KafkaCluster, admin: Cluster, tmp_path: Path
+) -> None:
+    topics = TopicsConfig().tagged(uuid.uuid4().hex[:8])
+    names = [topics.scored, topics.requests, topics.labels, topics.deadletter]
+
+    # the daemon creates its topics with three replicas
+    text = _yaml(kafka_cluster, topics, tmp_path / "data", "g", client_library, max_poll_records=50)
+    text = text.replace(f'["{kafka_cluster.bootstrap}"]', f'"{kafka_cluster.bootstrap}"')
+    text = text.replace("  client_library:", f"  replication_factor: {REPLICAS}\n  client_library:")
+    probe = load_config(_write(tmp_path / "probe.yaml", text))
+    create_topics(probe)
+    parts = admin.partitions(names)
+    assert all(len(p["replica_nodes"]) == REPLICAS for p in parts.values()), parts
+
+    # one node leads every partition of the daemon and coordinates its group
+    victim = admin.leaders([topics.requests])[(topics.requests, 0)]
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    coordinator = (OFFSETS, _coordinator_partition(group, admin.offsets_partitions()))
+    admin.lead(victim, [*((name, 0) for name in names), coordinator])
+    path = _write(tmp_path / "failover.yaml", text.replace("group_id: g\n", f"group_id: {group}\n"))
+    run = Run(path, load_config(path), tmp_path / "daemon.log")
+
+    w = generate(WorkloadSpec(n=6000, hours=6.0, seed=23))
+    registry = CollectorRegistry()
+    expected, predicted = _predict(run.config, w, tmp_path, registry)
+    want_metrics = _estimates(generate_latest(registry).decode())
+    _produce(kafka_cluster, topics.scored, _scored(w))
+    run.start()
+    port = run.config.metrics.port
+    try:
+        run.wait_offsets({(topics.scored, 0): len(w) // 5})
+        coordinated = {g["group_id"] for g in admin.admin.list_groups(broker_ids=[victim])}
+        assert group in coordinated, coordinated
+        controller = admin.controller()
+        ready = Readiness(port)
+        assert ready.changes[0][1] == 200, run.log_tail()
+
+        kafka_cluster.node(victim).kill()
+        killed = time.monotonic()
+        at_kill = run.offsets().get((topics.scored, 0), 0)
+        run.wait_offsets({(topics.scored, 0): len(w)}, 90)
+        streamed = time.monotonic() - killed
+        after = admin.partitions(names)
+        assert all(p["leader_id"] not in (victim, -1) for p in after.values()), after
+        assert all(victim not in p["isr_nodes"] for p in after.values()), after
+
+        labels = _labels(w, expected)
+        _produce(kafka_cluster, topics.labels, labels)
+        run.wait_offsets({(topics.labels, 0): len(labels)}, 60)
+        deadline = time.monotonic() + 20  # published within a second of the last labels
+        got_metrics = _estimates(_scrape(port))
+        while (got_metrics != want_metrics or _status(port) != 200) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            got_metrics = _estimates(_scrape(port))
+        ready.stop()
+        requests = _read_all(run.config, topics.requests)
+        dead = _read_all(run.config, topics.deadletter)
+        code, _ = run.stop()
+    finally:
+        if run.proc is not None and run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait()
+    assert code == 0, run.log_tail()
+
+    # the killed node comes back and catches up
+    kafka_cluster.node(victim).start()
+    restarted = kafka_cluster.node(victim).start_seconds[-1]
+    t0 = time.monotonic()
+    every = [*names, OFFSETS]
+    while not all(victim in p["isr_nodes"] for p in admin.partitions(every).values()):
+        assert time.monotonic() - t0 < 30, admin.partitions(every)
+        time.sleep(0.2)
+    in_sync = time.monotonic() - t0
+
+    changes = ready.after(killed)  # (seconds after the kill, /readyz status)
+    ready_again = changes[-1][0] if changes else 0.0
+    print(
+        f"\n{client_library}: node {victim} (leader of the daemon's {len(names)} partitions, "
+        f"its group's coordinator{', the active controller' if controller == victim else ''}) "
+        f"killed at offset {at_kill}/{len(w)}; new leaders "
+        f"{sorted({int(p['leader_id']) for p in after.values()})}; the stream finished "
+        f"{streamed:.1f} s after the kill; /readyz {changes or 'stayed 200'} (ready for good "
+        f"{ready_again:.1f} s after the kill); requests {len(requests)} ({len(set(requests))} "
+        f"distinct); the node restarted in {restarted:.1f} s, in sync {in_sync:.1f} s later"
+    )
+    assert at_kill < len(w) // 2, "the stream was half done before the kill"
+    assert requests == expected  # the same bytes in the same order, none twice, none lost
+    assert dead == []
+    assert run.snapshot_repr() == predicted
+    assert got_metrics == want_metrics
+    assert ready.changes[-1][1] == 200
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
