@@ -6,6 +6,7 @@ under CI (``CI=true``) or with ``MONITOR_REQUIRE_REAL=1`` a missing component is
 Brokers: a test that uses the ``broker`` fixture runs once per broker its ``brokers`` marker
 names, ``tansu`` (the Tansu binary, in memory, starts in ~0.1 s) and/or ``kafka`` (Apache Kafka
 from Maven Central, ``monitor.sim.kafka_broker``, one per session); unmarked tests run on Tansu.
+``sasl_kafka`` is another Apache Kafka, one per module that uses it, with a SASL_SSL listener.
 ``MONITOR_TEST_BROKERS=kafka`` (comma-separated kinds) runs every broker test on those kinds
 instead. ``MONITOR_TEST_KAFKA_BOOTSTRAP=host:port`` runs the ``kafka`` cases against an existing
 cluster instead of starting one; the tests use 2 s consumer sessions, so that cluster needs
@@ -31,7 +32,7 @@ from monitor.config.schema import TopicsConfig
 from monitor.errors import MonitorError
 from monitor.io.kafka_io import ensure_topics
 from monitor.sim.embedded_broker import EmbeddedBroker
-from monitor.sim.kafka_broker import KafkaBroker, KafkaCluster
+from monitor.sim.kafka_broker import KafkaBroker, KafkaCluster, SaslUser
 
 UNDER_CI = os.environ.get("CI", "").lower() == "true"
 REQUIRE_REAL = UNDER_CI or os.environ.get("MONITOR_REQUIRE_REAL", "") in {"1", "true"}
@@ -150,6 +151,24 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
     cluster.stop()
 
 
+@pytest.fixture(scope="module")
+def sasl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """Apache Kafka with a SASL_SSL listener too (``KafkaBroker(sasl=SaslUser())``), per module.
+
+    Always started here (also with ``MONITOR_TEST_KAFKA_BOOTSTRAP``): its user, password and CA
+    are made for it.
+    """
+    home = tmp_path_factory.mktemp("kafka-sasl")
+    secured = KafkaBroker(log_path=home / "kafka.log", data_dir=home / "data", sasl=SaslUser())
+    try:
+        secured.start()
+    except MonitorError as exc:
+        missing_component(f"Apache Kafka broker with a SASL_SSL listener: {exc}")
+        raise  # unreachable: missing_component skips or fails
+    yield secured
+    secured.close()
+
+
 @pytest.fixture
 def own_kafka(kafka_broker: Broker) -> KafkaBroker:
     """The session's Apache Kafka when this session runs it (tests that stop and restart it)."""
@@ -252,7 +271,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         callspec = getattr(item, "callspec", None)
         on_kafka = (callspec is not None and callspec.params.get("broker") == "kafka") or bool(
-            {"kafka_broker", "own_kafka", "kafka_cluster"} & set(getattr(item, "fixturenames", ()))
+            {"kafka_broker", "own_kafka", "kafka_cluster", "sasl_kafka"}
+            & set(getattr(item, "fixturenames", ()))
         )
         if on_kafka:
             group = "kafka"

@@ -10,6 +10,11 @@ the same log directory and ports, so topics, records and committed offsets survi
 controller, one cluster id, internal topics replicated three times, ``min.insync.replicas=2``),
 so that a test can kill the leader of a partition and watch the clients follow the new one.
 
+``KafkaBroker(sasl=SaslUser())`` adds a SASL_SSL listener (``sasl_bootstrap``) beside the
+PLAINTEXT one: SASL PLAIN and SCRAM-SHA-512 for that one user, over TLS with a certificate for
+127.0.0.1 signed by a CA made at the first start (``ca_file``, the client's ``ssl_cafile``).
+The PLAINTEXT listener stays for the readiness check, the broker's own traffic and test tools.
+
 The interface mirrors ``monitor.embedded_broker.EmbeddedBroker`` (Tansu) so tests take either::
 
     python -m monitor.sim.kafka_broker            # runs until Ctrl-C, prints its bootstrap
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -32,6 +38,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -110,6 +117,52 @@ appender.out.layout.pattern = [%d] %p %m (%c)%n
 logger.config.name = org.apache.kafka.common.config.AbstractConfig
 logger.config.level = WARN
 """
+
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-512")
+TLS_DAYS = 365  # validity of the certificates made at the first start with ``sasl``
+
+
+@dataclass(frozen=True)
+class SaslUser:
+    """The one client user of a broker's SASL_SSL listener (every one of ``SASL_MECHANISMS``).
+
+    The password is random unless given and never shown in ``repr``; a given one must keep to
+    letters, digits, '-' and '_' (it is written into the broker's settings unescaped).
+    """
+
+    username: str = "monitor"
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(18), repr=False)
+
+
+def make_tls_files(directory: Path) -> None:
+    """Make a new CA certificate and a broker key and certificate it signs, for 127.0.0.1.
+
+    ``ca.pem`` is the CA's certificate (the clients' ``ssl_cafile``); ``broker.pem`` is Kafka's
+    PEM key store: the broker's key, then its certificate. Made with the ``openssl`` command
+    line (OpenSSL 3); the CA's key is not kept.
+    """
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        msg = "'openssl' is missing (it makes the test broker's certificates): apt-get install it"
+        raise MonitorError(msg)
+    directory.mkdir(parents=True, exist_ok=True)
+    ca, ca_key = str(directory / "ca.pem"), str(directory / "ca.key")
+    key, cert = directory / "broker.key", directory / "broker.crt"
+    new = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", str(TLS_DAYS)]
+    broker = ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+    broker += ["-addext", "basicConstraints=CA:FALSE"]  # not a CA itself
+    for args in (
+        ["-keyout", ca_key, "-out", ca, "-subj", "/CN=activeaudit-monitor test CA"],
+        ["-CA", ca, "-CAkey", ca_key, "-keyout", str(key), "-out", str(cert), *broker],
+    ):
+        done = subprocess.run([openssl, *new, *args], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            msg = f"making the test broker's certificates in {directory} failed:\n{done.stderr}"
+            raise MonitorError(msg)
+    (directory / "broker.pem").write_text(key.read_text() + cert.read_text())
+    for made in (Path(ca_key), key, cert):
+        made.unlink()
 
 
 def cache_root() -> Path:
@@ -221,7 +274,8 @@ class KafkaBroker:
     temporary directory is used and removed on exit. ``settings`` override ``DEPLOY_SETTINGS``
     and ``TEST_SETTINGS``. Alone it is node 1 of its own cluster (a random cluster id, itself the
     only voter); ``KafkaCluster`` sets ``node_id``, ``cluster_id`` and ``quorum_voters`` of its
-    nodes.
+    nodes. With ``sasl`` the broker also serves that user on a SASL_SSL listener (see the module
+    docstring).
     """
 
     def __init__(
@@ -236,6 +290,7 @@ class KafkaBroker:
         version: str = KAFKA_VERSION,
         node_id: int = 1,
         cluster_id: str | None = None,
+        sasl: SaslUser | None = None,
     ) -> None:
         self.port = port or free_port()
         self.controller_port = free_port()
@@ -251,6 +306,8 @@ class KafkaBroker:
         self.heap_mb = heap_mb
         self.settings = {**DEPLOY_SETTINGS, **TEST_SETTINGS, **(settings or {})}
         self.version = version
+        self.sasl = sasl
+        self.sasl_port = free_port() if sasl else None
         self.start_seconds: list[float] = []  # wall time of each start until the broker answered
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -258,6 +315,24 @@ class KafkaBroker:
     def bootstrap(self) -> str:
         """The ``host:port`` clients connect to (the advertised one)."""
         return f"127.0.0.1:{self.advertised_port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """The ``host:port`` of the SASL_SSL listener (a broker started with ``sasl``)."""
+        if self.sasl_port is None:
+            msg = "this Kafka broker has no SASL_SSL listener: create it with sasl=SaslUser()"
+            raise MonitorError(msg)
+        return f"127.0.0.1:{self.sasl_port}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA certificate (PEM) that signed the SASL_SSL listener's certificate."""
+        return self.tls_dir / "ca.pem"
+
+    @property
+    def tls_dir(self) -> Path:
+        """Where the SASL_SSL listener's certificates are made at the first start."""
+        return self.data_dir / "tls"
 
     @property
     def pid(self) -> int | None:
@@ -276,19 +351,45 @@ class KafkaBroker:
 
     def server_properties(self) -> dict[str, str]:
         """The broker's whole configuration (``server.properties``)."""
-        listener = f"PLAINTEXT://127.0.0.1:{self.port}"
-        controller = f"CONTROLLER://127.0.0.1:{self.controller_port}"
+        listeners = f"PLAINTEXT://127.0.0.1:{self.port}"
+        listeners += f",CONTROLLER://127.0.0.1:{self.controller_port}"
+        advertised = f"PLAINTEXT://127.0.0.1:{self.advertised_port}"
+        protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        secured: dict[str, str] = {}
+        if self.sasl is not None:
+            listeners += f",SASL_SSL://{self.sasl_bootstrap}"
+            advertised += f",SASL_SSL://{self.sasl_bootstrap}"
+            protocols += ",SASL_SSL:SASL_SSL"
+            secured = self._sasl_settings(self.sasl)
         return {
             "process.roles": "broker,controller",
             "node.id": str(self.node_id),
             "controller.quorum.voters": self.quorum_voters,
             "controller.listener.names": "CONTROLLER",
-            "listeners": f"{listener},{controller}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.advertised_port}",
+            "listeners": listeners,
+            "advertised.listeners": advertised,
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": protocols,
             "log.dirs": str(self.log_dir),
+            **secured,
             **self.settings,
+        }
+
+    def _sasl_settings(self, sasl: SaslUser) -> dict[str, str]:
+        """The SASL_SSL listener's mechanisms, its PLAIN user and its PEM key store."""
+        login = "org.apache.kafka.common.security"
+        user = f'user_{sasl.username}="{sasl.password}"'
+        return {
+            "sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": (
+                f"{login}.plain.PlainLoginModule required {user};"
+            ),
+            # every enabled mechanism needs a login module (SCRAM's users are in the metadata)
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                f"{login}.scram.ScramLoginModule required;"
+            ),
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.tls_dir / "broker.pem"),
         }
 
     def _write_config(self) -> tuple[Path, Path]:
@@ -315,11 +416,17 @@ class KafkaBroker:
         ]
 
     def _format(self, java: list[str], props: Path) -> None:
-        """Format the KRaft log directory once (skipped when it holds ``meta.properties``)."""
+        """Format the KRaft log directory once (skipped when it holds ``meta.properties``).
+
+        With ``sasl`` its user's SCRAM credentials go into the metadata log here.
+        """
         if (self.log_dir / "meta.properties").is_file():
             return
         cid = self.cluster_id or _cluster_id()
         cmd = [*java, "kafka.tools.StorageTool", "format", "-t", cid, "-c", str(props)]
+        if self.sasl is not None:
+            user = f"name={self.sasl.username},password={self.sasl.password}"
+            cmd += ["--add-scram", f"SCRAM-SHA-512=[{user}]"]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             tail = done.stdout[-1500:] + done.stderr[-1500:]
@@ -333,6 +440,8 @@ class KafkaBroker:
             raise MonitorError(msg)
         t0 = time.monotonic()
         jars = kafka_jars(self.version)
+        if self.sasl is not None and not (self.tls_dir / "broker.pem").is_file():
+            make_tls_files(self.tls_dir)
         props, log4j = self._write_config()
         java = self._java(jars, log4j)
         self._format(java, props)
