@@ -28,12 +28,10 @@ class StoreError(MonitorError):
 
 
 class BrokerUnavailable(MonitorError):
-    """The Kafka broker cannot be reached; retrying later makes sense."""
+    """The Kafka broker cannot be reached; retrying later makes sense.
 
-    @classmethod
-    def on(cls, what: str, exc: BaseException) -> BrokerUnavailable:
-        """``what`` failed on the client error ``exc``: "poll failed: KafkaTimeoutError: ..."."""
-        return cls(f"{what}: {type(exc).__name__}: {exc}")
+    ``monitor.io.client_errors.unavailable`` makes one from a client error, with its cause.
+    """
 
 
 class TopicsNotReady(BrokerUnavailable):

@@ -2,12 +2,14 @@
 
 Keys are kafka-python's names; they are checked against kafka-python's own defaults (type and
 existence), secrets are redacted from every ``repr``, and ``CONFLUENT_OPTIONS`` translates the
-supported ones for confluent-kafka.
+supported ones for confluent-kafka. With TLS (``security_protocol`` SSL or SASL_SSL) the files the
+clients will read must be readable, and the CA file must hold a certificate.
 """
 
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any, Literal, cast
 
@@ -203,7 +205,45 @@ def client_settings(problems: Problems, value: Any) -> ClientSettings:
             problems.add(where, f"expected one of {', '.join(_CODECS)}, {got(checked)}")
             continue
         out[key] = checked
+    _check_tls_files(problems, out, secret)
     return ClientSettings(out, secret)
+
+
+# the files a client reads to connect over TLS: key -> what the file must be
+TLS_FILES: Mapping[str, str] = {
+    "ssl_cafile": "the CA certificate (PEM) that signed the brokers' certificates",
+    "ssl_certfile": "this client's certificate (PEM)",
+    "ssl_keyfile": "this client's private key (PEM)",
+    "ssl_crlfile": "a certificate revocation list (PEM)",
+}
+
+
+def _check_tls_files(problems: Problems, settings: Mapping[str, Any], secret: set[str]) -> None:
+    """With TLS, every file of ``TLS_FILES`` set must be readable, the CA file a certificate.
+
+    Both clients read them only when they connect: kafka-python failed every connection and
+    the daemon reported "Unable to bootstrap" forever; librdkafka refused to start with
+    "ssl.ca.location failed: ... BIO lib". Neither named the file.
+    """
+    if str(settings.get("security_protocol", "")).upper() not in {"SSL", "SASL_SSL"}:
+        return  # neither client reads them without TLS
+    for key, what in TLS_FILES.items():
+        path = settings.get(key)
+        if not isinstance(path, str):
+            continue
+        where = join_key("kafka.client", key)
+        shown = "the file named in the environment" if key in secret else repr(path)
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            problems.add(where, f"cannot read {shown}: {exc.strerror}; it must be {what}")
+            continue
+        if key == "ssl_cafile":
+            try:
+                ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=path)
+            except ssl.SSLError:
+                problems.add(where, f"{shown} holds no PEM certificate; it must be {what}")
 
 
 # the codecs both clients know (kafka-python refuses another one only once connected)

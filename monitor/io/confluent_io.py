@@ -5,6 +5,12 @@ optional extra ``activeaudit-monitor[confluent]``: librdkafka fetches and parses
 a poll costs a fraction of kafka-python's CPU (``benchmarks/throughput.py``). ``kafka.client``
 keeps kafka-python's names; ``monitor.config.confluent_client_options`` translates them. Topic
 creation and the samplers' read-back of the aggregates topic stay on kafka-python (low volume).
+
+Settings librdkafka refuses when a client is made (a misspelt ``security_protocol``, SASL without
+a user) are a ``ConfigError``, as with kafka-python. Each client's errors (``error_cb``: a refused
+login, an untrusted certificate) are named in the ``BrokerUnavailable`` that follows
+(``monitor.io.client_errors``); librdkafka's own log lines go through the JSON log, each
+distinct line at most once a minute (it logs every failed attempt, up to ~20 a second).
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ import contextlib
 import functools
 import logging
 import operator
+import re
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from itertools import repeat
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -34,7 +42,8 @@ from monitor.config.kafka_client import (
 )
 from monitor.config.schema import Config
 from monitor.core.messages import RawRecord
-from monitor.errors import BrokerUnavailable
+from monitor.errors import BrokerUnavailable, ConfigError
+from monitor.io.client_errors import RecentErrors, unavailable
 from monitor.io.positions import note_beyond_end, note_rewind
 from monitor.runtime.ports import TP, Assigned
 from monitor.runtime.skips import Skips
@@ -44,6 +53,51 @@ log = logging.getLogger(__name__)
 _SECOND = operator.itemgetter(1)
 _NEXT = functools.partial(operator.add, 1)
 METADATA_TIMEOUT_S = 5.0
+REPEAT_S = 60.0  # a librdkafka log line repeated within this is dropped
+_NUMBERS = re.compile(r"\d+")
+
+
+class _Repeats(logging.Filter):
+    """Drops a line logged within ``REPEAT_S`` before (lines differing only in numbers: one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Whether the record is new, or last passed ``REPEAT_S`` ago."""
+        now = time.monotonic()
+        key = _NUMBERS.sub("N", record.getMessage())
+        if now - self._last.get(key, -REPEAT_S) < REPEAT_S:
+            return False
+        if len(self._last) > 1000:  # forget the lines too old to hold anything back
+            self._last = {k: t for k, t in self._last.items() if now - t < REPEAT_S}
+        self._last[key] = now
+        return True
+
+
+_LIBRDKAFKA_LOG = logging.getLogger(f"{__name__}.librdkafka")
+_LIBRDKAFKA_LOG.addFilter(_Repeats())
+
+_Client = TypeVar("_Client", Consumer, Producer)
+
+
+def _client(
+    factory: Callable[[dict[str, Any]], _Client], settings: dict[str, Any], what: str
+) -> _Client:
+    """``factory(settings)``; settings librdkafka refuses are a ``ConfigError`` (exit 2).
+
+    A new client does not connect yet: an invalid value is the only thing it reports, and
+    retrying it as a broker outage would never end.
+    """
+    try:
+        return factory(settings)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() == KafkaError._INVALID_ARG:
+            msg = f"kafka.client: librdkafka refused the {what} settings: {err.str()}"
+            raise ConfigError(msg) from exc
+        raise
 
 
 class ConfluentSource:
@@ -65,6 +119,8 @@ class ConfluentSource:
         self._ends: dict[TP, int] = {}
         self._beyond: dict[TP, float] = {}  # a next offset past the end: since when
         self._skips = Skips()
+        self._settings = kc.client
+        self._errors = RecentErrors()
         settings: dict[str, Any] = {
             "bootstrap.servers": ",".join(kc.bootstrap_servers),
             "group.id": group_id or kc.group_id,
@@ -77,14 +133,15 @@ class ConfluentSource:
             # partitions added to a subscribed topic are consumed within this (librdkafka: 5 min)
             "topic.metadata.refresh.interval.ms": METADATA_MAX_AGE_MS,
             "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
-            "logger": log,  # librdkafka's own log lines, through the JSON log formatter
+            "logger": _LIBRDKAFKA_LOG,  # librdkafka's own log lines, through the JSON log
+            "error_cb": self._note,
             **confluent_client_options(kc, "consumer"),
         }
         t = kc.topics
         subscribed = list(dict.fromkeys(topics or (t.scored, t.requests, t.labels)))
         self._liveness = TopicPartition(subscribed[0], 0)
         try:
-            self._consumer = Consumer(settings)
+            self._consumer = _client(Consumer, settings, "consumer")
             self._consumer.subscribe(
                 subscribed,
                 on_assign=self._assign,
@@ -92,7 +149,24 @@ class ConfluentSource:
             )
         except KafkaException as exc:
             msg = "cannot connect the consumer"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise self._unavailable(msg, exc) from exc
+
+    def _note(self, err: KafkaError) -> None:
+        """The ``error_cb`` of librdkafka: a client error, e.g. a refused login."""
+        self._errors.note(err.str())
+
+    def _unavailable(self, what: str, exc: BaseException) -> BrokerUnavailable:
+        return unavailable(what, exc, self._errors, self._settings)
+
+    def _serve_errors(self) -> None:
+        """Hand librdkafka's pending errors to ``error_cb`` now, while no partition is assigned.
+
+        librdkafka queues them for the next poll, after the failed metadata or offsets request
+        has raised; unassigned, a poll cannot return (and so lose) a record.
+        """
+        if not self._consumer.assignment():
+            with contextlib.suppress(KafkaException, RuntimeError):
+                self._consumer.poll(0)
 
     def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Rebalance callback: seek to the stored offsets, or let a sampler rebuild first."""
@@ -131,7 +205,7 @@ class ConfluentSource:
             )
         except KafkaException as exc:
             msg = "poll failed"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise self._unavailable(msg, exc) from exc
         if any(map(Message.error, msgs)):
             msgs = self._without_errors(msgs)
         if not msgs:
@@ -168,15 +242,14 @@ class ConfluentSource:
             )
         except KafkaException as exc:
             msg = "cannot fetch the log start offset"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise self._unavailable(msg, exc) from exc
         return int(low)
 
     def skipped(self) -> dict[TP, int]:
         """Records deleted before they were read, per partition, since the last call."""
         return self._skips.take()
 
-    @staticmethod
-    def _without_errors(msgs: list[Message]) -> list[Message]:
+    def _without_errors(self, msgs: list[Message]) -> list[Message]:
         """Drop error events (logged); a fatal one means the client is gone."""
         for m in msgs:
             err = m.error()
@@ -184,7 +257,7 @@ class ConfluentSource:
                 continue
             if err.fatal():
                 msg = "consumer failed"
-                raise BrokerUnavailable.on(msg, KafkaException(err))
+                raise self._unavailable(msg, KafkaException(err))
             if err.code() != KafkaError._PARTITION_EOF:
                 log.warning(
                     "consumer error event", extra={"event": "consumer_error", "error": str(err)}
@@ -202,7 +275,7 @@ class ConfluentSource:
             )
         except KafkaException as exc:
             msg = "offset commit failed"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise self._unavailable(msg, exc) from exc
 
     def committed(self) -> dict[TP, int]:
         """The group's committed next offsets of the assigned partitions (where committed)."""
@@ -213,7 +286,7 @@ class ConfluentSource:
             got = self._consumer.committed(parts, timeout=METADATA_TIMEOUT_S)
         except KafkaException as exc:
             msg = "cannot fetch committed offsets"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise self._unavailable(msg, exc) from exc
         return {(tp.topic, tp.partition): tp.offset for tp in got if tp.offset >= 0}
 
     def seek(self, offsets: Mapping[TP, int]) -> None:
@@ -269,7 +342,8 @@ class ConfluentSource:
             meta = self._consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
         except KafkaException as exc:
             msg = "cannot read topic metadata"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            self._serve_errors()
+            raise self._unavailable(msg, exc) from exc
         found = meta.topics.get(topic)
         return len(found.partitions) if found is not None and found.partitions else 1
 
@@ -287,7 +361,8 @@ class ConfluentSource:
                 ends[(tp.topic, tp.partition)] = int(high)
         except KafkaException as exc:
             msg = "broker did not answer"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            self._serve_errors()
+            raise self._unavailable(msg, exc) from exc
         if parts:
             self._ends = ends
 
@@ -302,22 +377,33 @@ class ConfluentSink:
 
     def __init__(self, config: Config) -> None:
         kc = config.kafka
+        self._settings = kc.client
+        self._client_errors = RecentErrors()
         settings: dict[str, Any] = {
             "bootstrap.servers": ",".join(kc.bootstrap_servers),
             "acks": "all",
             "enable.idempotence": True,
             "linger.ms": 5,
             "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
-            "logger": log,
+            "logger": _LIBRDKAFKA_LOG,
+            "error_cb": self._note,
             **confluent_client_options(kc, "producer"),
         }
         try:
-            self._producer = Producer(settings)
+            self._producer = _client(Producer, settings, "producer")
         except KafkaException as exc:
             msg = "cannot connect the producer"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise self._unavailable(msg, exc) from exc
         self._errors: list[KafkaError] = []
         self._queued = 0
+
+    def _note(self, err: KafkaError) -> None:
+        """The ``error_cb`` of librdkafka: a client error, e.g. a refused login."""
+        self._client_errors.note(err.str())
+
+    def _unavailable(self, what: str, exc: BaseException) -> BrokerUnavailable:
+        """``BrokerUnavailable`` with the client's recent error (``flush`` serves ``error_cb``)."""
+        return unavailable(what, exc, self._client_errors, self._settings)
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -339,7 +425,7 @@ class ConfluentSink:
                 self._producer.poll(1.0)  # the local queue is full: let deliveries drain
             except KafkaException as exc:
                 msg = "produce failed"
-                raise BrokerUnavailable.on(msg, exc) from exc
+                raise self._unavailable(msg, exc) from exc
         msg = "produce failed: the producer's queue stays full"
         raise BrokerUnavailable(msg)
 
@@ -350,11 +436,11 @@ class ConfluentSink:
         left = self._producer.flush(timeout_s)
         errors, self._errors, self._queued = self._errors, [], 0
         if left:
-            msg = f"produce not acknowledged: {left} records after {timeout_s:.0f} s"
-            raise BrokerUnavailable(msg)
+            msg = "produce not acknowledged"
+            raise self._unavailable(msg, TimeoutError(f"{left} records after {timeout_s:.0f} s"))
         if errors:
             msg = "produce not acknowledged"
-            raise BrokerUnavailable.on(msg, KafkaException(errors[0]))
+            raise self._unavailable(msg, KafkaException(errors[0]))
 
     def close(self) -> None:
         """Deliver what is queued (bounded) and release the producer."""

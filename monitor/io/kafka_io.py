@@ -6,7 +6,9 @@ next offset recorded in the state store (or to the beginning when the store has 
 state is rebuilt by replaying), so Kafka's committed offsets are only a mirror of the store.
 ``KafkaSink`` produces requests and dead letters with ``acks=all`` and reports a failed flush.
 ``FakeLog``/``FakeSource``/``FakeSink`` are in-memory equivalents for tests of the loop.
-Security settings (TLS, SASL) pass through from ``kafka.client``.
+Security settings (TLS, SASL) pass through from ``kafka.client``; the connection errors
+kafka-python logs (a refused login, an untrusted certificate) are noted, never printed, and named
+in the ``BrokerUnavailable`` that follows (``monitor.io.client_errors``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ from typing import Any, TypeVar
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import KafkaConfigurationError, KafkaError, TopicAlreadyExistsError
+from kafka.errors import (
+    KafkaConfigurationError,
+    KafkaError,
+    KafkaTimeoutError,
+    TopicAlreadyExistsError,
+)
 from kafka.structs import OffsetAndMetadata
 
 from monitor.config.kafka_client import (
@@ -32,6 +39,7 @@ from monitor.config.kafka_client import (
 from monitor.config.schema import Config, TopicsConfig
 from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable, ConfigError
+from monitor.io.client_errors import RecentErrors, describe, unavailable
 from monitor.io.positions import note_beyond_end, note_rewind
 from monitor.runtime.ports import TP, Assigned, Entry
 from monitor.runtime.skips import Skips
@@ -62,6 +70,33 @@ AGGREGATES_TOPIC_CONFIG: Mapping[str, str] = {
     "segment.ms": "3600000",
     "min.cleanable.dirty.ratio": "0.1",
 }
+
+
+# every kafka-python client of the process connects to the same brokers with the same settings
+CONNECTION_ERRORS = RecentErrors()
+
+
+class _NoteConnectionErrors(logging.Handler):
+    """Notes the exception of each failed connection kafka-python logs (``CONNECTION_ERRORS``)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Note every exception among the record's arguments but the client's own timeout."""
+        for arg in record.args if isinstance(record.args, tuple) else ():
+            if isinstance(arg, BaseException) and not isinstance(arg, KafkaTimeoutError):
+                CONNECTION_ERRORS.note(describe(arg))
+
+
+# kafka-python (3.0.12) logs why a connection failed here, then raises "Unable to bootstrap";
+# these lines only feed CONNECTION_ERRORS (the daemon logs a state change once, with the cause)
+_NET_LOG = logging.getLogger("kafka.net.manager")
+_NET_LOG.setLevel(logging.WARNING)
+_NET_LOG.propagate = False
+_NET_LOG.addHandler(_NoteConnectionErrors(logging.WARNING))
+
+
+def _unavailable(what: str, exc: BaseException, client: Mapping[str, Any]) -> BrokerUnavailable:
+    """``what`` failed on ``exc``, with the recent connection error and what to check for it."""
+    return unavailable(what, exc, CONNECTION_ERRORS, client)
 
 
 class _Seeker(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -145,7 +180,7 @@ class KafkaSource:
             self._consumer.subscribe(subscribed, listener=_Seeker(self))
         except KafkaError as exc:
             msg = "cannot connect the consumer"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise _unavailable(msg, exc, self.config.kafka.client) from exc
 
     def _resume_pending_join(self) -> None:
         """Finish a rebalance that kafka-python (3.0.12) would otherwise abandon.
@@ -179,7 +214,7 @@ class KafkaSource:
             polled = self._consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         except KafkaError as exc:
             msg = "poll failed"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise _unavailable(msg, exc, self.config.kafka.client) from exc
         out: list[RawRecord] = []
         for tp, recs in polled.items():
             if not recs:
@@ -210,7 +245,7 @@ class KafkaSource:
             return int(self._consumer.beginning_offsets([tp])[tp])
         except KafkaError as exc:
             msg = "cannot fetch the log start offset"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise _unavailable(msg, exc, self.config.kafka.client) from exc
 
     def skipped(self) -> dict[TP, int]:
         """Records deleted before they were read, per partition, since the last call."""
@@ -225,7 +260,7 @@ class KafkaSource:
             self._consumer.commit(offsets=meta)
         except KafkaError as exc:
             msg = "offset commit failed"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise _unavailable(msg, exc, self.config.kafka.client) from exc
 
     def committed(self) -> dict[TP, int]:
         """The group's committed next offsets of the assigned partitions (where committed)."""
@@ -237,7 +272,7 @@ class KafkaSource:
                     out[(tp.topic, tp.partition)] = int(off)
         except KafkaError as exc:
             msg = "cannot fetch committed offsets"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise _unavailable(msg, exc, self.config.kafka.client) from exc
         return out
 
     def seek(self, offsets: Mapping[TP, int]) -> None:
@@ -317,7 +352,7 @@ class KafkaSource:
             parts = self._consumer.partitions_for_topic(topic)
         except KafkaError as exc:
             msg = "cannot read topic metadata"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise _unavailable(msg, exc, self.config.kafka.client) from exc
         return len(parts) if parts else 1
 
     def probe(self, timeout_s: float) -> None:
@@ -334,7 +369,7 @@ class KafkaSource:
             )
         except KafkaError as exc:
             msg = "broker did not answer"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise _unavailable(msg, exc, self.config.kafka.client) from exc
         if parts:
             self._ends = {(tp.topic, tp.partition): int(o) for tp, o in ends.items()}
 
@@ -365,11 +400,12 @@ class KafkaSink:
             "max_block_ms": MAX_BLOCK_MS,
         }
         options.update(kafka_client_options(config.kafka, "producer"))
+        self._settings = config.kafka.client
         try:
             self._producer = _client(KafkaProducer, options, "producer")
         except KafkaError as exc:
             msg = "cannot connect the producer"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise _unavailable(msg, exc, self._settings) from exc
         self._pending: list[Any] = []
 
     def produce(
@@ -381,10 +417,10 @@ class KafkaSink:
             self._pending.append(fut)
         except KafkaError as exc:
             msg = f"produce to {topic} failed"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise _unavailable(msg, exc, self._settings) from exc
         except ValueError as exc:  # a partition added since the producer's last metadata
             msg = f"produce to {topic} failed (partitions added? metadata refreshes within 10 s)"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise _unavailable(msg, exc, self._settings) from exc
 
     def flush(self, timeout_s: float) -> None:
         """Wait for every acknowledgement."""
@@ -395,12 +431,12 @@ class KafkaSink:
             self._producer.flush(timeout=timeout_s)
         except KafkaError as exc:
             msg = "flush failed"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise _unavailable(msg, exc, self._settings) from exc
         for fut in pending:
             if not fut.is_done or fut.failed():
                 cause = fut.exception or TimeoutError("not acknowledged")
                 msg = "produce not acknowledged"
-                raise BrokerUnavailable.on(msg, cause)
+                raise _unavailable(msg, cause, self._settings)
 
     def close(self) -> None:
         """Close the producer (bounded)."""
@@ -454,7 +490,7 @@ def ensure_topics(
         admin = _client(KafkaAdminClient, options, "admin client")
     except KafkaError as exc:
         msg = "cannot connect the admin client"
-        raise BrokerUnavailable.on(msg, exc) from exc
+        raise _unavailable(msg, exc, client_options or {}) from exc
     created: list[str] = []
     replicas = -1 if replication_factor is None else replication_factor  # -1: the broker's
     try:
@@ -484,7 +520,7 @@ def ensure_topics(
                 pass
     except KafkaError as exc:
         msg = "cannot create topics"
-        raise BrokerUnavailable.on(msg, exc) from exc
+        raise _unavailable(msg, exc, client_options or {}) from exc
     finally:
         admin.close()
     return created
@@ -545,7 +581,7 @@ class KafkaTopicReader:
         except KafkaError as exc:
             self.close()
             msg = f"cannot read {self.topic}"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise _unavailable(msg, exc, self.config.kafka.client) from exc
 
     def follow(self) -> list[Entry]:
         """The records appended to the partitions of the last ``read`` since then."""
@@ -556,7 +592,7 @@ class KafkaTopicReader:
         except KafkaError as exc:
             self.close()
             msg = f"cannot read {self.topic}"
-            raise BrokerUnavailable.on(msg, exc) from exc
+            raise _unavailable(msg, exc, self.config.kafka.client) from exc
         return [(tp.partition, r.key, r.value) for tp, recs in polled.items() for r in recs]
 
     def close(self) -> None:

@@ -423,6 +423,43 @@ def test_environment_values_are_coerced_to_the_setting_type(
     assert config.kafka.client["ssl_check_hostname"] is False
 
 
+def test_tls_files_that_cannot_be_read_stop_the_start_naming_key_and_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both clients read them only when connecting: kafka-python failed every connection and
+    the daemon retried "Unable to bootstrap" forever; librdkafka did not start ("ssl.ca.location
+    failed: ... BIO lib"), retried the same way. Neither named the file."""
+    not_a_cert = tmp_path / "ca.pem"
+    not_a_cert.write_text("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+    monkeypatch.setenv("TEST_KEY_PATH", str(tmp_path / "from-env.key"))
+    for protocol in ("SASL_SSL", "SSL", "ssl"):
+        client = {
+            "security_protocol": protocol,
+            "ssl_cafile": str(not_a_cert),
+            "ssl_certfile": str(tmp_path),
+            "ssl_keyfile": {"env": "TEST_KEY_PATH"},
+            "ssl_crlfile": str(tmp_path / "missing.crl"),
+        }
+        assert problems_of({"kafka": {"client": client}}) == [
+            f"kafka.client.ssl_cafile: {str(not_a_cert)!r} holds no PEM certificate; it must be "
+            "the CA certificate (PEM) that signed the brokers' certificates",
+            f"kafka.client.ssl_certfile: cannot read {str(tmp_path)!r}: Is a directory; it must be "
+            "this client's certificate (PEM)",
+            "kafka.client.ssl_keyfile: cannot read the file named in the environment: No such file "
+            "or directory; it must be this client's private key (PEM)",
+            f"kafka.client.ssl_crlfile: cannot read {str(tmp_path / 'missing.crl')!r}: No such "
+            "file or directory; it must be a certificate revocation list (PEM)",
+        ]
+
+
+@pytest.mark.parametrize("protocol", [None, "PLAINTEXT", "SASL_PLAINTEXT"])
+def test_tls_files_are_not_read_without_tls(protocol: str | None, tmp_path: Path) -> None:
+    """Neither client reads them then: a leftover path does not stop the start."""
+    client = {"security_protocol": protocol, "ssl_cafile": str(tmp_path / "missing.pem")}
+    config = parse_config({"kafka": {"client": client}}, "t")
+    assert config.kafka.client["ssl_cafile"] == str(tmp_path / "missing.pem")
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [(3600, 3600.0), ("90s", 90.0), ("30m", 1800.0), ("1h", 3600.0), ("24h", 86_400.0),

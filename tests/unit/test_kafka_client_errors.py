@@ -1,0 +1,157 @@
+"""What the daemon says when a Kafka client cannot connect, and what it refuses at start-up.
+
+Measured against Apache Kafka over SASL_SSL (``tests/integration/test_kafka_secured.py``): both
+clients learn why a connection failed in their network threads, then raise an error that does not
+say ("Unable to bootstrap", "Broker transport failure"), and the daemon logs one line per state
+change, so that line has to carry the cause.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+from kafka import KafkaProducer
+from kafka.errors import KafkaConnectionError, KafkaTimeoutError, SaslAuthenticationFailedError
+
+from monitor.config.load import parse_config
+from monitor.errors import ConfigError
+from monitor.io import client_errors, confluent_io, kafka_io
+from monitor.io.client_errors import RecentErrors, connection_hint, describe, unavailable
+from monitor.io.confluent_io import ConfluentSink, ConfluentSource
+from monitor.ports import free_port
+
+SASL_SSL = {"security_protocol": "SASL_SSL"}
+# what each client reported, against Apache Kafka 4.1.1
+KAFKA_PYTHON_LOGIN = SaslAuthenticationFailedError(
+    "SaslAuthenticationFailedError: Authentication failed: Invalid username or password"
+)
+KAFKA_PYTHON_CA = KafkaConnectionError(
+    "Handshake failed: [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to "
+    "get local issuer certificate (_ssl.c:1006)"
+)
+LIBRDKAFKA_LOGIN = (
+    "sasl_ssl://127.0.0.1:9093/bootstrap: SASL authentication error: Authentication failed: "
+    "Invalid username or password (after 301ms in state AUTH_REQ)"
+)
+LIBRDKAFKA_CA = (
+    "sasl_ssl://127.0.0.1:9093/bootstrap: SSL handshake failed: error:0A000086:SSL "
+    "routines::certificate verify failed: broker certificate could not be verified, verify that "
+    "ssl.ca.location is correctly configured (after 4ms in state SSL_HANDSHAKE)"
+)
+
+
+def test_the_type_of_an_error_is_named_once() -> None:
+    assert describe(KafkaTimeoutError("Unable to bootstrap")) == (
+        "KafkaTimeoutError: Unable to bootstrap"  # was "KafkaTimeoutError: KafkaTimeoutError: ..."
+    )
+    assert describe(TimeoutError("3 records after 10 s")) == "TimeoutError: 3 records after 10 s"
+
+
+@pytest.mark.parametrize("login", [describe(KAFKA_PYTHON_LOGIN), LIBRDKAFKA_LOGIN])
+def test_a_refused_login_points_at_the_sasl_settings(login: str) -> None:
+    assert connection_hint(login, SASL_SSL) == (
+        "SASL authentication failed: check kafka.client.sasl_mechanism, sasl_plain_username and "
+        "sasl_plain_password (the broker's log gives its reason)"
+    )
+
+
+@pytest.mark.parametrize("handshake", [describe(KAFKA_PYTHON_CA), LIBRDKAFKA_CA])
+def test_an_untrusted_certificate_points_at_the_ca_file(handshake: str) -> None:
+    assert connection_hint(handshake, SASL_SSL).startswith(
+        "the broker's TLS certificate was not accepted: kafka.client.ssl_cafile must be the CA "
+        "certificate (PEM) that signed it"
+    )
+
+
+def test_closed_connections_at_bootstrap_point_at_the_sasl_settings_only_with_sasl() -> None:
+    """kafka-python 3.0.12 at times reports a refused login as a closed connection only."""
+    closed = (
+        "KafkaTimeoutError: Unable to bootstrap from ['127.0.0.1:9093'] (last connection error: "
+        "KafkaConnectionError: socket disconnected)"
+    )
+    assert "sasl_plain_password" in connection_hint(closed, SASL_SSL)
+    assert connection_hint(closed, {"security_protocol": "SSL"}) == ""
+    assert connection_hint(closed, {}) == ""
+    refused = closed.replace("socket disconnected", "111 ECONNREFUSED")
+    assert connection_hint(refused, SASL_SSL) == ""  # nothing listens: no login was tried
+    # a broker that goes away closes the connections of a client that had logged in
+    later = (
+        "KafkaTimeoutError: Failed to get offsets by times in 2000 ms (last connection error: "
+        "KafkaConnectionError: socket disconnected)"
+    )
+    assert connection_hint(later, SASL_SSL) == ""
+
+
+def test_the_most_telling_recent_error_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    errors = RecentErrors()
+    assert errors.recent() is None
+    errors.note("Connection refused")
+    errors.note(LIBRDKAFKA_LOGIN)
+    errors.note("1/1 brokers are down")  # after a refused login: says less, kept out
+    assert errors.recent() == LIBRDKAFKA_LOGIN
+    errors.note(LIBRDKAFKA_CA)  # as telling: the newer one
+    assert errors.recent() == LIBRDKAFKA_CA
+    now[0] += client_errors.RECENT_S + 1
+    assert errors.recent() is None  # too old to be the cause of what fails now
+    errors.note("Connection refused")
+    assert errors.recent() == "Connection refused"
+
+
+def test_unavailable_names_the_failure_its_cause_and_what_to_check() -> None:
+    errors = RecentErrors()
+    errors.note(describe(KAFKA_PYTHON_LOGIN))
+    exc = KafkaTimeoutError("Unable to bootstrap from ['127.0.0.1:9093']")
+    assert str(unavailable("cannot connect the producer", exc, errors, SASL_SSL)) == (
+        "cannot connect the producer: KafkaTimeoutError: Unable to bootstrap from "
+        "['127.0.0.1:9093'] (last connection error: [Error 58] SaslAuthenticationFailedError: "
+        "SaslAuthenticationFailedError: Authentication failed: Invalid username or password); "
+        "SASL authentication failed: check kafka.client.sasl_mechanism, sasl_plain_username and "
+        "sasl_plain_password (the broker's log gives its reason)"
+    )
+    assert str(unavailable("poll failed", KafkaTimeoutError("x"), RecentErrors(), {})) == (
+        "poll failed: KafkaTimeoutError: x"
+    )
+
+
+def test_kafka_python_connection_errors_are_noted() -> None:
+    """kafka-python logs why a connection failed, then raises "Unable to bootstrap"."""
+    port = free_port()  # nothing listens there
+    with pytest.raises(KafkaTimeoutError):
+        KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", bootstrap_timeout_ms=300)
+    noted = kafka_io.CONNECTION_ERRORS.recent()
+    assert noted == "KafkaConnectionError: 111 ECONNREFUSED"  # not its own timeout
+
+
+def test_settings_librdkafka_refuses_stop_the_start_with_a_config_error() -> None:
+    """They were retried as a broker outage forever (kafka-python's refusals exit 2)."""
+    kafka = {"client_library": "confluent-kafka", "client": {"security_protocol": "SASL-SSL"}}
+    config = parse_config({"kafka": kafka}, "t")
+    refused = 'settings: Invalid value "SASL-SSL" for configuration property "security.protocol"'
+    with pytest.raises(ConfigError) as info:
+        ConfluentSink(config)
+    assert str(info.value) == f"kafka.client: librdkafka refused the producer {refused}"
+    with pytest.raises(ConfigError) as info:
+        ConfluentSource(config, dict)
+    assert str(info.value) == f"kafka.client: librdkafka refused the consumer {refused}"
+
+
+def test_a_librdkafka_line_repeated_within_a_minute_is_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """librdkafka logs each failed attempt: ~20 lines a second with a wrong CA or password."""
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    repeats = confluent_io._Repeats()
+
+    def passes(msg: str) -> bool:
+        return repeats.filter(logging.LogRecord("x", logging.ERROR, "", 0, msg, None, None))
+
+    assert passes("FAIL: SASL authentication error (after 301ms in state AUTH_REQ)")
+    assert not passes("FAIL: SASL authentication error (after 305ms in state AUTH_REQ)")
+    assert passes("FAIL: Connect to ipv4#127.0.0.1:9093 failed: Connection refused")
+    now[0] += confluent_io.REPEAT_S
+    assert passes("FAIL: SASL authentication error (after 302ms in state AUTH_REQ)")
