@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,8 +70,11 @@ def _yaml(
     recalibrate: bool = False,
     keep_scores: bool = True,
     extra: str = "",
+    client: Mapping[str, str] | None = None,
 ) -> str:
     """A daemon configuration for tests (fast group joins); ``extra`` is appended YAML.
+
+    ``client`` adds ``kafka.client`` keys, each value YAML as written (``{env: NAME}``).
 
     ``recalibrate`` is off unless asked for: these tests compare a run with a reference run
     whose labels arrive at other times, and a map fitted from labels makes later decisions
@@ -81,6 +84,7 @@ def _yaml(
     """
     mpr = "" if max_poll_records is None else f"\n  max_poll_records: {max_poll_records}"
     refresh = "" if refresh_records is None else f"\n    refresh_records: {refresh_records}"
+    more = "".join(f"\n    {k}: {v}" for k, v in (client or {}).items())
     return f"""
 kafka:
   bootstrap_servers: ["{broker.bootstrap}"]
@@ -95,7 +99,7 @@ kafka:
   poll_timeout_ms: 200{mpr}
   client:
     session_timeout_ms: 2000
-    heartbeat_interval_ms: 500
+    heartbeat_interval_ms: 500{more}
 metrics:
   port: {free_port()}
 storage:
