@@ -1,7 +1,7 @@
 # Sourced by scripts/demo.sh and scripts/test.sh: installs what the project needs, idempotently.
 #   source scripts/bootstrap.sh EXTRA   (EXTRA: demo or test)
 # Creates .venv with the package and the EXTRA's Python dependencies; for "test" also installs
-# Prometheus, promtool, Alertmanager, Chromium, Java 17 and Maven from Debian's packages when they
+# Prometheus, promtool, Alertmanager, Chromium, Java 17, Maven and OpenSSL from Debian's packages when they
 # are missing, fetches Apache Kafka's jars from Maven Central (once; cached in
 # ~/.cache/activeaudit-monitor), and installs Label Studio (PyPI) into a virtualenv of its own
 # outside the repository ($MONITOR_LABELSTUDIO_VENV, default
@@ -22,6 +22,8 @@ if [ "$extra" = test ]; then
   command -v chromium >/dev/null || missing="$missing chromium"
   command -v java >/dev/null || missing="$missing openjdk-17-jre-headless"
   command -v mvn >/dev/null || missing="$missing maven"
+  # the TLS certificates of the SASL_SSL test broker (monitor/sim/kafka_broker.py: OpenSSL 3)
+  command -v openssl >/dev/null || missing="$missing openssl"
   if [ -n "$missing" ]; then
     sudo_cmd=""
     [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
