@@ -29,10 +29,11 @@ shared_workload = loop_tests.workload
 
 
 class _HangingSink(FakeSink):
-    def __init__(self, log_: FakeLog, hang_s: float, at_flush: int) -> None:
+    def __init__(self, log_: FakeLog, hang_s: float, at_flush: int, fails: bool) -> None:
         super().__init__(log_)
         self.hang_s = hang_s
         self.at_flush = at_flush
+        self.fails = fails
         self.flushes = 0
         self.hanging = threading.Event()
 
@@ -41,12 +42,16 @@ class _HangingSink(FakeSink):
         if self.flushes == self.at_flush:  # once up and running
             self.hanging.set()
             time.sleep(self.hang_s)
+            self.fail_flushes = int(self.fails)  # then fails, as a flush that timed out
         super().flush(timeout_s)
 
 
+@pytest.mark.parametrize("fails", [False, True], ids=["returns", "fails"])
 def test_blocked_flush_is_not_ready_and_logged_once(
-    tmp_path: Path, shared_workload: Workload, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, shared_workload: Workload, caplog: pytest.LogCaptureFixture, fails: bool
 ) -> None:
+    """The watchdog's ``broker_down`` says only that a step hangs; one that then fails says why
+    (``step_failed``, once), since ``broker_down`` is logged once per outage."""
     log = FakeLog()
     _fill(log, shared_workload)
     cfg = _config(tmp_path / "d")
@@ -54,7 +59,7 @@ def test_blocked_flush_is_not_ready_and_logged_once(
     registry = CollectorRegistry()
     engine = Engine(cfg, store, Exporter(cfg, registry))
     stop = threading.Event()
-    sink = _HangingSink(log, hang_s=3.0, at_flush=4)
+    sink = _HangingSink(log, hang_s=3.0, at_flush=4, fails=fails)
 
     def connect(stored: Callable[[], Mapping[tuple[str, int], int]]) -> tuple[FakeSource, FakeSink]:
         return FakeSource(log, [TOPICS.scored, TOPICS.requests, TOPICS.labels], stored), sink
@@ -79,5 +84,7 @@ def test_blocked_flush_is_not_ready_and_logged_once(
     events = [getattr(r, "event", "") for r in caplog.records]
     assert ready == [0.0, 1.0]
     assert events.count("broker_down") == 1 and events.count("broker_up") == 2, events
+    failed = [r for r in caplog.records if getattr(r, "event", "") == "step_failed"]
+    assert [getattr(r, "error", "") for r in failed] == (["fake flush failed"] if fails else [])
     assert store.offsets()[(TOPICS.scored, 0)] == len(shared_workload)
     store.close()
