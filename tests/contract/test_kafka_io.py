@@ -459,3 +459,27 @@ def test_a_partition_added_to_a_subscribed_topic_is_read_from_its_first_record(
     finally:
         src.close()
     assert [r.offset for r in got] == [0, 1, 2], took
+
+
+@pytest.mark.integration
+@pytest.mark.brokers("kafka")
+@pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
+def test_a_send_to_a_partition_the_producer_does_not_know_is_an_outage(
+    library: str, broker: Broker, make_topics: Callable[..., TopicsConfig]
+) -> None:
+    """A sampler writing the states of a scored partition added since the producer's last
+    metadata: kafka-python raised ``ValueError: Unrecognized partition`` out of the loop (the
+    process died); an outage is retried, and the metadata refreshes within 10 s."""
+    topics = make_topics()
+    config = _config(broker.bootstrap, topics, library, _client_for(broker))
+    snk = CLASSES[library][1](config)
+    try:
+        snk.produce(topics.scored, None, b"known", partition=0)
+        snk.flush(10.0)  # the producer knows the topic: one partition
+        with pytest.raises(
+            BrokerUnavailable, match=topics.scored if library == "kafka-python" else None
+        ):
+            snk.produce(topics.scored, None, b"unknown", partition=3)
+            snk.flush(10.0)
+    finally:
+        snk.close()
