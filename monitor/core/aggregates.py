@@ -17,8 +17,9 @@ control (seed 000, Cor. 2 via ``monitor.stats.budget``), with a fourth element
 ``[version, a, b, lam]`` when it took a calibration map fitted from labels. ``refresh`` (present
 only when the bucket has one) lists the controls that replaced it inside the bucket, each in
 force from the record at ``offset`` on (``monitor.core.sampler``); an aggregate is
-``TrafficAggregate.to_list``. A record goes to aggregates partition ``partition % n``, so one
-scored partition's history is read from one place. The topic is compacted (a key keeps its
+``TrafficAggregate.to_list``. A record goes to the aggregates partition of its scored
+partition's number (the topic has at least as many), so one scored partition's history is read
+from one place. The topic is compacted (a key keeps its
 latest state) and a bucket the sampler prunes gets a tombstone (null value).
 
 The estimator publishes each calibration map it fits from a model's labels

@@ -479,8 +479,9 @@ def ensure_topics(
     """Create whichever of ``topics`` is absent; returns the names created.
 
     The scored topic gets ``partitions`` partitions, the others one (Tansu would default to
-    three), but the aggregates topic as many as the scored topic has (a scored partition's
-    buckets go to aggregates partition ``partition % n``: fewer spread no load); it is compacted
+    three), but the aggregates topic as many as the scored topic has (scored partition ``p``'s
+    buckets go to aggregates partition ``p``: a sampler refuses a scored partition without its
+    own, ``SamplerEngine._check_homes``); it is compacted
     (``AGGREGATES_TOPIC_CONFIG``). ``retention_ms``: the requests and labels topics' retention
     (the broker's ``log.retention.*`` when None); ``replication_factor``: every topic's replicas
     (the broker's ``default.replication.factor`` when None).

@@ -335,7 +335,7 @@ class Engine:
     def _publish_maps(self, source: Source, sink: Sink) -> None:
         """Role estimator: produce the stored maps not yet on Kafka to EVERY aggregates partition.
 
-        A sampler reads the aggregates partitions of its scored partitions (``p % n``), so each
+        A sampler reads the aggregates partitions of its scored partitions (``p``), so each
         finds every map; compaction keeps a model's latest one per partition
         (``monitor.core.aggregates``). Flushed before they count as published; after a crash
         in between, ``_load`` publishes the stored maps again (a sampler ignores a map whose
