@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import NoReturn, Protocol, TypeVar
 
 import numpy as np
 import pytest
@@ -45,11 +45,28 @@ if UNDER_CI:
     settings.load_profile("ci")
 
 
-def missing_component(reason: str) -> None:
+def missing_component(reason: str) -> NoReturn:
     """Skip on a laptop, fail under CI: a real component the test needs is not there."""
     if REQUIRE_REAL:
         pytest.fail(f"required component missing under CI: {reason}")
     pytest.skip(reason)
+
+
+class _Startable(Protocol):
+    def start(self) -> object: ...
+
+
+_Component = TypeVar("_Component", bound=_Startable)
+
+
+def started(make: Callable[[], _Component], what: str) -> _Component:
+    """``make()`` once its ``start()`` returned; one that cannot be made or started is missing."""
+    try:
+        component = make()
+        component.start()
+    except MonitorError as exc:
+        missing_component(f"{what}: {exc}")
+    return component
 
 
 @pytest.fixture
@@ -107,11 +124,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def tansu_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     """One Tansu broker on 127.0.0.1 for the whole session (tests use unique topic names)."""
     log_path = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    try:
-        embedded = EmbeddedBroker(log_path=log_path).start()
-    except MonitorError as exc:
-        missing_component(f"Kafka-protocol broker: {exc}")
-        raise  # unreachable: missing_component skips or fails
+    embedded = started(lambda: EmbeddedBroker(log_path=log_path), "Kafka-protocol broker")
     yield embedded
     embedded.stop()
 
@@ -124,12 +137,10 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         yield ExternalKafka(external)
         return
     home = tmp_path_factory.mktemp("kafka")
-    real = KafkaBroker(log_path=home / "kafka.log", data_dir=home / "data")
-    try:
-        real.start()
-    except MonitorError as exc:
-        missing_component(f"Apache Kafka broker: {exc}")
-        raise  # unreachable: missing_component skips or fails
+    real = started(
+        lambda: KafkaBroker(log_path=home / "kafka.log", data_dir=home / "data"),
+        "Apache Kafka broker",
+    )
     yield real
     real.stop()
 
@@ -141,12 +152,8 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
     Always started here (``MONITOR_TEST_KAFKA_BOOTSTRAP`` names nothing this session may kill);
     ~10 s to start, ~1 GiB while it runs, stopped after the module.
     """
-    cluster = KafkaCluster(data_dir=tmp_path_factory.mktemp("kafka-cluster"))
-    try:
-        cluster.start()
-    except MonitorError as exc:
-        missing_component(f"Apache Kafka cluster: {exc}")
-        raise  # unreachable: missing_component skips or fails
+    home = tmp_path_factory.mktemp("kafka-cluster")
+    cluster = started(lambda: KafkaCluster(data_dir=home), "Apache Kafka cluster")
     yield cluster
     cluster.stop()
 
@@ -159,12 +166,10 @@ def sasl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker
     are made for it.
     """
     home = tmp_path_factory.mktemp("kafka-sasl")
-    secured = KafkaBroker(log_path=home / "kafka.log", data_dir=home / "data", sasl=SaslUser())
-    try:
-        secured.start()
-    except MonitorError as exc:
-        missing_component(f"Apache Kafka broker with a SASL_SSL listener: {exc}")
-        raise  # unreachable: missing_component skips or fails
+    secured = started(
+        lambda: KafkaBroker(log_path=home / "kafka.log", data_dir=home / "data", sasl=SaslUser()),
+        "Apache Kafka broker with a SASL_SSL listener",
+    )
     yield secured
     secured.close()
 
@@ -207,7 +212,6 @@ def _binary(name: str) -> Path:
     found = shutil.which(name)
     if found is None:
         missing_component(f"'{name}' is not installed (apt-get install prometheus ...)")
-        raise AssertionError  # unreachable
     return Path(found)
 
 
@@ -247,11 +251,8 @@ def labelstudio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabelStudi
             pytest.fail(f"no healthy Label Studio on 127.0.0.1:{attach}")
         yield server
         return
-    try:
-        server = LabelStudioServer(tmp_path_factory.mktemp("labelstudio")).start()
-    except MonitorError as exc:
-        missing_component(f"Label Studio: {exc}")
-        raise  # unreachable: missing_component skips or fails
+    home = tmp_path_factory.mktemp("labelstudio")
+    server = started(lambda: LabelStudioServer(home), "Label Studio")
     yield server
     server.stop()
 

@@ -545,28 +545,26 @@ class KafkaBroker:
 
 
 class KafkaCluster:
-    """``size`` Apache Kafka processes on 127.0.0.1 forming one KRaft cluster; a context manager.
+    """``size`` Apache Kafka processes on 127.0.0.1 forming one KRaft cluster.
 
     Every node is a broker and a voting controller (``controller.quorum.voters`` lists all of
     them), formatted with one shared cluster id, with ``cluster_settings(size)`` on top of the
     single node's settings (``settings`` override both). Node ``i`` (``node(i)``, 1-based) keeps
-    its data in ``data_dir/node-i`` and its log in ``data_dir/node-i.log``; without
-    ``data_dir`` a temporary directory is used and removed on exit. ``start`` starts the nodes
-    together, since a KRaft node serves clients only once a majority of the voters runs; a node
-    killed alone (``node(i).kill()``) comes back with its own ``start``.
+    its data in ``data_dir/node-i`` and its log in ``data_dir/node-i.log``. ``start`` starts the
+    nodes together, since a KRaft node serves clients only once a majority of the voters runs; a
+    node killed alone (``node(i).kill()``) comes back with its own ``start``.
     """
 
     def __init__(
         self,
         size: int = 3,
         *,
-        data_dir: Path | None = None,
+        data_dir: Path,
         heap_mb: int = DEFAULT_HEAP_MB,
         settings: Mapping[str, str] | None = None,
         version: str = KAFKA_VERSION,
     ) -> None:
-        self._owned_dir = data_dir is None
-        self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="kafka-cluster-"))
+        self.data_dir = data_dir
         cluster_id = _cluster_id()
         merged = {**cluster_settings(size), **(settings or {})}
         self.brokers = [
@@ -629,23 +627,6 @@ class KafkaCluster:
             broker.stop(timeout_s)
         for broker in running[-1:]:
             broker.kill()
-
-    def close(self) -> None:
-        """Stop the cluster and remove its data directory if it was a temporary one."""
-        self.stop()
-        if self._owned_dir:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> KafkaCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def main(argv: list[str] | None = None) -> int:
