@@ -33,6 +33,7 @@ import gc
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from monitor.bridges.ls_config import parse_labelstudio
+from monitor.config.kafka_client import unused_security_settings
 from monitor.config.load import load_config
 from monitor.config.schema import Config
 from monitor.core.snapshot import Snapshot
@@ -306,12 +308,16 @@ def _check(args: argparse.Namespace) -> int:
         parse_labelstudio(data, str(args.config))  # read by ``monitor queue labelstudio``
         queue = "; labelstudio: OK"
     print(f"{args.config}: OK (models: {models}{queue})")
+    if (unused := unused_security_settings(config.kafka.client)) is not None:
+        print(f"{args.config}: warning: {unused}", file=sys.stderr)
     return 0
 
 
 def _run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     config = load_config(args.config, config_overrides(args))
+    if (unused := unused_security_settings(config.kafka.client)) is not None:
+        log.warning(unused, extra={"event": "client_settings_unused"})
     from monitor.io.exporter import Exporter  # noqa: PLC0415 - prometheus only in the shell
 
     failpoint = Failpoint.from_env(os.environ)  # test hook, see the module docstring

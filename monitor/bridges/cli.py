@@ -8,6 +8,7 @@ fix it).
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -19,9 +20,12 @@ import yaml
 from monitor.bridges.labelstudio import LabelStudioBridge
 from monitor.bridges.ls_client import LabelStudioAuthError, LabelStudioError
 from monitor.bridges.ls_config import parse_labelstudio, state_path
+from monitor.config.kafka_client import unused_security_settings
 from monitor.config.load import load_config
 from monitor.errors import ConfigError, MonitorError
 from monitor.logs import LOG_LEVELS, log_level, setup_logging
+
+log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,6 +55,8 @@ def run_labelstudio(args: argparse.Namespace) -> int:
     ls = parse_labelstudio(raw, str(args.config))
     token = ls.token()
     setup_logging(args.log_level)
+    if (unused := unused_security_settings(config.kafka.client)) is not None:
+        log.warning(unused, extra={"event": "client_settings_unused"})
     bridge = LabelStudioBridge(config, ls, state_path(ls, config.data_dir), token)
     try:
         bridge.start()

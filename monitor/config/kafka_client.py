@@ -246,6 +246,34 @@ def _check_tls_files(problems: Problems, settings: Mapping[str, Any], secret: se
                 problems.add(where, f"{shown} holds no PEM certificate; it must be {what}")
 
 
+_TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
+_SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+
+
+def unused_security_settings(settings: Mapping[str, Any]) -> str | None:
+    """What ``security_protocol`` makes both clients ignore among the settings, or None.
+
+    ``ssl_*`` keys need SSL or SASL_SSL and ``sasl_*`` keys SASL_PLAINTEXT or SASL_SSL; a file
+    that sets them under another protocol (PLAINTEXT when unset) connects without the TLS or
+    the authentication it names, and neither client says so. Not an error: a path left in
+    place while a listener changes is harmless; the daemon and the bridge log it at start.
+    """
+    protocol = str(settings.get("security_protocol") or "PLAINTEXT").upper()
+    unused = [
+        key
+        for key in settings
+        if (key.startswith("ssl_") and protocol not in _TLS_PROTOCOLS)
+        or (key.startswith("sasl_") and protocol not in _SASL_PROTOCOLS)
+    ]
+    if not unused:
+        return None
+    return (
+        f"kafka.client sets {', '.join(unused)} but security_protocol is {protocol}, so neither "
+        "client uses them (no TLS or SASL as they name): set security_protocol to SSL, "
+        "SASL_PLAINTEXT or SASL_SSL as the broker's listener expects, or remove them"
+    )
+
+
 # the codecs both clients know (kafka-python refuses another one only once connected)
 _CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 

@@ -11,7 +11,11 @@ import pytest
 from kafka import KafkaConsumer
 
 from monitor.cli import build_parser
-from monitor.config.kafka_client import confluent_client_options, kafka_client_options
+from monitor.config.kafka_client import (
+    confluent_client_options,
+    kafka_client_options,
+    unused_security_settings,
+)
 from monitor.config.load import OVERRIDES, load_config, parse_config
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.config.validate import parse_duration
@@ -458,6 +462,37 @@ def test_tls_files_are_not_read_without_tls(protocol: str | None, tmp_path: Path
     client = {"security_protocol": protocol, "ssl_cafile": str(tmp_path / "missing.pem")}
     config = parse_config({"kafka": {"client": client}}, "t")
     assert config.kafka.client["ssl_cafile"] == str(tmp_path / "missing.pem")
+
+
+@pytest.mark.parametrize(
+    ("client", "unused"),
+    [
+        ({"ssl_cafile": "/ca.pem", "sasl_mechanism": "PLAIN"}, "ssl_cafile, sasl_mechanism"),
+        ({"security_protocol": "sasl_plaintext", "ssl_cafile": "/ca.pem"}, "ssl_cafile"),
+        ({"security_protocol": "SSL", "sasl_plain_username": "u"}, "sasl_plain_username"),
+        (
+            {
+                "security_protocol": "SASL_SSL",
+                "ssl_check_hostname": False,
+                "sasl_mechanism": "PLAIN",
+            },
+            None,
+        ),
+        ({"security_protocol": "SSL", "ssl_check_hostname": False}, None),
+        ({"client_id": "m"}, None),
+    ],
+)
+def test_tls_and_sasl_keys_the_protocol_ignores_are_named(
+    client: dict[str, Any], unused: str | None
+) -> None:
+    """Both clients connect without them (PLAINTEXT when unset) and neither says so."""
+    found = unused_security_settings(parse_config({"kafka": {"client": client}}, "t").kafka.client)
+    if unused is None:
+        assert found is None
+    else:
+        protocol = str(client.get("security_protocol", "PLAINTEXT")).upper()
+        assert found is not None
+        assert found.startswith(f"kafka.client sets {unused} but security_protocol is {protocol}")
 
 
 @pytest.mark.parametrize(

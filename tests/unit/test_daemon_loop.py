@@ -674,7 +674,7 @@ def _short_deadline(data_dir: Path, base: Callable[[Path], Config]) -> Config:
 
 
 def test_check_config_and_run_errors_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     good = tmp_path / "ok.yaml"
     good.write_text(f"storage: {{data_dir: {tmp_path / 'data'}}}\n")
@@ -691,9 +691,23 @@ def test_check_config_and_run_errors_exit_2(
     queue.write_text("labelstudio: {urll: 'http://127.0.0.1:8080'}\n")
     assert main(["check-config", "--config", str(queue)]) == 2
     assert "labelstudio.urll: unknown key (did you mean 'url'?)" in capsys.readouterr().err
+    plain = tmp_path / "plain.yaml"  # TLS named, but the protocol is PLAINTEXT
+    plain.write_text(good.read_text() + "kafka: {client: {ssl_cafile: /etc/ca.pem}}\n")
+    assert main(["check-config", "--config", str(plain)]) == 0
+    unused = "kafka.client sets ssl_cafile but security_protocol is PLAINTEXT"
+    assert f"plain.yaml: warning: {unused}" in capsys.readouterr().err
     held = Store(tmp_path / "data")  # another daemon holds the data directory
     try:
         assert main(["run", "--config", str(good)]) == 2
         assert "in use by another monitor" in capsys.readouterr().err
+        assert main(["run", "--config", str(plain)]) == 2
+        assert unused in capsys.readouterr().err  # logged before the store is opened
     finally:
         held.close()
+    bridge = tmp_path / "bridge.yaml"  # and by the Label Studio bridge, before it connects
+    bridge.write_text(
+        plain.read_text() + "labelstudio: {url: 'http://127.0.0.1:1', token_env: LS_TOKEN}\n"
+    )
+    monkeypatch.setenv("LS_TOKEN", "not-a-token")
+    assert main(["queue", "labelstudio", "--config", str(bridge)]) == 2
+    assert unused in capsys.readouterr().err
