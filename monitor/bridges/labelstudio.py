@@ -151,6 +151,7 @@ class LabelStudioBridge:
         self._polls = 0  # full poll-and-expire passes of the loop
         self._emails: dict[str, str] = {}  # user id -> email, for the labels' "labeler"
         self._marks: dict[int, str] = {}  # task id -> last change seen (``BridgeState.marks``)
+        self._duplicates_seen: set[int] = set()  # answered second tasks already logged
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -633,6 +634,7 @@ class LabelStudioBridge:
                 if isinstance(task.get("id"), int):
                     listed[task["id"]] = task
             self._adopt(model, project, listed.values())
+            self._dedupe(model, project, listed)
             for row in self.state.with_status(OPEN, ANSWERED):
                 if row.project_id != project:
                     continue
@@ -680,6 +682,55 @@ class LabelStudioBridge:
             self.state.add_tasks(rows)
             self.metrics.tasks_adopted.labels(model).inc(len(rows))
             log.info("tasks adopted", extra={"event": "tasks_adopted", "tasks": len(rows)})
+
+    def _dedupe(self, model: str, project: int, listed: dict[int, dict[str, Any]]) -> None:
+        """Remove a request's second task from ``listed`` and from Label Studio.
+
+        An import Label Studio commits only after the bridge gave up waiting for it
+        (``IMPORT_TIMEOUT_S``) is imported again: two tasks then carry one request, and the
+        one the state file does not name was never read. An extra task nobody answered is
+        deleted. One that was answered while the recorded task was not becomes the request's
+        task (the recorded one is deleted), so its answer is read. When both were answered
+        both stay, the recorded one's answer counts, and the other is logged once.
+        """
+        for task_id, task in sorted(listed.items()):
+            rid = _request_of(task)
+            row = None if rid is None else self.state.by_request(rid)
+            if row is None or row.task_id == task_id:
+                continue
+            recorded = listed.get(row.task_id)
+            if not _touched(task):
+                drop, kept = task_id, row.task_id
+            elif row.status == OPEN and recorded is not None and not _touched(recorded):
+                drop, kept = row.task_id, task_id
+                self.state.set_task(row.request_id, task_id)
+            else:
+                if task_id not in self._duplicates_seen:
+                    self._duplicates_seen.add(task_id)
+                    log.warning(
+                        "a second answered task of one request: its answer is not read",
+                        extra={
+                            "event": "task_duplicate_answered",
+                            "task": task_id,
+                            "kept": row.task_id,
+                            "model": model,
+                        },
+                    )
+                continue
+            self.client.delete_task(drop)
+            listed.pop(drop, None)
+            self.metrics.duplicates.labels(model).inc()
+            log.warning(
+                "a request had two tasks (an import Label Studio committed after the bridge "
+                "gave up on it); one removed",
+                extra={
+                    "event": "task_duplicate_removed",
+                    "task": drop,
+                    "kept": kept,
+                    "model": model,
+                    "project": project,
+                },
+            )
 
     def _refresh(self, task_id: int, producer: Any) -> None:
         """Read one task and publish its decision for the request the task itself names.
@@ -815,6 +866,11 @@ class _Refusal:
 
     retry_at: float  # time.monotonic()
     backoff: float  # seconds, doubled at each refusal up to ``_BACKOFF_MAX_S``
+
+
+def _touched(task: Mapping[str, Any]) -> bool:
+    """Whether a listed task holds an answer or a skip (its annotation counts)."""
+    return bool(task.get("total_annotations") or task.get("cancelled_annotations"))
 
 
 def _request_of(task: Mapping[str, Any]) -> str | None:

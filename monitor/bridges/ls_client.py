@@ -143,7 +143,7 @@ class LabelStudioClient:
         path = f"/api/projects/{project_id}/import"
         query = {"return_task_ids": "true"}
         # an import Label Studio commits after the client gave up is imported again on retry
-        # (its tasks orphans): give a large import the time it takes
+        # (the bridge's polls remove the second tasks): give a large import the time it takes
         out = _obj(self.call("POST", path, list(tasks), query=query, timeout_s=IMPORT_TIMEOUT_S))
         ids = out.get("task_ids")
         if not isinstance(ids, list) or len(ids) != len(tasks):

@@ -36,6 +36,13 @@ class BridgeMetrics:
             ["model"],
             registry=r,
         )
+        self.duplicates = Counter(
+            f"{p}_tasks_duplicate",
+            "Second tasks of one request removed (an import Label Studio committed after the "
+            "bridge gave up on it, imported again)",
+            ["model"],
+            registry=r,
+        )
         self.requests_repeated = Counter(
             f"{p}_requests_repeated",
             "Requests that already had a task (replay, restart): not created again",

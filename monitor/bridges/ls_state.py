@@ -160,6 +160,10 @@ class BridgeState:
         """Mark a task expired or deleted, or open again (its answer deleted)."""
         self._db.execute("UPDATE tasks SET status = ? WHERE request_id = ?", (status, request_id))
 
+    def set_task(self, request_id: str, task_id: int) -> None:
+        """The request's task is now ``task_id`` (a second task of it held the answer)."""
+        self._db.execute("UPDATE tasks SET task_id = ? WHERE request_id = ?", (task_id, request_id))
+
     def set_published(self, request_id: str, label: int) -> None:
         """The label now published for the request (the task is answered)."""
         self._db.execute(

@@ -424,6 +424,53 @@ def test_a_models_tasks_imported_before_a_crash_are_adopted_not_imported_again(
     assert len(project_tasks(client, ls.title("fraud"))) == 1
 
 
+def test_a_second_task_of_one_request_is_removed_and_an_answer_on_it_is_read(
+    broker: EmbeddedBroker,
+    make_topics: Callable[..., TopicsConfig],
+    labelstudio: LabelStudioServer,
+    tmp_path: Path,
+    bridges: list[LabelStudioBridge],
+) -> None:
+    """An import Label Studio commits after the bridge gave up waiting (its 120 s timeout) is
+    imported again, and one request has two tasks: the one the state file lacked was left
+    open, and an answer given on it was never read. Made here by importing the second task
+    by hand, as the late commit does."""
+    topics = make_topics()
+    ls = ls_config(labelstudio, uuid.uuid4().hex[:8], poll_interval_s=3600.0)  # polls: settle
+    client = LabelStudioClient(labelstudio.url, labelstudio.token)
+    bridge = LabelStudioBridge(
+        _config(broker, topics), ls, tmp_path / "s.sqlite", labelstudio.token,
+        consumer_config=FAST_GROUP,
+    )  # fmt: skip
+    bridges.append(bridge.start())
+    title, wording = ls.title("default"), ls.wording_of("default")
+    reqs = [request(0), request(1)]
+    produce(broker.bootstrap, topics.requests, reqs)
+    wait_for("2 tasks", lambda: len(project_tasks(client, title)) == 2)
+    recorded = {t["meta"]["request_id"]: t["id"] for t in project_tasks(client, title)}
+    (project,) = [p["id"] for p in client.projects() if p.get("title") == title]
+    (idle,) = client.import_tasks(project, [task_body(reqs[0], wording)])  # nobody answers it
+    (answered,) = client.import_tasks(project, [task_body(reqs[1], wording)])
+    annotate(client, answered, 1)  # while the recorded task of the request is still open
+
+    assert bridge.settle()
+    (label,) = read_labels(broker.bootstrap, topics.labels, 1)
+    assert (label["request_id"], label["label"], label["token"]) == (
+        reqs[1]["request_id"],
+        1,
+        "tok-1",
+    )
+    assert bridge.settle()
+    left = {t["id"]: t["meta"]["request_id"] for t in project_tasks(client, title)}
+    assert left == {
+        recorded[reqs[0]["request_id"]]: reqs[0]["request_id"],
+        answered: reqs[1]["request_id"],
+    }
+    assert idle not in left
+    assert metric(bridge, "labelstudio_bridge_tasks_duplicate_total", model="default") == 2
+    assert metric(bridge, "labelstudio_bridge_labels_published_total", model="default") == 1
+
+
 def test_majority_of_three_annotators(
     broker: EmbeddedBroker,
     make_topics: Callable[..., TopicsConfig],
