@@ -6,7 +6,8 @@ under CI (``CI=true``) or with ``MONITOR_REQUIRE_REAL=1`` a missing component is
 Brokers: a test that uses the ``broker`` fixture runs once per broker its ``brokers`` marker
 names, ``tansu`` (the Tansu binary, in memory, starts in ~0.1 s) and/or ``kafka`` (Apache Kafka
 from Maven Central, ``monitor.sim.kafka_broker``, one per session); unmarked tests run on Tansu.
-``sasl_kafka`` is another Apache Kafka, one per module that uses it, with a SASL_SSL listener.
+``sasl_kafka`` is another Apache Kafka, one per module that uses it, with a SASL_SSL listener
+and an SSL listener that requires a client certificate.
 ``MONITOR_TEST_BROKERS=kafka`` (comma-separated kinds) runs every broker test on those kinds
 instead. ``MONITOR_TEST_KAFKA_BOOTSTRAP=host:port`` runs the ``kafka`` cases against an existing
 cluster instead of starting one; the tests use 2 s consumer sessions, so that cluster needs
@@ -160,10 +161,10 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
 
 @pytest.fixture(scope="module")
 def sasl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    """Apache Kafka with a SASL_SSL listener too (``KafkaBroker(sasl=SaslUser())``), per module.
+    """Apache Kafka with SASL_SSL and mutual-TLS listeners (``KafkaBroker(sasl=SaslUser())``).
 
-    Always started here (also with ``MONITOR_TEST_KAFKA_BOOTSTRAP``): its user, password and CA
-    are made for it.
+    One per module. Always started here (also with ``MONITOR_TEST_KAFKA_BOOTSTRAP``): its user,
+    password, CA and client certificate are made for it.
     """
     home = tmp_path_factory.mktemp("kafka-sasl")
     secured = started(

@@ -3,7 +3,8 @@
 Keys are kafka-python's names; they are checked against kafka-python's own defaults (type and
 existence), secrets are redacted from every ``repr``, and ``CONFLUENT_OPTIONS`` translates the
 supported ones for confluent-kafka. With TLS (``security_protocol`` SSL or SASL_SSL) the files the
-clients will read must be readable, and the CA file must hold a certificate.
+clients will read must be readable, the CA file must hold a certificate, and a client certificate
+must load with its key (decrypted with ``ssl_password`` if given).
 """
 
 from __future__ import annotations
@@ -227,23 +228,67 @@ def _check_tls_files(problems: Problems, settings: Mapping[str, Any], secret: se
     """
     if str(settings.get("security_protocol", "")).upper() not in {"SSL", "SASL_SSL"}:
         return  # neither client reads them without TLS
+    unreadable: set[str] = set()
     for key, what in TLS_FILES.items():
         path = settings.get(key)
         if not isinstance(path, str):
             continue
         where = join_key("kafka.client", key)
-        shown = "the file named in the environment" if key in secret else repr(path)
+        shown = _shown_file(key, path, secret)
         try:
             with open(path, "rb"):
                 pass
         except OSError as exc:
             problems.add(where, f"cannot read {shown}: {exc.strerror}; it must be {what}")
+            unreadable.add(key)
             continue
-        if key == "ssl_cafile":
-            try:
-                ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=path)
-            except ssl.SSLError:
-                problems.add(where, f"{shown} holds no PEM certificate; it must be {what}")
+        if key in {"ssl_cafile", "ssl_certfile"} and not _holds_certificate(path):
+            problems.add(where, f"{shown} holds no PEM certificate; it must be {what}")
+            unreadable.add(key)
+    if not unreadable & {"ssl_certfile", "ssl_keyfile"}:
+        _check_client_key(problems, settings, secret)
+
+
+def _shown_file(key: str, path: str, secret: Collection[str]) -> str:
+    """How a problem names the file of ``key``: not at all when the environment names it."""
+    return "the file named in the environment" if key in secret else repr(path)
+
+
+def _holds_certificate(path: str) -> bool:
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=path)
+    except ssl.SSLError:
+        return False
+    return True
+
+
+def _check_client_key(problems: Problems, settings: Mapping[str, Any], secret: set[str]) -> None:
+    """A client certificate must load with its key, decrypted with ``ssl_password`` if set.
+
+    Both clients load them only when they connect, and say "PEM lib": kafka-python failed every
+    connection with it and the daemon retried as a broker outage forever; librdkafka refused to
+    start ("ssl.key.location failed: ... PEM lib"). Neither named the setting to fix. The key is
+    ``ssl_keyfile``, or in ``ssl_certfile`` without one (kafka-python's rule); the password is
+    handed over by a callback, so that an encrypted key without one never waits for a terminal.
+    """
+    certfile, keyfile = settings.get("ssl_certfile"), settings.get("ssl_keyfile")
+    if not isinstance(certfile, str):
+        return  # neither client sends a certificate
+    key = "ssl_keyfile" if isinstance(keyfile, str) else "ssl_certfile"
+    password = str(settings.get("ssl_password") or "")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(
+            certfile, keyfile if isinstance(keyfile, str) else None, password=lambda: password
+        )
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            why = "is not the private key of the certificate in kafka.client.ssl_certfile"
+        elif password:
+            why = "holds no PEM private key that kafka.client.ssl_password decrypts"
+        else:
+            why = "holds no unencrypted PEM private key (an encrypted one needs ssl_password)"
+        shown = _shown_file(key, certfile if key == "ssl_certfile" else str(keyfile), secret)
+        problems.add(join_key("kafka.client", key), f"{shown} {why}")
 
 
 _TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})

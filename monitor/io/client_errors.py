@@ -1,8 +1,9 @@
 """Why a Kafka client cannot reach the broker, in the daemon's one line per state change.
 
 Both client libraries learn the cause of a failed connection (a refused SASL login, a broker
-certificate the CA file does not vouch for) in their network threads, and then raise something
-that does not say: kafka-python "Unable to bootstrap", librdkafka "Broker transport failure".
+certificate the CA file does not vouch for, a client certificate the broker refuses) in their
+network threads, and then raise something that does not say: kafka-python "Unable to
+bootstrap", librdkafka "Broker transport failure".
 Each source and sink notes its client's connection errors in a ``RecentErrors`` and raises
 ``unavailable(...)``: the error, the most telling connection error of the last minute, and
 which ``kafka.client`` settings to check for it.
@@ -19,7 +20,7 @@ from monitor.errors import BrokerUnavailable
 
 RECENT_S = 60.0  # a connection error older than this is not named as the cause
 # words of errors that name their cause (a later bare "socket disconnected" says less)
-_TELLING = ("authentication", "certificate", "handshake")
+_TELLING = ("authentication", "certificate", "handshake", "alert")
 
 
 def describe(exc: BaseException) -> str:
@@ -70,12 +71,29 @@ def connection_hint(cause: str, client: Mapping[str, Any]) -> str:
     answer and closes at once, and the client drops what it read with the close. So a client
     that could not bootstrap because each connection was closed points at SASL too (a broker
     going away later closes connections as well: that says nothing about the login).
+
+    A TLS alert about a certificate comes from the broker, refusing this client's certificate
+    (``ssl.client.auth=required``; Apache Kafka 4.1.1 sends "bad certificate" for none, and
+    "certificate unknown" for one its trust store does not vouch for); the client's own check of
+    the broker's certificate fails with "certificate verify failed" instead.
     """
     text = cause.lower()
     if "authentication" in text:
         return (
             "SASL authentication failed: check kafka.client.sasl_mechanism, sasl_plain_username "
             "and sasl_plain_password (the broker's log gives its reason)"
+        )
+    if "alert" in text and ("certificate" in text or "unknown ca" in text):
+        if not client.get("ssl_certfile"):
+            return (
+                "the broker did not accept this client's certificate: it requires one; set "
+                "kafka.client.ssl_certfile and ssl_keyfile (a certificate signed by a CA the "
+                "broker trusts, and its key)"
+            )
+        return (
+            "the broker did not accept this client's certificate: check "
+            "kafka.client.ssl_certfile and ssl_keyfile (a certificate signed by a CA the broker "
+            "trusts, valid now, and its key; the broker's log gives its reason)"
         )
     if "certificate" in text:
         return (

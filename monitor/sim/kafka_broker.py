@@ -13,6 +13,8 @@ so that a test can kill the leader of a partition and watch the clients follow t
 ``KafkaBroker(sasl=SaslUser())`` adds a SASL_SSL listener (``sasl_bootstrap``) beside the
 PLAINTEXT one: SASL PLAIN and SCRAM-SHA-512 for that one user, over TLS with a certificate for
 127.0.0.1 signed by a CA made at the first start (``ca_file``, the client's ``ssl_cafile``).
+It adds an SSL listener too (``ssl_bootstrap``) that requires a client certificate signed by
+that CA (mutual TLS): ``client_cert_file`` and ``client_key_file`` are one, made with it.
 The PLAINTEXT listener stays for the readiness check, the broker's own traffic and test tools.
 
 The interface mirrors ``monitor.embedded_broker.EmbeddedBroker`` (Tansu) so tests take either::
@@ -136,33 +138,59 @@ class SaslUser:
 
 
 def make_tls_files(directory: Path) -> None:
-    """Make a new CA certificate and a broker key and certificate it signs, for 127.0.0.1.
+    """Make a new CA certificate, and a broker's and a client's key and certificate it signs.
 
-    ``ca.pem`` is the CA's certificate (the clients' ``ssl_cafile``); ``broker.pem`` is Kafka's
-    PEM key store: the broker's key, then its certificate. Made with the ``openssl`` command
-    line (OpenSSL 3); the CA's key is not kept.
+    ``ca.pem`` is the CA's certificate (the clients' ``ssl_cafile``, the broker's trust store
+    for client certificates); ``broker.pem`` is Kafka's PEM key store: the broker's key, then
+    its certificate for 127.0.0.1; ``client.crt`` and ``client.key`` are a client's certificate
+    and unencrypted key (``ssl_certfile``, ``ssl_keyfile``). Made with the ``openssl`` command
+    line (OpenSSL 3); the CA's key is not kept, so no other certificate can be signed later.
     """
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        msg = "'openssl' is missing (it makes the test broker's certificates): apt-get install it"
-        raise MonitorError(msg)
+    openssl = _openssl()
     directory.mkdir(parents=True, exist_ok=True)
     ca, ca_key = str(directory / "ca.pem"), str(directory / "ca.key")
     key, cert = directory / "broker.key", directory / "broker.crt"
     new = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", str(TLS_DAYS)]
+    # signed by the CA, and not a CA itself
+    signed = [*new, "-CA", ca, "-CAkey", ca_key, "-addext", "basicConstraints=CA:FALSE"]
     broker = ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
-    broker += ["-addext", "basicConstraints=CA:FALSE"]  # not a CA itself
+    client = ["-subj", "/CN=activeaudit-monitor test client"]
+    client += ["-keyout", str(directory / "client.key"), "-out", str(directory / "client.crt")]
     for args in (
-        ["-keyout", ca_key, "-out", ca, "-subj", "/CN=activeaudit-monitor test CA"],
-        ["-CA", ca, "-CAkey", ca_key, "-keyout", str(key), "-out", str(cert), *broker],
+        [*new, "-keyout", ca_key, "-out", ca, "-subj", "/CN=activeaudit-monitor test CA"],
+        [*signed, "-keyout", str(key), "-out", str(cert), *broker],
+        [*signed, *client],
     ):
-        done = subprocess.run([openssl, *new, *args], capture_output=True, text=True, check=False)
+        done = subprocess.run([openssl, *args], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             msg = f"making the test broker's certificates in {directory} failed:\n{done.stderr}"
             raise MonitorError(msg)
     (directory / "broker.pem").write_text(key.read_text() + cert.read_text())
     for made in (Path(ca_key), key, cert):
         made.unlink()
+
+
+def encrypt_key(key: Path, out: Path, password: str) -> None:
+    """Write ``key`` (PEM) to ``out`` encrypted with ``password`` (AES-256, PKCS#8).
+
+    A client's ``ssl_keyfile`` that needs ``ssl_password``. The password reaches ``openssl``
+    through its environment, not its command line.
+    """
+    cmd = [_openssl(), "pkey", "-in", str(key), "-out", str(out), "-aes256"]
+    cmd += ["-passout", "env:KEY_PASSWORD"]
+    env = {**os.environ, "KEY_PASSWORD": password}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        msg = f"encrypting {key} failed:\n{done.stderr}"
+        raise MonitorError(msg)
+
+
+def _openssl() -> str:
+    found = shutil.which("openssl")
+    if found is None:
+        msg = "'openssl' is missing (it makes the test broker's certificates): apt-get install it"
+        raise MonitorError(msg)
+    return found
 
 
 def cache_root() -> Path:
@@ -274,8 +302,8 @@ class KafkaBroker:
     temporary directory is used and removed on exit. ``settings`` override ``DEPLOY_SETTINGS``
     and ``TEST_SETTINGS``. Alone it is node 1 of its own cluster (a random cluster id, itself the
     only voter); ``KafkaCluster`` sets ``node_id``, ``cluster_id`` and ``quorum_voters`` of its
-    nodes. With ``sasl`` the broker also serves that user on a SASL_SSL listener (see the module
-    docstring).
+    nodes. With ``sasl`` the broker also serves that user on a SASL_SSL listener, and clients
+    with a certificate of its CA on an SSL listener (see the module docstring).
     """
 
     def __init__(
@@ -308,6 +336,7 @@ class KafkaBroker:
         self.version = version
         self.sasl = sasl
         self.sasl_port = free_port() if sasl else None
+        self.ssl_port = free_port() if sasl else None
         self.start_seconds: list[float] = []  # wall time of each start until the broker answered
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -325,13 +354,31 @@ class KafkaBroker:
         return f"127.0.0.1:{self.sasl_port}"
 
     @property
+    def ssl_bootstrap(self) -> str:
+        """The ``host:port`` of the SSL listener that requires a client certificate (``sasl``)."""
+        if self.ssl_port is None:
+            msg = "this Kafka broker has no SSL listener: create it with sasl=SaslUser()"
+            raise MonitorError(msg)
+        return f"127.0.0.1:{self.ssl_port}"
+
+    @property
     def ca_file(self) -> Path:
-        """The CA certificate (PEM) that signed the SASL_SSL listener's certificate."""
+        """The CA certificate (PEM) that signed the broker's and the client's certificates."""
         return self.tls_dir / "ca.pem"
 
     @property
+    def client_cert_file(self) -> Path:
+        """A client certificate (PEM) the SSL listener accepts: signed by ``ca_file``."""
+        return self.tls_dir / "client.crt"
+
+    @property
+    def client_key_file(self) -> Path:
+        """The unencrypted private key (PEM) of ``client_cert_file``."""
+        return self.tls_dir / "client.key"
+
+    @property
     def tls_dir(self) -> Path:
-        """Where the SASL_SSL listener's certificates are made at the first start."""
+        """Where the TLS listeners' certificates are made at the first start."""
         return self.data_dir / "tls"
 
     @property
@@ -357,9 +404,10 @@ class KafkaBroker:
         protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
         secured: dict[str, str] = {}
         if self.sasl is not None:
-            listeners += f",SASL_SSL://{self.sasl_bootstrap}"
-            advertised += f",SASL_SSL://{self.sasl_bootstrap}"
-            protocols += ",SASL_SSL:SASL_SSL"
+            tls = f",SASL_SSL://{self.sasl_bootstrap},SSL://{self.ssl_bootstrap}"
+            listeners += tls
+            advertised += tls
+            protocols += ",SASL_SSL:SASL_SSL,SSL:SSL"
             secured = self._sasl_settings(self.sasl)
         return {
             "process.roles": "broker,controller",
@@ -376,7 +424,11 @@ class KafkaBroker:
         }
 
     def _sasl_settings(self, sasl: SaslUser) -> dict[str, str]:
-        """The SASL_SSL listener's mechanisms, its PLAIN user and its PEM key store."""
+        """The SASL_SSL listener's mechanisms and PLAIN user; the SSL listener's trust store.
+
+        Both TLS listeners serve the PEM key store; only the SSL one asks for, and checks, a
+        client certificate (against the CA's certificate in PEM).
+        """
         login = "org.apache.kafka.common.security"
         user = f'user_{sasl.username}="{sasl.password}"'
         return {
@@ -390,6 +442,9 @@ class KafkaBroker:
             ),
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(self.tls_dir / "broker.pem"),
+            "listener.name.ssl.ssl.client.auth": "required",
+            "listener.name.ssl.ssl.truststore.type": "PEM",
+            "listener.name.ssl.ssl.truststore.location": str(self.ca_file),
         }
 
     def _write_config(self) -> tuple[Path, Path]:

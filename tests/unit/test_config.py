@@ -20,8 +20,10 @@ from monitor.config.load import OVERRIDES, load_config, parse_config
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.config.validate import parse_duration
 from monitor.daemon import config_overrides
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, MonitorError
 from monitor.io.kafka_io import KafkaSink, _client
+from monitor.sim.kafka_broker import encrypt_key, make_tls_files
+from tests.conftest import missing_component
 
 REFERENCE = Path(__file__).resolve().parents[2] / "config" / "monitor.yaml"
 
@@ -454,6 +456,69 @@ def test_tls_files_that_cannot_be_read_stop_the_start_naming_key_and_file(
             f"kafka.client.ssl_crlfile: cannot read {str(tmp_path / 'missing.crl')!r}: No such "
             "file or directory; it must be a certificate revocation list (PEM)",
         ]
+
+
+@pytest.fixture(scope="module")
+def client_tls(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A client certificate and key (``make_tls_files``), the key encrypted, another CA's key."""
+    tls = tmp_path_factory.mktemp("tls")
+    try:
+        make_tls_files(tls)
+        make_tls_files(tls / "other")
+        encrypt_key(tls / "client.key", tls / "encrypted.key", "right-password")
+    except MonitorError as exc:
+        missing_component(str(exc))
+    return tls
+
+
+def test_a_client_key_that_does_not_load_stops_the_start_naming_the_setting(
+    client_tls: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both clients load the certificate and key only when they connect, and say "PEM lib":
+    kafka-python failed every connection and the daemon retried it as a broker outage forever
+    (a wrong ssl_password, measured on Apache Kafka 4.1.1); librdkafka refused to start.
+    Neither named the setting to fix."""
+    cert, key, encrypted = (
+        str(client_tls / x) for x in ("client.crt", "client.key", "encrypted.key")
+    )
+    monkeypatch.setenv("TEST_KEY_PASSWORD", "right-password")
+
+    def client(**settings: Any) -> dict[str, Any]:
+        return {"kafka": {"client": {"security_protocol": "SSL", "ssl_certfile": cert, **settings}}}
+
+    for good in (
+        client(ssl_keyfile=key),
+        client(ssl_keyfile=encrypted, ssl_password={"env": "TEST_KEY_PASSWORD"}),
+    ):
+        assert parse_config(good, "t").kafka.client["ssl_certfile"] == cert
+    for bad, problem in (
+        (
+            client(ssl_keyfile=encrypted, ssl_password="wrong-password"),
+            f"kafka.client.ssl_keyfile: {encrypted!r} holds no PEM private key that "
+            "kafka.client.ssl_password decrypts",
+        ),
+        (
+            client(ssl_keyfile=encrypted),
+            f"kafka.client.ssl_keyfile: {encrypted!r} holds no unencrypted PEM private key (an "
+            "encrypted one needs ssl_password)",
+        ),
+        (
+            client(ssl_keyfile=str(client_tls / "other" / "client.key")),
+            f"kafka.client.ssl_keyfile: {str(client_tls / 'other' / 'client.key')!r} is not the "
+            "private key of the certificate in kafka.client.ssl_certfile",
+        ),
+        (
+            client(),  # the key in ssl_certfile, kafka-python's rule without ssl_keyfile
+            f"kafka.client.ssl_certfile: {cert!r} holds no unencrypted PEM private key (an "
+            "encrypted one needs ssl_password)",
+        ),
+        (
+            client(ssl_certfile=key, ssl_keyfile=key),
+            f"kafka.client.ssl_certfile: {key!r} holds no PEM certificate; it must be this "
+            "client's certificate (PEM)",
+        ),
+    ):
+        assert problems_of(bad) == [problem]
 
 
 @pytest.mark.parametrize("protocol", [None, "PLAINTEXT", "SASL_PLAINTEXT"])

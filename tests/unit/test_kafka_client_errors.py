@@ -1,6 +1,7 @@
 """What the daemon says when a Kafka client cannot connect, and what it refuses at start-up.
 
-Measured against Apache Kafka over SASL_SSL (``tests/integration/test_kafka_secured.py``): both
+Measured against Apache Kafka over SASL_SSL and over SSL with client certificates
+(``tests/integration/test_kafka_secured.py``): both
 clients learn why a connection failed in their network threads, then raise an error that does not
 say ("Unable to bootstrap", "Broker transport failure"), and the daemon logs one line per state
 change, so that line has to carry the cause.
@@ -40,6 +41,20 @@ LIBRDKAFKA_CA = (
     "routines::certificate verify failed: broker certificate could not be verified, verify that "
     "ssl.ca.location is correctly configured (after 4ms in state SSL_HANDSHAKE)"
 )
+# the broker's TLS alert (ssl.client.auth=required): no client certificate, then one of another CA
+KAFKA_PYTHON_CLIENT_CERTS = [
+    KafkaConnectionError(f"[SSL: SSLV3_ALERT_{code}] sslv3 alert {text} (_ssl.c:2580)")
+    for code, text in (
+        ("BAD_CERTIFICATE", "bad certificate"),
+        ("CERTIFICATE_UNKNOWN", "certificate unknown"),
+    )
+]
+LIBRDKAFKA_CLIENT_CERTS = [
+    "ssl://127.0.0.1:9094/bootstrap: Receive failed: error:0A000412:SSL routines::ssl/tls alert "
+    "bad certificate: SSL alert number 42 (after 1ms in state APIVERSION_QUERY)",
+    "ssl://127.0.0.1:9094/bootstrap: Receive failed: error:0A000416:SSL routines::ssl/tls alert "
+    "certificate unknown: SSL alert number 46 (after 2ms in state APIVERSION_QUERY)",
+]
 
 
 def test_the_type_of_an_error_is_named_once() -> None:
@@ -62,6 +77,22 @@ def test_an_untrusted_certificate_points_at_the_ca_file(handshake: str) -> None:
     assert connection_hint(handshake, SASL_SSL).startswith(
         "the broker's TLS certificate was not accepted: kafka.client.ssl_cafile must be the CA "
         "certificate (PEM) that signed it"
+    )
+
+
+@pytest.mark.parametrize(
+    "alert", [*map(describe, KAFKA_PYTHON_CLIENT_CERTS), *LIBRDKAFKA_CLIENT_CERTS]
+)
+def test_a_refused_client_certificate_points_at_the_certificate_and_key(alert: str) -> None:
+    """It pointed at ssl_cafile, as if the client had refused the broker's certificate."""
+    client = {"security_protocol": "SSL", "ssl_certfile": "client.crt", "ssl_keyfile": "c.key"}
+    assert connection_hint(alert, client).startswith(
+        "the broker did not accept this client's certificate: check kafka.client.ssl_certfile "
+        "and ssl_keyfile"
+    )
+    assert connection_hint(alert, {"security_protocol": "SSL"}).startswith(
+        "the broker did not accept this client's certificate: it requires one; set "
+        "kafka.client.ssl_certfile and ssl_keyfile"
     )
 
 

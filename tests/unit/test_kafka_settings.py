@@ -89,26 +89,35 @@ def test_the_test_broker_listens_on_loopback_only(tmp_path: Path) -> None:
     assert broker.bootstrap == "127.0.0.1:19093"
 
 
-def test_a_sasl_broker_adds_a_sasl_ssl_listener_beside_the_plaintext_one(tmp_path: Path) -> None:
+def test_a_sasl_broker_adds_sasl_ssl_and_mutual_tls_listeners_beside_the_plaintext_one(
+    tmp_path: Path,
+) -> None:
     plain = KafkaBroker(port=19092, data_dir=tmp_path).server_properties()
     user = SaslUser(password="pw-7f3a")
     broker = KafkaBroker(port=19092, data_dir=tmp_path, sasl=user)
     props = broker.server_properties()
-    sasl = f"SASL_SSL://{broker.sasl_bootstrap}"
+    secured = [f"SASL_SSL://{broker.sasl_bootstrap}", f"SSL://{broker.ssl_bootstrap}"]
     assert broker.sasl_bootstrap.startswith("127.0.0.1:")
+    assert broker.ssl_bootstrap.startswith("127.0.0.1:")
+    assert broker.ssl_bootstrap != broker.sasl_bootstrap
     assert props["listeners"].split(",") == [
         "PLAINTEXT://127.0.0.1:19092",
         f"CONTROLLER://127.0.0.1:{broker.controller_port}",
-        sasl,
+        *secured,
     ]
-    assert props["advertised.listeners"] == f"PLAINTEXT://127.0.0.1:19092,{sasl}"
-    assert props["listener.security.protocol.map"].endswith(",SASL_SSL:SASL_SSL")
+    assert props["advertised.listeners"].split(",") == ["PLAINTEXT://127.0.0.1:19092", *secured]
+    assert props["listener.security.protocol.map"].endswith(",SASL_SSL:SASL_SSL,SSL:SSL")
     assert props["inter.broker.listener.name"] == "PLAINTEXT"  # and the readiness check
     assert props["sasl.enabled.mechanisms"] == "PLAIN,SCRAM-SHA-512"
     assert props["ssl.keystore.location"] == str(broker.tls_dir / "broker.pem")
     assert 'user_monitor="pw-7f3a"' in props["listener.name.sasl_ssl.plain.sasl.jaas.config"]
     assert "pw-7f3a" not in repr(user)
-    assert set(props) - set(plain) == {k for k in props if "sasl" in k or k.startswith("ssl.")}
+    # only the SSL listener asks for a client certificate, and trusts the CA's
+    assert props["listener.name.ssl.ssl.client.auth"] == "required"
+    assert props["listener.name.ssl.ssl.truststore.location"] == str(broker.ca_file)
+    assert "ssl.client.auth" not in props
+    added = {k for k in props if "sasl" in k or k.startswith(("ssl.", "listener.name.ssl."))}
+    assert set(props) - set(plain) == added
 
 
 def test_cluster_ids_look_like_kafkas_and_never_read_as_an_option() -> None:
