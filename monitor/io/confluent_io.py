@@ -45,6 +45,7 @@ from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable, ConfigError
 from monitor.io.client_errors import RecentErrors, unavailable
 from monitor.io.positions import note_beyond_end, note_rewind
+from monitor.io.topics import missing_topics
 from monitor.runtime.ports import TP, Assigned
 from monitor.runtime.skips import Skips
 
@@ -100,6 +101,17 @@ def _client(
         raise
 
 
+_UNKNOWN = frozenset(
+    (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART)
+)
+
+
+def _unknown(exc: KafkaException) -> bool:
+    """Whether librdkafka failed on a partition or topic it does not know (maybe deleted)."""
+    err = exc.args[0] if exc.args else None
+    return isinstance(err, KafkaError) and err.code() in _UNKNOWN
+
+
 class ConfluentSource:
     """One consumer over the daemon's input topics (see ``monitor.io.kafka_io.KafkaSource``)."""
 
@@ -113,6 +125,7 @@ class ConfluentSource:
         on_assigned: Assigned | None = None,
     ) -> None:
         kc = config.kafka
+        self._config = config
         self._stored = stored_offsets
         self._on_assigned = on_assigned
         self._next: dict[TP, int] = {}
@@ -139,6 +152,8 @@ class ConfluentSource:
         }
         t = kc.topics
         subscribed = list(dict.fromkeys(topics or (t.scored, t.requests, t.labels)))
+        self._subscribed = frozenset(subscribed)
+        self._missing: set[str] = set()  # subscribed topics librdkafka reported unknown
         self._liveness = TopicPartition(subscribed[0], 0)
         try:
             self._consumer = _client(Consumer, settings, "consumer")
@@ -166,7 +181,9 @@ class ConfluentSource:
         """
         if not self._consumer.assignment():
             with contextlib.suppress(KafkaException, RuntimeError):
-                self._consumer.poll(0)
+                event = self._consumer.poll(0)
+                if event is not None and event.error() is not None:
+                    self._without_errors([event])
 
     def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Rebalance callback: seek to the stored offsets, or let a sampler rebuild first."""
@@ -250,7 +267,12 @@ class ConfluentSource:
         return self._skips.take()
 
     def _without_errors(self, msgs: list[Message]) -> list[Message]:
-        """Drop error events (logged); a fatal one means the client is gone."""
+        """Drop error events (logged); a fatal one means the client is gone.
+
+        A subscribed topic that does not exist is noted for ``probe`` instead of logged:
+        librdkafka says so once, when its metadata (refreshed every ``METADATA_MAX_AGE_MS``)
+        first lacks the topic, and the daemon logs ``topics_not_ready`` for it.
+        """
         for m in msgs:
             err = m.error()
             if err is None:
@@ -258,7 +280,10 @@ class ConfluentSource:
             if err.fatal():
                 msg = "consumer failed"
                 raise self._unavailable(msg, KafkaException(err))
-            if err.code() != KafkaError._PARTITION_EOF:
+            topic = m.topic()
+            if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART and topic in self._subscribed:
+                self._missing.add(topic)
+            elif err.code() != KafkaError._PARTITION_EOF:
                 log.warning(
                     "consumer error event", extra={"event": "consumer_error", "error": str(err)}
                 )
@@ -347,22 +372,44 @@ class ConfluentSource:
         found = meta.topics.get(topic)
         return len(found.partitions) if found is not None and found.partitions else 1
 
+    def _exists(self, topic: str, timeout_s: float) -> bool:
+        """Whether the broker now describes ``topic`` with partitions (one metadata request)."""
+        try:
+            meta = self._consumer.list_topics(topic, timeout=timeout_s)
+        except KafkaException as exc:
+            msg = "cannot read topic metadata"
+            self._serve_errors()
+            raise self._unavailable(msg, exc) from exc
+        found = meta.topics.get(topic)
+        return found is not None and found.error is None and bool(found.partitions)
+
     def probe(self, timeout_s: float) -> None:
         """Ask the broker for the end offsets of the assigned partitions (refreshes the lag).
 
         Given no partition, the end offset of the first subscribed topic's partition 0 is asked
-        instead, so that a standby notices an outage too (``KafkaSource.probe``).
+        instead, so that a standby notices an outage too (``KafkaSource.probe``). A subscribed
+        topic that does not exist is ``TopicsNotReady``: one librdkafka reported unknown
+        (``_without_errors``), or whose partition it no longer knows (deleted, still assigned
+        until the next metadata refresh), until the broker describes it again. The broker is
+        asked about a topic only then: librdkafka offers no cached metadata, and a request
+        waits behind the consumer's fetch (about 0.1 s, ``fetch.wait.max.ms``).
         """
+        self._missing = {t for t in self._missing if not self._exists(t, timeout_s)}
+        if self._missing:
+            raise missing_topics(self._config, self._missing, self.partitions_for)
         parts = self._consumer.assignment()
         ends: dict[TP, int] = {}
-        try:
-            for tp in parts or [self._liveness]:
+        for tp in parts or [self._liveness]:
+            try:
                 _, high = self._consumer.get_watermark_offsets(tp, timeout=timeout_s)
-                ends[(tp.topic, tp.partition)] = int(high)
-        except KafkaException as exc:
-            msg = "broker did not answer"
-            self._serve_errors()
-            raise self._unavailable(msg, exc) from exc
+            except KafkaException as exc:
+                if _unknown(exc) and not self._exists(tp.topic, timeout_s):
+                    self._missing.add(tp.topic)
+                    raise missing_topics(self._config, self._missing, self.partitions_for) from exc
+                msg = "broker did not answer"
+                self._serve_errors()
+                raise self._unavailable(msg, exc) from exc
+            ends[(tp.topic, tp.partition)] = int(high)
         if parts:
             self._ends = ends
 

@@ -41,6 +41,7 @@ from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable, ConfigError
 from monitor.io.client_errors import RecentErrors, describe, unavailable
 from monitor.io.positions import note_beyond_end, note_rewind
+from monitor.io.topics import AGGREGATES_TOPIC_CONFIG, keep_ms, missing_topics
 from monitor.runtime.ports import TP, Assigned, Entry
 from monitor.runtime.skips import Skips
 
@@ -63,13 +64,6 @@ _VALUE = attrgetter("value")
 # daemon's own loop retries with backoff and a SIGTERM is served within seconds
 BOOTSTRAP_TIMEOUT_MS = 5_000
 MAX_BLOCK_MS = 10_000  # a send waiting for metadata (kafka-python: 60 s)
-# the aggregates topic keeps the latest state per key (monitor.core.aggregates); hourly segments let
-# the cleaner compact, since a sampler reads the uncompacted tail back on every rebalance
-AGGREGATES_TOPIC_CONFIG: Mapping[str, str] = {
-    "cleanup.policy": "compact",
-    "segment.ms": "3600000",
-    "min.cleanable.dirty.ratio": "0.1",
-}
 
 
 # every kafka-python client of the process connects to the same brokers with the same settings
@@ -160,6 +154,11 @@ class KafkaSource:
             "auto_offset_reset": "earliest",
             **FETCH_OPTIONS,
             "metadata_max_age_ms": METADATA_MAX_AGE_MS,
+            # a topic deleted or never created stays missing (``probe``): a broker that allows it
+            # (Apache Kafka's default) would create it on this consumer's metadata request, with
+            # its defaults (no retention or compaction settings); librdkafka's consumer never
+            # asks. Tansu creates it all the same (4 partitions): measured in tests/contract
+            "allow_auto_create_topics": False,
             "max_poll_records": kc.max_poll_records,
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
             "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
@@ -169,6 +168,7 @@ class KafkaSource:
             self._consumer = _client(KafkaConsumer, options, "consumer")
             t = kc.topics
             subscribed = list(topics or (t.scored, t.requests, t.labels))
+            self._subscribed = tuple(dict.fromkeys(subscribed))
             self._liveness = TopicPartition(subscribed[0], 0)
             # Know the topics' partitions before the first JoinGroup. Apache Kafka answers that
             # join before a fresh consumer's metadata arrives, so the leader's range assignor
@@ -355,13 +355,34 @@ class KafkaSource:
             raise _unavailable(msg, exc, self.config.kafka.client) from exc
         return len(parts) if parts else 1
 
+    def _missing(self) -> list[str]:
+        """The subscribed topics that the consumer's metadata says do not exist.
+
+        Read from kafka-python's metadata cache, with no request: it is refreshed every
+        ``METADATA_MAX_AGE_MS`` (and retried within 100 ms while a subscribed topic is unknown),
+        whereas ``KafkaConsumer.partitions_for_topic`` fetches every topic's metadata, blocking,
+        when it does not know one. Empty before any metadata arrived (no broker known yet); never
+        one of the topics the broker refuses to describe to this client (not authorized).
+        """
+        cluster = self._consumer._client.cluster  # kafka-python (3.0.12) has no public accessor
+        if not cluster.brokers():
+            return []
+        refused = cluster.unauthorized_topics
+        return [
+            t for t in self._subscribed if not cluster.partitions_for_topic(t) and t not in refused
+        ]
+
     def probe(self, timeout_s: float) -> None:
         """Fetch the end offsets of the assigned partitions (also refreshes the lag).
 
         Given no partition (a standby sampler, or a member whose membership lapsed), the end
         offset of the first subscribed topic's partition 0 is asked instead: an idle standby
-        would otherwise notice no outage and stay ready through it.
+        would otherwise notice no outage and stay ready through it. A subscribed topic that does
+        not exist is ``TopicsNotReady`` (``_missing``): the group just assigns nothing of it.
         """
+        missing = self._missing()
+        if missing:
+            raise missing_topics(self.config, missing, self.partitions_for)
         parts = list(self._consumer.assignment())
         try:
             ends = self._consumer.end_offsets(
@@ -444,25 +465,19 @@ class KafkaSink:
             self._producer.close(timeout=5)
 
 
-#: the requests and labels topics keep their records this long at least (30 days)
-KEEP_MIN_MS = 30 * 86_400_000
-
-
 def create_topics(config: Config, scored_partitions: int = 1) -> list[str]:
     """Create the daemon's topics if absent; returns the names created.
 
     The requests and labels topics keep their records for 30 days or twice the label deadline,
-    whichever is longer (a broker's default, often 7 days, is the deadline itself: an estimator
-    rebuilt from the topics, or the Label Studio bridge, would miss requests still open). Each
-    topic gets ``kafka.replication_factor`` replicas (the broker's default when unset).
+    whichever is longer (``monitor.io.topics.keep_ms``). Each topic gets
+    ``kafka.replication_factor`` replicas (the broker's default when unset).
     """
-    keep_ms = max(KEEP_MIN_MS, int(2_000 * config.label_deadline_s))
     return ensure_topics(
         list(config.kafka.bootstrap_servers),
         config.kafka.topics,
         scored_partitions,
         kafka_client_options(config.kafka, "admin"),
-        retention_ms=keep_ms,
+        retention_ms=keep_ms(config),
         replication_factor=config.kafka.replication_factor,
     )
 
@@ -552,6 +567,7 @@ class KafkaTopicReader:
             "enable_auto_commit": False,
             **FETCH_OPTIONS,
             "metadata_max_age_ms": METADATA_MAX_AGE_MS,
+            "allow_auto_create_topics": False,  # as KafkaSource: never a non-compacted topic
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
             "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
         }

@@ -65,7 +65,10 @@ class Source(Protocol):
         ...
 
     def probe(self, timeout_s: float) -> None:
-        """Ask the broker for end offsets; ``BrokerUnavailable`` when it does not answer."""
+        """Ask the broker for end offsets; ``BrokerUnavailable`` when it does not answer.
+
+        ``TopicsNotReady`` when a subscribed topic does not exist (deleted, or never created).
+        """
         ...
 
     def close(self) -> None:

@@ -22,7 +22,7 @@ from kafka.admin import (
 
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.core.messages import RawRecord
-from monitor.errors import BrokerUnavailable
+from monitor.errors import BrokerUnavailable, TopicsNotReady
 from monitor.io.confluent_io import ConfluentSink, ConfluentSource
 from monitor.io.kafka_io import (
     KafkaSink,
@@ -483,3 +483,49 @@ def test_a_send_to_a_partition_the_producer_does_not_know_is_an_outage(
             snk.flush(10.0)
     finally:
         snk.close()
+
+
+@pytest.mark.integration
+@pytest.mark.brokers("tansu", "kafka")
+@pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
+def test_a_subscribed_topic_that_does_not_exist_is_reported_until_it_is_created(
+    library: str, broker: Broker, make_topics: Callable[..., TopicsConfig]
+) -> None:
+    """A labels topic never created (or deleted): the group assigned nothing of it and the
+    source said nothing, so the daemon stayed ready while no label could arrive. The probe now
+    names it and the command creating it, and passes once it exists. Not kafka-python on Tansu:
+    Tansu creates a topic that a metadata request names (4 partitions) although kafka-python
+    asks it not to (``allow_auto_topic_creation``); librdkafka's requests create nothing."""
+    if library == "kafka-python" and isinstance(broker, EmbeddedBroker):
+        pytest.skip("Tansu creates the topic when kafka-python's consumer asks about it")
+    topics = replace(make_topics(), labels=f"absent-{uuid.uuid4().hex[:8]}")
+    config = _config(broker.bootstrap, topics, library, _client_for(broker))
+    src = CLASSES[library][0](config, dict)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        error = ""
+        deadline = time.monotonic() + 15.0
+        while not error and time.monotonic() < deadline:
+            src.poll(100, 0.2)
+            try:
+                src.probe(2.0)
+            except TopicsNotReady as exc:
+                error = str(exc)
+        assert f"--topic {topics.labels} --partitions 1 --config retention.ms=" in error, error
+        assert topics.scored not in error and topics.requests not in error
+        assert topics.labels not in admin.list_topics()
+        ensure_topics(broker.bootstrap, topics)  # creates the one missing
+        started = time.monotonic()
+        passed = False
+        while not passed and time.monotonic() - started < 20.0:
+            src.poll(100, 0.2)
+            try:
+                src.probe(2.0)
+                passed = True
+            except TopicsNotReady:
+                pass
+        took = time.monotonic() - started
+        assert passed, f"still reported {took:.1f} s after the topic was created"
+    finally:
+        admin.close()
+        src.close()

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from monitor.io.kafka_io import AGGREGATES_TOPIC_CONFIG
+from monitor.io.topics import AGGREGATES_TOPIC_CONFIG
 from monitor.sim.kafka_broker import (
     DEPLOY_SETTINGS,
     KAFKA_VERSION,

@@ -1,0 +1,75 @@
+"""The daemon's topics as ``--create-topics`` lays them out, and the error for one that is missing.
+
+Both client modules (``monitor.io.kafka_io``, ``monitor.io.confluent_io``) report a subscribed
+topic the broker does not know with ``missing_topics``: a consumer only stops getting records
+from it, so without that error a deleted labels topic left the daemon ready and silent for hours.
+The error names each topic and the ``kafka-topics.sh`` command that recreates it as
+``--create-topics`` would (``monitor.io.kafka_io.create_topics`` uses the same settings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+
+from monitor.config.schema import Config
+from monitor.errors import TopicsNotReady
+
+# the aggregates topic keeps the latest state per key (monitor.core.aggregates); hourly segments let
+# the cleaner compact, since a sampler reads the uncompacted tail back on every rebalance
+AGGREGATES_TOPIC_CONFIG: Mapping[str, str] = {
+    "cleanup.policy": "compact",
+    "segment.ms": "3600000",
+    "min.cleanable.dirty.ratio": "0.1",
+}
+#: the requests and labels topics keep their records this long at least (30 days)
+KEEP_MIN_MS = 30 * 86_400_000
+
+
+def keep_ms(config: Config) -> int:
+    """Retention of the requests and labels topics: 30 days, or twice the label deadline.
+
+    A broker's default (often 7 days) is the deadline itself: an estimator rebuilt from the
+    topics, or the Label Studio bridge, would miss requests still open.
+    """
+    return max(KEEP_MIN_MS, int(2_000 * config.label_deadline_s))
+
+
+def topic_config(config: Config, topic: str) -> dict[str, str]:
+    """The topic-level settings ``--create-topics`` gives ``topic`` (none for most topics)."""
+    topics = config.kafka.topics
+    if topic == topics.aggregates:
+        return dict(AGGREGATES_TOPIC_CONFIG)
+    if topic in (topics.requests, topics.labels):
+        return {"retention.ms": str(keep_ms(config))}
+    return {}
+
+
+def missing_topics(
+    config: Config, missing: Collection[str], partitions_for: Callable[[str], int]
+) -> TopicsNotReady:
+    """The error for subscribed topics that do not exist, with the command creating each.
+
+    The scored and aggregates topics have as many partitions as each other (a sampler refuses a
+    scored partition without an aggregates partition of its own), so a missing one of the two
+    gets the other's count, read with ``partitions_for`` (1 when that one is unknown too);
+    every other topic gets one partition, as ``--create-topics`` gives it.
+    """
+    kc = config.kafka
+    twin = {kc.topics.scored: kc.topics.aggregates, kc.topics.aggregates: kc.topics.scored}
+    rf = kc.replication_factor
+    replicas = "" if rf is None else f" --replication-factor {rf}"  # else the broker's default
+    commands = []
+    for topic in sorted(missing):
+        n = partitions_for(twin[topic]) if topic in twin else 1
+        settings = "".join(f" --config {k}={v}" for k, v in topic_config(config, topic).items())
+        commands.append(
+            f"kafka-topics.sh --bootstrap-server {','.join(kc.bootstrap_servers)} --create "
+            f"--topic {topic} --partitions {n}{replicas}{settings}"
+        )
+    msg = (
+        f"subscribed topics missing: {', '.join(sorted(missing))} (deleted, or never created; "
+        "their records cannot be read): create them as --create-topics would "
+        f"({'; '.join(commands)}), or restart with --create-topics; "
+        "the monitor goes on by itself once they exist"
+    )
+    return TopicsNotReady(msg)
