@@ -165,6 +165,19 @@ class Daemon:
                 },
             )
 
+    @staticmethod
+    def _probe(source: Source) -> TopicsNotReady | None:
+        """Probe the broker; a subscribed topic it lacks is returned, not raised.
+
+        Raised, it rolled back the step that had just gone through and held every later one
+        for a backoff of up to 10 s: a deleted labels topic held up the scored traffic too.
+        """
+        try:
+            source.probe(PROBE_TIMEOUT_S)
+        except TopicsNotReady as exc:
+            return exc
+        return None
+
     def run(self) -> None:
         """Loop until ``stop`` is set; never exits on broker errors."""
         engine = self.engine
@@ -172,6 +185,7 @@ class Daemon:
         sink: Sink | None = None
         backoff = BACKOFF_MIN_S
         last_probe = -1e18
+        missing: TopicsNotReady | None = None  # a topic the last probe found missing
         self._beat = time.monotonic()
         watchdog = threading.Thread(target=self._watch, name="monitor-watchdog", daemon=True)
         watchdog.start()
@@ -184,14 +198,17 @@ class Daemon:
                 now = time.monotonic()
                 if self._state != "up" or now - last_probe >= PROBE_EVERY_S:
                     # an idle consumer does not notice a lost broker: ask it something
-                    source.probe(PROBE_TIMEOUT_S)
+                    missing = self._probe(source)
                     engine.set_partitions(source.partitions_for(engine.config.kafka.topics.scored))
                     last_probe = now
                 self._beat = time.monotonic()
                 assigned = source.assigned()
-                self._set_state("up")
-                self._note_assignment(assigned)
-                engine.metrics.set_ready(assigned or engine.standby_ok)
+                if missing is None:
+                    self._set_state("up")
+                    self._note_assignment(assigned)
+                else:  # the step went through: the topics that exist are read on, not retried
+                    self._set_state("topics", str(missing))
+                engine.metrics.set_ready(missing is None and (assigned or engine.standby_ok))
                 backoff = BACKOFF_MIN_S
             except BrokerUnavailable as exc:
                 if self._stalled and self._state == "down":

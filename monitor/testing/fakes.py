@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from monitor.core.messages import RawRecord
-from monitor.errors import BrokerUnavailable
+from monitor.errors import BrokerUnavailable, TopicsNotReady
 from monitor.runtime.ports import TP, Entry
 from monitor.runtime.skips import Skips
 
@@ -69,6 +69,7 @@ class FakeSource:
         self.fail_polls = 0
         self.down = False
         self.unassigned = False
+        self.missing: str | None = None  # a subscribed topic the broker lacks (deleted)
 
     def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
         """Like a fetch: records from the partitions in turn, at most ``max_records`` in all."""
@@ -128,10 +129,16 @@ class FakeSource:
         return len(self.log.topics.get(topic, [[]]))
 
     def probe(self, timeout_s: float) -> None:
-        """Fails while ``down`` is set (assigned or not, like the real sources)."""
+        """Fails while ``down`` is set (assigned or not, like the real sources).
+
+        While ``missing`` is set, ``TopicsNotReady`` names that topic.
+        """
         if self.down:
             msg = "fake broker down"
             raise BrokerUnavailable(msg)
+        if self.missing is not None:
+            msg = f"subscribed topics missing: {self.missing}"
+            raise TopicsNotReady(msg)
 
     def close(self) -> None:
         """Nothing to release."""
