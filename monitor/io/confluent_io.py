@@ -363,25 +363,23 @@ class ConfluentSource:
 
     def partitions_for(self, topic: str) -> int:
         """Number of partitions of ``topic`` (1 when unknown)."""
-        try:
-            meta = self._consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
-        except KafkaException as exc:
-            msg = "cannot read topic metadata"
-            self._serve_errors()
-            raise self._unavailable(msg, exc) from exc
-        found = meta.topics.get(topic)
+        found = self._described(topic, METADATA_TIMEOUT_S)
         return len(found.partitions) if found is not None and found.partitions else 1
 
     def _exists(self, topic: str, timeout_s: float) -> bool:
         """Whether the broker now describes ``topic`` with partitions (one metadata request)."""
+        found = self._described(topic, timeout_s)
+        return found is not None and found.error is None and bool(found.partitions)
+
+    def _described(self, topic: str, timeout_s: float) -> Any:
+        """The broker's ``TopicMetadata`` of ``topic`` (None when it has none): one request."""
         try:
             meta = self._consumer.list_topics(topic, timeout=timeout_s)
         except KafkaException as exc:
             msg = "cannot read topic metadata"
             self._serve_errors()
             raise self._unavailable(msg, exc) from exc
-        found = meta.topics.get(topic)
-        return found is not None and found.error is None and bool(found.partitions)
+        return meta.topics.get(topic)
 
     def probe(self, timeout_s: float) -> None:
         """Ask the broker for the end offsets of the assigned partitions (refreshes the lag).
