@@ -42,10 +42,10 @@ from monitor.config.kafka_client import (
 )
 from monitor.config.schema import Config
 from monitor.core.messages import RawRecord
-from monitor.errors import BrokerUnavailable, ConfigError
+from monitor.errors import BrokerUnavailable, ConfigError, TopicsNotReady
 from monitor.io.client_errors import RecentErrors, unavailable
 from monitor.io.positions import note_beyond_end, note_rewind
-from monitor.io.topics import missing_topics
+from monitor.io.topics import FLUSH_CHECK_S, missing_topics
 from monitor.runtime.ports import TP, Assigned
 from monitor.runtime.skips import Skips
 
@@ -106,9 +106,9 @@ _UNKNOWN = frozenset(
 )
 
 
-def _unknown(exc: KafkaException) -> bool:
+def _unknown(exc: KafkaException | KafkaError) -> bool:
     """Whether librdkafka failed on a partition or topic it does not know (maybe deleted)."""
-    err = exc.args[0] if exc.args else None
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
     return isinstance(err, KafkaError) and err.code() in _UNKNOWN
 
 
@@ -418,10 +418,15 @@ class ConfluentSource:
 
 
 class ConfluentSink:
-    """An idempotent producer with ``acks=all``; ``flush`` raises ``BrokerUnavailable``."""
+    """An idempotent producer with ``acks=all``; ``flush`` raises ``BrokerUnavailable``.
+
+    A topic it writes to that the broker says does not exist is ``TopicsNotReady`` (as
+    ``monitor.io.kafka_io.KafkaSink``): librdkafka would hold its records until they timed out.
+    """
 
     def __init__(self, config: Config) -> None:
         kc = config.kafka
+        self._config = config
         self._settings = kc.client
         self._client_errors = RecentErrors()
         settings: dict[str, Any] = {
@@ -430,6 +435,8 @@ class ConfluentSink:
             "enable.idempotence": True,
             "linger.ms": 5,
             "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
+            # librdkafka's producer asks the broker to create the topics it writes to
+            "allow.auto.create.topics": False,
             "logger": _LIBRDKAFKA_LOG,
             "error_cb": self._note,
             **confluent_client_options(kc, "producer"),
@@ -441,6 +448,10 @@ class ConfluentSink:
             raise self._unavailable(msg, exc) from exc
         self._errors: list[KafkaError] = []
         self._queued = 0
+        self._topics: set[str] = set()  # the topics of the queued records
+        self._missing: set[str] = set()  # the topics found missing, until they exist
+        # a record a flush gave up on reports its fate to no later flush
+        self._flushes = 0
 
     def _note(self, err: KafkaError) -> None:
         """The ``error_cb`` of librdkafka: a client error, e.g. a refused login."""
@@ -450,21 +461,55 @@ class ConfluentSink:
         """``BrokerUnavailable`` with the client's recent error (``flush`` serves ``error_cb``)."""
         return unavailable(what, exc, self._client_errors, self._settings)
 
-    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
+    def _delivered(self, flush: int, err: KafkaError | None, msg: Message) -> None:
+        if err is not None and flush == self._flushes:
             self._errors.append(err)
+
+    def _described(self, topic: str) -> Any:
+        """The broker's ``TopicMetadata`` of ``topic``: one request, None without an answer."""
+        try:
+            return self._producer.list_topics(topic, timeout=FLUSH_CHECK_S).topics.get(topic)
+        except KafkaException:
+            return None  # no answer: reported as the outage it is
+
+    def _absent(self, topics: Collection[str]) -> set[str]:
+        """The topics of ``topics`` the broker says it does not have (a request per topic)."""
+        absent = set()
+        for topic in topics:
+            found = self._described(topic)
+            if found is not None and _unknown(found.error):
+                absent.add(topic)
+        return absent
+
+    def _partitions(self, topic: str) -> int:
+        """Number of partitions of ``topic`` (1 when unknown)."""
+        found = self._described(topic)
+        return len(found.partitions) if found is not None and found.partitions else 1
+
+    def _missing_error(self) -> TopicsNotReady:
+        """The error naming the topics found missing and how to create them."""
+        return missing_topics(self._config, self._missing, self._partitions, written=True)
 
     def produce(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
     ) -> None:
-        """Queue one record (to ``partition``, or by key hash when None)."""
-        args: dict[str, Any] = {"key": key, "value": value, "on_delivery": self._delivered}
+        """Queue one record (to ``partition``, or by key hash when None).
+
+        Nothing is queued while a topic found missing still is (``KafkaSink.produce``).
+        """
+        if self._missing:
+            self._missing = self._absent(self._missing)
+            if self._missing:
+                raise self._missing_error()
+        delivered = functools.partial(self._delivered, self._flushes)
+        args: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}
         if partition is not None:
             args["partition"] = partition
         for _ in repeat(None, 2):
             try:
                 self._producer.produce(topic, **args)
                 self._queued += 1
+                self._topics.add(topic)
                 return
             except BufferError:
                 self._producer.poll(1.0)  # the local queue is full: let deliveries drain
@@ -475,11 +520,23 @@ class ConfluentSink:
         raise BrokerUnavailable(msg)
 
     def flush(self, timeout_s: float) -> None:
-        """Wait for every acknowledgement."""
+        """Wait for every acknowledgement, asking every ``FLUSH_CHECK_S`` for missing topics."""
         if not self._queued:
             return
-        left = self._producer.flush(timeout_s)
+        topics, self._topics = self._topics, set()
+        since = time.monotonic()
+        left = self._producer.flush(min(FLUSH_CHECK_S, timeout_s))
+        while left and (wait := since + timeout_s - time.monotonic()) > 0.0:
+            self._missing = self._absent(topics)
+            if self._missing:
+                break
+            left = self._producer.flush(min(FLUSH_CHECK_S, wait))
         errors, self._errors, self._queued = self._errors, [], 0
+        self._flushes += 1
+        if not self._missing and any(map(_unknown, errors)):  # librdkafka gave up on one
+            self._missing = self._absent(topics)
+        if self._missing:
+            raise self._missing_error()
         if left:
             msg = "produce not acknowledged"
             raise self._unavailable(msg, TimeoutError(f"{left} records after {timeout_s:.0f} s"))

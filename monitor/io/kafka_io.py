@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from functools import partial
 from itertools import repeat
@@ -38,10 +39,10 @@ from monitor.config.kafka_client import (
 )
 from monitor.config.schema import Config, TopicsConfig
 from monitor.core.messages import RawRecord
-from monitor.errors import BrokerUnavailable, ConfigError
+from monitor.errors import BrokerUnavailable, ConfigError, TopicsNotReady
 from monitor.io.client_errors import RecentErrors, describe, unavailable
 from monitor.io.positions import note_beyond_end, note_rewind
-from monitor.io.topics import AGGREGATES_TOPIC_CONFIG, keep_ms, missing_topics
+from monitor.io.topics import AGGREGATES_TOPIC_CONFIG, FLUSH_CHECK_S, keep_ms, missing_topics
 from monitor.runtime.ports import TP, Assigned, Entry
 from monitor.runtime.skips import Skips
 
@@ -63,7 +64,9 @@ _VALUE = attrgetter("value")
 # a client that cannot reach any broker gives up after this (kafka-python: 30 s), so the
 # daemon's own loop retries with backoff and a SIGTERM is served within seconds
 BOOTSTRAP_TIMEOUT_MS = 5_000
-MAX_BLOCK_MS = 10_000  # a send waiting for metadata (kafka-python: 60 s)
+# a send waiting for metadata (kafka-python: 60 s); below the daemon's stall (at least 5 s), so
+# a topic the broker says is missing is reported as such, not as a step that hangs
+MAX_BLOCK_MS = 3_000
 
 
 # every kafka-python client of the process connects to the same brokers with the same settings
@@ -115,10 +118,27 @@ def _client(factory: Callable[..., _Client], options: Mapping[str, Any], what: s
     retried as a broker outage forever, or crashed the process.
     """
     try:
-        return factory(**options)
+        client = factory(**options)
     except (KafkaConfigurationError, ValueError) as exc:
         msg = f"kafka.client: kafka-python refused the {what} settings: {exc}"
         raise ConfigError(msg) from exc
+    if options.get("allow_auto_create_topics") is False:
+        _never_create_topics(client)
+    return client
+
+
+def _never_create_topics(client: KafkaConsumer | KafkaProducer) -> None:
+    """Make the metadata requests of a new ``client`` ask the broker to create no topic.
+
+    kafka-python (3.0.12) accepts ``allow_auto_create_topics`` but builds the metadata cache that
+    makes the requests without it, so each request allowed the broker to create the topics it
+    names: Apache Kafka with its default ``auto.create.topics.enable=true`` made a deleted
+    labels or dead-letter topic again, with its own defaults
+    (``tests/contract/test_kafka_io.py``). Set here before any request names a topic.
+    """
+    # no public accessor for either cache
+    cluster = client._metadata if isinstance(client, KafkaProducer) else client._client.cluster
+    cluster.config["allow_auto_create_topics"] = False
 
 
 class KafkaSource:
@@ -155,9 +175,9 @@ class KafkaSource:
             **FETCH_OPTIONS,
             "metadata_max_age_ms": METADATA_MAX_AGE_MS,
             # a topic deleted or never created stays missing (``probe``): a broker that allows it
-            # (Apache Kafka's default) would create it on this consumer's metadata request, with
-            # its defaults (no retention or compaction settings); librdkafka's consumer never
-            # asks. Tansu creates it all the same (4 partitions): measured in tests/contract
+            # (Apache Kafka's default, Tansu) would create it on this consumer's metadata
+            # request, with its defaults (no retention or compaction settings); see
+            # ``_never_create_topics``, which makes kafka-python honour this
             "allow_auto_create_topics": False,
             "max_poll_records": kc.max_poll_records,
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
@@ -407,6 +427,12 @@ class KafkaSink:
     own log, when ``kafka.client`` sets ``retries: 0`` or more than 5 requests in flight; then a
     batch retried after a leader change (NOT_LEADER, a lost connection) can be written twice.
     Asked for explicitly, such a setting is refused: a ``ConfigError`` (exit 2) at the start.
+
+    A topic it writes to that the broker says does not exist (deleted, or never created) is
+    ``TopicsNotReady``, naming it and how to create it (``monitor.io.topics.missing_topics``):
+    a send would wait for its metadata and a flush for records the producer retries, both
+    until they timed out as a broker outage. The producer never asks the broker to create a
+    topic (a broker allowing it would, with its own defaults: no retention settings).
     """
 
     def __init__(self, config: Config) -> None:
@@ -416,11 +442,13 @@ class KafkaSink:
             "enable_idempotence": True,
             "linger_ms": 5,
             "metadata_max_age_ms": METADATA_MAX_AGE_MS,
+            "allow_auto_create_topics": False,
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
             "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
             "max_block_ms": MAX_BLOCK_MS,
         }
         options.update(kafka_client_options(config.kafka, "producer"))
+        self._config = config
         self._settings = config.kafka.client
         try:
             self._producer = _client(KafkaProducer, options, "producer")
@@ -428,36 +456,91 @@ class KafkaSink:
             msg = "cannot connect the producer"
             raise _unavailable(msg, exc, self._settings) from exc
         self._pending: list[Any] = []
+        self._topics: set[str] = set()  # the topics of the pending records
+        self._missing: set[str] = set()  # the topics found missing, until they exist
+
+    def _failed(
+        self, what: str, exc: BaseException, topics: Iterable[str], since_s: float
+    ) -> BrokerUnavailable:
+        """``TopicsNotReady`` if the broker said since ``since_s`` it lacks one of ``topics``.
+
+        Read from the producer's metadata cache, with no request: refreshed after ``since_s``
+        (monotonic; the broker answered), without partitions for the topic and not refused to
+        this client. kafka-python refreshes it at once after a write to an unknown topic.
+        Otherwise the ``BrokerUnavailable`` of ``exc``.
+        """
+        cluster = self._producer._metadata  # kafka-python (3.0.12) has no public accessor
+        if cluster._last_successful_refresh_ms >= since_s * 1000.0:
+            self._missing = self._absent(topics)
+            if self._missing:
+                return self._missing_error()
+        return _unavailable(what, exc, self._settings)
+
+    def _absent(self, topics: Iterable[str]) -> set[str]:
+        """The topics of ``topics`` without partitions in the producer's metadata cache.
+
+        Not those the broker refuses to describe to this client (not authorized). While a topic
+        the producer writes to is unknown, kafka-python refreshes the cache every 100 ms.
+        """
+        cluster = self._producer._metadata
+        refused: set[str] = cluster.unauthorized_topics
+        return {t for t in topics if cluster.partitions_for_topic(t) is None} - refused
+
+    def _missing_error(self) -> TopicsNotReady:
+        """The error naming the topics found missing and how to create them."""
+        return missing_topics(self._config, self._missing, self._partitions, written=True)
+
+    def _partitions(self, topic: str) -> int:
+        """Partitions of ``topic`` in the producer's metadata cache (1 when unknown)."""
+        return len(self._producer._metadata.partitions_for_topic(topic) or ()) or 1
 
     def produce(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
     ) -> None:
-        """Queue one record (to ``partition``, or by key hash when None)."""
+        """Queue one record (to ``partition``, or by key hash when None).
+
+        Nothing is queued while a topic found missing still is: a step retried until it is
+        created would write its other records again each time.
+        """
+        if self._missing:
+            self._missing = self._absent(self._missing)
+            if self._missing:
+                raise self._missing_error()
+        since = time.monotonic()
         try:
             fut = self._producer.send(topic, key=key, value=value, partition=partition)
-            self._pending.append(fut)
         except KafkaError as exc:
             msg = f"produce to {topic} failed"
-            raise _unavailable(msg, exc, self._settings) from exc
+            raise self._failed(msg, exc, [topic], since) from exc
         except ValueError as exc:  # a partition added since the producer's last metadata
             msg = f"produce to {topic} failed (partitions added? metadata refreshes within 10 s)"
             raise _unavailable(msg, exc, self._settings) from exc
+        self._pending.append(fut)
+        self._topics.add(topic)
 
     def flush(self, timeout_s: float) -> None:
-        """Wait for every acknowledgement."""
+        """Wait for every acknowledgement, asking every ``FLUSH_CHECK_S`` for missing topics."""
         pending, self._pending = self._pending, []
+        topics, self._topics = self._topics, set()
         if not pending:
             return  # nothing queued since the last flush: no round trip to the sender thread
-        try:
-            self._producer.flush(timeout=timeout_s)
-        except KafkaError as exc:
-            msg = "flush failed"
-            raise _unavailable(msg, exc, self._settings) from exc
+        since = time.monotonic()
+        while (left := since + timeout_s - time.monotonic()) > 0.0:
+            try:
+                self._producer.flush(timeout=min(FLUSH_CHECK_S, left))
+                break
+            except KafkaTimeoutError as exc:
+                failed = self._failed("flush failed", exc, topics, since)
+                if isinstance(failed, TopicsNotReady):
+                    raise failed from exc
+            except KafkaError as exc:
+                msg = "flush failed"
+                raise _unavailable(msg, exc, self._settings) from exc
         for fut in pending:
             if not fut.is_done or fut.failed():
-                cause = fut.exception or TimeoutError("not acknowledged")
+                cause = fut.exception or TimeoutError(f"not acknowledged in {timeout_s:.0f} s")
                 msg = "produce not acknowledged"
-                raise _unavailable(msg, cause, self._settings)
+                raise self._failed(msg, cause, topics, since)
 
     def close(self) -> None:
         """Close the producer (bounded)."""

@@ -1,10 +1,12 @@
 """The daemon's topics as ``--create-topics`` lays them out, and the error for one that is missing.
 
-Both client modules (``monitor.io.kafka_io``, ``monitor.io.confluent_io``) report a subscribed
-topic the broker does not know with ``missing_topics``: a consumer only stops getting records
-from it, so without that error a deleted labels topic left the daemon ready and silent for hours.
-The error names each topic and the ``kafka-topics.sh`` command that recreates it as
-``--create-topics`` would (``monitor.io.kafka_io.create_topics`` uses the same settings).
+Both client modules (``monitor.io.kafka_io``, ``monitor.io.confluent_io``) report a topic the
+broker does not know with ``missing_topics``: a subscribed one (a consumer only stops getting
+records from it, so without that error a deleted labels topic left the daemon ready and silent
+for hours) and one the producer writes to (its flush only waited, so a deleted dead-letter or
+requests topic read as a broker outage). The error names each topic and the ``kafka-topics.sh``
+command that recreates it as ``--create-topics`` would (``monitor.io.kafka_io.create_topics``
+uses the same settings).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ AGGREGATES_TOPIC_CONFIG: Mapping[str, str] = {
     "segment.ms": "3600000",
     "min.cleanable.dirty.ratio": "0.1",
 }
+#: a producer's flush asks this often whether a topic it writes to is missing (``missing_topics``)
+FLUSH_CHECK_S = 1.0
 #: the requests and labels topics keep their records this long at least (30 days)
 KEEP_MIN_MS = 30 * 86_400_000
 
@@ -45,9 +49,15 @@ def topic_config(config: Config, topic: str) -> dict[str, str]:
 
 
 def missing_topics(
-    config: Config, missing: Collection[str], partitions_for: Callable[[str], int]
+    config: Config,
+    missing: Collection[str],
+    partitions_for: Callable[[str], int],
+    *,
+    written: bool = False,
 ) -> TopicsNotReady:
-    """The error for subscribed topics that do not exist, with the command creating each.
+    """The error for topics that do not exist, with the command creating each.
+
+    ``written``: topics the producer writes to (else the consumer's subscribed ones).
 
     The scored and aggregates topics have as many partitions as each other (a sampler refuses a
     scored partition without an aggregates partition of its own), so a missing one of the two
@@ -66,9 +76,14 @@ def missing_topics(
             f"kafka-topics.sh --bootstrap-server {','.join(kc.bootstrap_servers)} --create "
             f"--topic {topic} --partitions {n}{replicas}{settings}"
         )
+    kind, effect = (
+        ("topics written to", "the records for them cannot be delivered")
+        if written
+        else ("subscribed topics", "their records cannot be read")
+    )
     msg = (
-        f"subscribed topics missing: {', '.join(sorted(missing))} (deleted, or never created; "
-        "their records cannot be read): create them as --create-topics would "
+        f"{kind} missing: {', '.join(sorted(missing))} (deleted, or never created; "
+        f"{effect}): create them as --create-topics would "
         f"({'; '.join(commands)}), or restart with --create-topics; "
         "the monitor goes on by itself once they exist"
     )

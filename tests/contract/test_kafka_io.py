@@ -3,6 +3,7 @@ Apache Kafka."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -11,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
+from kafka import KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import (
     ConfigResource,
@@ -30,11 +32,13 @@ from monitor.io.kafka_io import (
     KafkaTopicReader,
     create_topics,
     ensure_topics,
+    read_topic,
 )
 from monitor.runtime.ports import Sink, Source, TopicReader
 from monitor.sim.embedded_broker import EmbeddedBroker
+from monitor.sim.kafka_broker import KafkaBroker
 from monitor.testing.fakes import FakeLog, FakeSink, FakeSource, FakeTopicReader
-from tests.conftest import Broker
+from tests.conftest import Broker, started
 
 TP = tuple[str, int]
 TEST_CLIENT = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
@@ -485,6 +489,18 @@ def test_a_send_to_a_partition_the_producer_does_not_know_is_an_outage(
         snk.close()
 
 
+def _missing_reported(src: Source, timeout_s: float = 15.0) -> str:
+    """The ``TopicsNotReady`` message of ``src``'s probe, polled meanwhile ("" if none came)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        src.poll(100, 0.2)
+        try:
+            src.probe(2.0)
+        except TopicsNotReady as exc:
+            return str(exc)
+    return ""
+
+
 @pytest.mark.integration
 @pytest.mark.brokers("tansu", "kafka")
 @pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
@@ -493,29 +509,16 @@ def test_a_subscribed_topic_that_does_not_exist_is_reported_until_it_is_created(
 ) -> None:
     """A labels topic never created (or deleted): the group assigned nothing of it and the
     source said nothing, so the daemon stayed ready while no label could arrive. The probe now
-    names it and the command creating it, and passes once it exists. kafka-python on Tansu
-    cannot see it missing: Tansu creates a topic that a metadata request names (4 partitions)
-    although kafka-python asks it not to (``allow_auto_topic_creation``); librdkafka's requests
-    create nothing."""
+    names it and the command creating it, and passes once it exists. Neither library asks the
+    broker to create it (``test_no_client_asks_a_broker_that_allows_it_to_create_a_topic``):
+    until kafka-python's request said so, Tansu created it (4 partitions) and it was never
+    reported."""
     topics = replace(make_topics(), labels=f"absent-{uuid.uuid4().hex[:8]}")
     config = _config(broker.bootstrap, topics, library, _client_for(broker))
     src = CLASSES[library][0](config, dict)
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:
-        if library == "kafka-python" and isinstance(broker, EmbeddedBroker):
-            for _ in range(10):  # never reported: the consumer's first request made the topic
-                src.poll(100, 0.2)
-                src.probe(2.0)
-            assert topics.labels in admin.list_topics()
-            return
-        error = ""
-        deadline = time.monotonic() + 15.0
-        while not error and time.monotonic() < deadline:
-            src.poll(100, 0.2)
-            try:
-                src.probe(2.0)
-            except TopicsNotReady as exc:
-                error = str(exc)
+        error = _missing_reported(src)
         assert f"--topic {topics.labels} --partitions 1 --config retention.ms=" in error, error
         assert topics.scored not in error and topics.requests not in error
         assert topics.labels not in admin.list_topics()
@@ -534,3 +537,101 @@ def test_a_subscribed_topic_that_does_not_exist_is_reported_until_it_is_created(
     finally:
         admin.close()
         src.close()
+
+
+def _write(sink: Sink, topic: str) -> None:
+    """Write one record to ``topic`` and flush (raising what the sink raises)."""
+    sink.produce(topic, b"k", b"v")
+    sink.flush(10.0)
+
+
+@pytest.mark.integration
+@pytest.mark.brokers("tansu", "kafka")
+@pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
+def test_a_topic_written_to_that_does_not_exist_is_reported_until_it_is_created(
+    library: str, broker: Broker, make_topics: Callable[..., TopicsConfig]
+) -> None:
+    """A dead-letter topic never created (or deleted): a send waited for its metadata and a
+    flush for its records until they timed out, as if the broker were down. The sink now names
+    it and the command creating it within seconds, writes nothing while it is missing (a step
+    retried meanwhile wrote its other records again each time) and writes once it exists."""
+    topics = replace(make_topics(), deadletter=f"absent-{uuid.uuid4().hex[:8]}")
+    config = _config(broker.bootstrap, topics, library, _client_for(broker))
+    sink = CLASSES[library][1](config)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        _write(sink, topics.requests)
+        with pytest.raises(TopicsNotReady) as caught:
+            _write(sink, topics.deadletter)
+        error = str(caught.value)
+        assert error.startswith(f"topics written to missing: {topics.deadletter} ("), error
+        assert f"--topic {topics.deadletter} --partitions 1)" in error
+        with pytest.raises(TopicsNotReady):  # nothing written while it is missing
+            sink.produce(topics.requests, b"k", b"again")
+        assert topics.deadletter not in admin.list_topics()
+        ensure_topics(broker.bootstrap, topics)  # creates the one missing
+        started = time.monotonic()
+        written = False
+        while not written and time.monotonic() - started < 20.0:
+            with contextlib.suppress(TopicsNotReady):
+                _write(sink, topics.deadletter)
+                written = True
+        assert written, f"still reported {time.monotonic() - started:.1f} s after it was created"
+    finally:
+        admin.close()
+        sink.close()
+    values = [v for _, _, v in read_topic(config, topics.requests, range)]
+    assert values == [b"v"]  # "again" never written
+
+
+@pytest.fixture(scope="module")
+def auto_create_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """Apache Kafka with its default ``auto.create.topics.enable=true`` (the test broker and
+    ``deploy/compose.yaml`` set false); always started here, one per module."""
+    home = tmp_path_factory.mktemp("kafka-auto-create")
+    real = started(
+        lambda: KafkaBroker(
+            log_path=home / "kafka.log",
+            data_dir=home / "data",
+            settings={"auto.create.topics.enable": "true"},
+        ),
+        "Apache Kafka broker that creates topics on request",
+    )
+    yield real
+    real.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
+def test_no_client_asks_a_broker_that_allows_it_to_create_a_topic(
+    library: str, auto_create_kafka: KafkaBroker
+) -> None:
+    """Apache Kafka creates a topic that a metadata request names when the request allows it,
+    as both libraries' producers do by default: a deleted requests or dead-letter topic came
+    back at the next write, with the broker's defaults (one partition, its retention, not the
+    30 days of ``--create-topics``), and nothing said so. The daemon's producer and consumer
+    both report such a topic missing and the broker still lacks it."""
+    bootstrap = auto_create_kafka.bootstrap
+    made = TopicsConfig().tagged(uuid.uuid4().hex[:8])
+    ensure_topics(bootstrap, made)
+    tag = uuid.uuid4().hex[:8]
+    topics = replace(made, labels=f"absent-labels-{tag}", deadletter=f"absent-dead-{tag}")
+    config = _config(bootstrap, topics, library, KAFKA_TEST_CLIENT)
+    source_class, sink_class = CLASSES[library]
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    control = KafkaProducer(bootstrap_servers=bootstrap)  # the library's defaults
+    src = source_class(config, dict)
+    sink = sink_class(config)
+    try:
+        control.send(f"created-{tag}", b"v").get(timeout=20)
+        assert f"created-{tag}" in admin.list_topics()  # this broker creates what it is asked
+        with pytest.raises(TopicsNotReady, match=f"--topic {topics.deadletter} "):
+            _write(sink, topics.deadletter)
+        error = _missing_reported(src)
+        assert f"--topic {topics.labels} " in error, error
+        assert not {topics.labels, topics.deadletter} & set(admin.list_topics())
+    finally:
+        control.close()
+        sink.close()
+        src.close()
+        admin.close()

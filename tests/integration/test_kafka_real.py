@@ -4,6 +4,8 @@
   directory: the daemon waits, reports not ready, resumes, and its requests and estimates equal
   the engine's undisturbed run;
 - a standby sampler (given no partition) reports the stopped broker as not ready, as its owner;
+- a topic the daemon reads (labels) or writes to (dead letters, requests) deleted under it: not
+  ready, the topic and the command creating it logged once, ready once it exists again;
 - the exported consumer lag equals the broker's end offsets minus the group's committed offsets,
   and a transaction's commit marker (an offset that is never a record) is not lag;
 - the aggregates topic really is compacted, and a sampler that rebuilds from the compacted topic
@@ -26,6 +28,7 @@ import signal
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -197,6 +200,73 @@ def test_a_deleted_labels_topic_is_not_ready_until_it_is_recreated(
     assert not run.events("broker_down")  # not an outage: the broker answered all along
     text = run.log_path.read_text()  # connected again after it: broker_up, the state change
     assert text.rindex('"event": "broker_up"') > text.index('"event": "topics_not_ready"')
+    assert run.snapshot_repr() == predicted
+
+
+@pytest.mark.parametrize(
+    ("client_library", "gone"),
+    [
+        ("kafka-python", "deadletter"),  # a send waits for the topic's metadata
+        ("kafka-python", "requests"),  # a flush waits for records the producer retries
+        ("confluent-kafka", "deadletter"),  # librdkafka holds the records in its queue
+    ],
+)
+def test_a_deleted_topic_the_daemon_writes_to_is_not_ready_until_it_is_recreated(
+    client_library: str, gone: str, broker: Broker, deploy: Callable[..., Run], tmp_path: Path
+) -> None:
+    """The dead-letter or requests topic deleted under a running daemon: its next write waited
+    until it timed out, logged as ``broker_down`` ("no step completed for 6 s"), each retry
+    the same, and a SIGTERM took more than 15 s with kafka-python. It is now not ready and
+    logs ``topics_not_ready`` once, naming the topic and how to create it; the topic
+    recreated, every record is written and the estimates are those of the undisturbed run."""
+    run = deploy(name=f"{gone}-gone-{client_library}")
+    topics = run.config.kafka.topics
+    topic = getattr(topics, gone)
+    port = run.config.metrics.port
+    w = generate(WorkloadSpec(n=600, hours=1.0, seed=29))
+    expected, predicted = _predict(run.config, w, tmp_path)
+    scored = _scored(w)
+    _produce(broker, topics.scored, scored[:300])
+    run.start()
+    run.wait_offsets({(topics.scored, 0): 300})
+    _wait_for("/readyz 200", lambda: _readyz(port) == 200, run, 30)
+    before = set(_read_all(run.config, topics.requests))
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.delete_topics([topic])
+        _produce(broker, topics.scored, [b"not json", *scored[300:]])
+        not_ready_after = _wait_for("/readyz 503", lambda: _readyz(port) == 503, run, 30)
+        time.sleep(3.0)  # retried meanwhile: still not ready, logged once
+        assert _readyz(port) == 503
+        (event,) = run.events("topics_not_ready")
+        admin.create_topics([NewTopic(topic, 1, 1)])
+        ready_after = _wait_for("/readyz 200", lambda: _readyz(port) == 200, run, 60)
+    finally:
+        admin.close()
+    run.wait_offsets({(topics.scored, 0): len(scored) + 1})
+    labels = _labels(w, expected)
+    _produce(broker, topics.labels, labels)
+    run.wait_offsets({(topics.labels, 0): len(labels)})
+    code, took = run.stop()
+    assert code == 0, run.log_tail()
+    dead = [json.loads(v)["reason"] for v in _read_all(run.config, topics.deadletter)]
+    requests = _read_all(run.config, topics.requests)
+    print(
+        f"\n{client_library}, {gone} deleted: not ready {not_ready_after:.1f} s after the bad "
+        f"record, ready {ready_after:.1f} s after the topic was created again, "
+        f"SIGTERM {took:.1f} s; dead letters {dead}, requests {len(requests)} "
+        f"({len(set(requests))} distinct, {len(before)} before)\n{json.dumps(event)}"
+    )
+    assert event["level"] == "error"
+    assert str(event["error"]).startswith(f"topics written to missing: {topic} (")
+    assert f"--topic {topic} --partitions 1" in str(event["error"])
+    assert not run.events("broker_down")  # not an outage: the broker answered all along
+    # the records of the step that found the topic missing are written again once when it is
+    # retried (consumers deduplicate by request_id), not at every retry while it is missing
+    assert set(dead) == {"malformed_json"} and len(dead) <= 2
+    assert max(Counter(requests).values()) <= 2
+    # the requests written before the deletion went with the topic; every later one is there
+    assert set(requests) == set(expected) - (before if gone == "requests" else set())
     assert run.snapshot_repr() == predicted
 
 
