@@ -123,12 +123,14 @@ class Run:
     config: Config
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    args: tuple[str, ...] = ()  # more ``monitor run`` flags
 
     def start(self) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        command = ["monitor", "run", "--config", str(self.config_path), *self.args]
         with self.log_path.open("ab") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "monitor", "run", "--config", str(self.config_path)],
+                [sys.executable, "-m", *command],
                 stderr=err,
                 stdout=subprocess.DEVNULL,
                 env=env,
