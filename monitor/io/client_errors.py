@@ -63,6 +63,15 @@ class RecentErrors:
         return last[1]
 
 
+def principal(client: Mapping[str, Any]) -> str:
+    """The principal the broker's ACLs know this client as, from ``kafka.client``."""
+    if client.get("sasl_plain_username"):
+        return f"User:{client['sasl_plain_username']}"
+    if client.get("ssl_certfile"):
+        return "User:<the subject of kafka.client.ssl_certfile>"
+    return "User:ANONYMOUS"
+
+
 def connection_hint(cause: str, client: Mapping[str, Any]) -> str:
     """Which ``kafka.client`` settings to check for a client error (empty when none fits).
 
@@ -78,6 +87,12 @@ def connection_hint(cause: str, client: Mapping[str, Any]) -> str:
     the broker's certificate fails with "certificate verify failed" instead.
     """
     text = cause.lower()
+    if "authorization" in text:  # TOPIC_ / GROUP_AUTHORIZATION_FAILED: logged in, not allowed
+        return (
+            f"the broker's ACLs do not allow this client's principal ({principal(client)}) "
+            "what it asked: grant it Read and Describe on the topics the monitor reads, Write "
+            "and Describe on those it writes and Read on its consumer group (kafka-acls.sh --add)"
+        )
     if "authentication" in text:
         return (
             "SASL authentication failed: check kafka.client.sasl_mechanism, sasl_plain_username "

@@ -45,7 +45,7 @@ from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable, ConfigError, TopicsNotReady
 from monitor.io.client_errors import RecentErrors, unavailable
 from monitor.io.positions import note_beyond_end, note_rewind
-from monitor.io.topics import FLUSH_CHECK_S, missing_topics
+from monitor.io.topics import FLUSH_CHECK_S, missing_topics, refused_topics
 from monitor.runtime.ports import TP, Assigned
 from monitor.runtime.skips import Skips
 
@@ -106,6 +106,9 @@ _UNKNOWN = frozenset(
 )
 
 
+_REFUSED = KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
 def _unknown(exc: KafkaException | KafkaError) -> bool:
     """Whether librdkafka failed on a partition or topic it does not know (maybe deleted)."""
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
@@ -154,6 +157,8 @@ class ConfluentSource:
         subscribed = list(dict.fromkeys(topics or (t.scored, t.requests, t.labels)))
         self._subscribed = frozenset(subscribed)
         self._missing: set[str] = set()  # subscribed topics librdkafka reported unknown
+        self._refused: set[str] = set()  # subscribed topics the broker's ACLs refused
+        self._group = settings["group.id"]
         self._liveness = TopicPartition(subscribed[0], 0)
         try:
             self._consumer = _client(Consumer, settings, "consumer")
@@ -283,6 +288,11 @@ class ConfluentSource:
             topic = m.topic()
             if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART and topic in self._subscribed:
                 self._missing.add(topic)
+            elif err.code() == _REFUSED and topic in self._subscribed:
+                self._refused.add(topic)
+            elif err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:  # no partition will come
+                msg = f"consumer group {self._group} refused"
+                raise self._unavailable(msg, KafkaException(err))
             elif err.code() != KafkaError._PARTITION_EOF:
                 log.warning(
                     "consumer error event", extra={"event": "consumer_error", "error": str(err)}
@@ -371,6 +381,11 @@ class ConfluentSource:
         found = self._described(topic, timeout_s)
         return found is not None and found.error is None and bool(found.partitions)
 
+    def _refuses(self, topic: str, timeout_s: float) -> bool:
+        """Whether the broker's ACLs still refuse ``topic`` to this client (one request)."""
+        found = self._described(topic, timeout_s)
+        return found is not None and found.error is not None and found.error.code() == _REFUSED
+
     def _described(self, topic: str, timeout_s: float) -> Any:
         """The broker's ``TopicMetadata`` of ``topic`` (None when it has none): one request."""
         try:
@@ -395,6 +410,9 @@ class ConfluentSource:
         self._missing = {t for t in self._missing if not self._exists(t, timeout_s)}
         if self._missing:
             raise missing_topics(self._config, self._missing, self.partitions_for)
+        self._refused = {t for t in self._refused if self._refuses(t, timeout_s)}
+        if self._refused:
+            raise refused_topics(self._config, self._refused)
         parts = self._consumer.assignment()
         ends: dict[TP, int] = {}
         for tp in parts or [self._liveness]:
@@ -446,7 +464,7 @@ class ConfluentSink:
         except KafkaException as exc:
             msg = "cannot connect the producer"
             raise self._unavailable(msg, exc) from exc
-        self._errors: list[KafkaError] = []
+        self._errors: list[tuple[KafkaError, str]] = []  # (error, topic) of failed deliveries
         self._queued = 0
         self._topics: set[str] = set()  # the topics of the queued records
         self._missing: set[str] = set()  # the topics found missing, until they exist
@@ -463,7 +481,7 @@ class ConfluentSink:
 
     def _delivered(self, flush: int, err: KafkaError | None, msg: Message) -> None:
         if err is not None and flush == self._flushes:
-            self._errors.append(err)
+            self._errors.append((err, msg.topic() or "?"))
 
     def _described(self, topic: str) -> Any:
         """The broker's ``TopicMetadata`` of ``topic``: one request, None without an answer."""
@@ -533,7 +551,7 @@ class ConfluentSink:
             left = self._producer.flush(min(FLUSH_CHECK_S, wait))
         errors, self._errors, self._queued = self._errors, [], 0
         self._flushes += 1
-        if not self._missing and any(map(_unknown, errors)):  # librdkafka gave up on one
+        if not self._missing and any(_unknown(err) for err, _ in errors):  # librdkafka gave up
             self._missing = self._absent(topics)
         if self._missing:
             raise self._missing_error()
@@ -541,8 +559,9 @@ class ConfluentSink:
             msg = "produce not acknowledged"
             raise self._unavailable(msg, TimeoutError(f"{left} records after {timeout_s:.0f} s"))
         if errors:
-            msg = "produce not acknowledged"
-            raise self._unavailable(msg, KafkaException(errors[0]))
+            err, topic = errors[0]
+            msg = f"produce to {topic} not acknowledged"
+            raise self._unavailable(msg, KafkaException(err))
 
     def close(self) -> None:
         """Deliver what is queued (bounded) and release the producer."""

@@ -42,7 +42,13 @@ from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable, ConfigError, TopicsNotReady
 from monitor.io.client_errors import RecentErrors, describe, unavailable
 from monitor.io.positions import note_beyond_end, note_rewind
-from monitor.io.topics import AGGREGATES_TOPIC_CONFIG, FLUSH_CHECK_S, keep_ms, missing_topics
+from monitor.io.topics import (
+    AGGREGATES_TOPIC_CONFIG,
+    FLUSH_CHECK_S,
+    keep_ms,
+    missing_topics,
+    refused_topics,
+)
 from monitor.runtime.ports import TP, Assigned, Entry
 from monitor.runtime.skips import Skips
 
@@ -403,6 +409,10 @@ class KafkaSource:
         missing = self._missing()
         if missing:
             raise missing_topics(self.config, missing, self.partitions_for)
+        cluster = self._consumer._client.cluster
+        refused = [t for t in self._subscribed if t in cluster.unauthorized_topics]
+        if refused:  # the broker's ACLs: it assigns nothing of them, and kafka-python is silent
+            raise refused_topics(self.config, refused)
         parts = list(self._consumer.assignment())
         try:
             ends = self._consumer.end_offsets(

@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Mapping
 
 from monitor.config.schema import Config
 from monitor.errors import TopicsNotReady
+from monitor.io.client_errors import principal
 
 # the aggregates topic keeps the latest state per key (monitor.core.aggregates); hourly segments let
 # the cleaner compact, since a sampler reads the uncompacted tail back on every rebalance
@@ -86,5 +87,26 @@ def missing_topics(
         f"{effect}): create them as --create-topics would "
         f"({'; '.join(commands)}), or restart with --create-topics; "
         "the monitor goes on by itself once they exist"
+    )
+    return TopicsNotReady(msg)
+
+
+def refused_topics(config: Config, refused: Collection[str]) -> TopicsNotReady:
+    """The error for subscribed topics the broker does not authorize this client to read.
+
+    A consumer only gets no records from such a topic (kafka-python says nothing, librdkafka
+    one error event), so the daemon stayed ready while, say, no label could arrive.
+    """
+    kc = config.kafka
+    user = principal(kc.client)
+    commands = "; ".join(
+        f"kafka-acls.sh --bootstrap-server {','.join(kc.bootstrap_servers)} --add "
+        f"--allow-principal {user} --operation Read --operation Describe --topic {topic}"
+        for topic in sorted(refused)
+    )
+    msg = (
+        f"subscribed topics refused: {', '.join(sorted(refused))} (the broker's ACLs do not "
+        f"allow this client to read them; no record of theirs arrives): grant {user} Read "
+        f"and Describe on them ({commands}); the monitor goes on by itself once it may"
     )
     return TopicsNotReady(msg)

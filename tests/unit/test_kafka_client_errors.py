@@ -96,6 +96,27 @@ def test_a_refused_client_certificate_points_at_the_certificate_and_key(alert: s
     )
 
 
+# what each client reported when the broker's ACLs refused a topic or the group (4.1.1)
+REFUSALS = [
+    "produce not acknowledged: [Error 29] TopicAuthorizationFailedError: {'dead'}",
+    "poll failed: [Error 30] GroupAuthorizationFailedError: g-1",
+    'KafkaError{code=TOPIC_AUTHORIZATION_FAILED,val=29,str="Broker: Topic authorization failed"}',
+    'KafkaError{code=GROUP_AUTHORIZATION_FAILED,val=30,str="FindCoordinator response error: '
+    'Group authorization failed."}',
+]
+
+
+@pytest.mark.parametrize("refusal", REFUSALS)
+def test_a_refusal_of_the_acls_names_the_principal_and_what_to_grant(refusal: str) -> None:
+    user = {**SASL_SSL, "sasl_plain_username": "monitor"}
+    hint = connection_hint(refusal, user)
+    assert hint.startswith("the broker's ACLs do not allow this client's principal (User:monitor)")
+    assert "Write and Describe on those it writes and Read on its consumer group" in hint
+    mtls = {"security_protocol": "SSL", "ssl_certfile": "c.pem"}
+    assert "(User:<the subject of kafka.client.ssl_certfile>)" in connection_hint(refusal, mtls)
+    assert "(User:ANONYMOUS)" in connection_hint(refusal, {})
+
+
 def test_closed_connections_at_bootstrap_point_at_the_sasl_settings_only_with_sasl() -> None:
     """kafka-python 3.0.12 at times reports a refused login as a closed connection only."""
     closed = (
