@@ -167,7 +167,7 @@ class Daemon:
 
     @staticmethod
     def _probe(source: Source) -> TopicsNotReady | None:
-        """Probe the broker; a subscribed topic it lacks is returned, not raised.
+        """Probe the broker; a subscribed topic it lacks or refuses is returned, not raised.
 
         Raised, it rolled back the step that had just gone through and held every later one
         for a backoff of up to 10 s: a deleted labels topic held up the scored traffic too.
@@ -185,7 +185,7 @@ class Daemon:
         sink: Sink | None = None
         backoff = BACKOFF_MIN_S
         last_probe = -1e18
-        missing: TopicsNotReady | None = None  # a topic the last probe found missing
+        missing: TopicsNotReady | None = None  # a topic the last probe found missing or refused
         self._beat = time.monotonic()
         watchdog = threading.Thread(target=self._watch, name="monitor-watchdog", daemon=True)
         watchdog.start()

@@ -115,6 +115,11 @@ def _unknown(exc: KafkaException | KafkaError) -> bool:
     return isinstance(err, KafkaError) and err.code() in _UNKNOWN
 
 
+def _partition_count(found: Any) -> int:
+    """The partitions of a ``TopicMetadata`` (1 when there is none, or it has none)."""
+    return len(found.partitions) if found is not None and found.partitions else 1
+
+
 class ConfluentSource:
     """One consumer over the daemon's input topics (see ``monitor.io.kafka_io.KafkaSource``)."""
 
@@ -373,8 +378,7 @@ class ConfluentSource:
 
     def partitions_for(self, topic: str) -> int:
         """Number of partitions of ``topic`` (1 when unknown)."""
-        found = self._described(topic, METADATA_TIMEOUT_S)
-        return len(found.partitions) if found is not None and found.partitions else 1
+        return _partition_count(self._described(topic, METADATA_TIMEOUT_S))
 
     def _exists(self, topic: str, timeout_s: float) -> bool:
         """Whether the broker now describes ``topic`` with partitions (one metadata request)."""
@@ -501,8 +505,7 @@ class ConfluentSink:
 
     def _partitions(self, topic: str) -> int:
         """Number of partitions of ``topic`` (1 when unknown)."""
-        found = self._described(topic)
-        return len(found.partitions) if found is not None and found.partitions else 1
+        return _partition_count(self._described(topic))
 
     def _missing_error(self) -> TopicsNotReady:
         """The error naming the topics found missing and how to create them."""

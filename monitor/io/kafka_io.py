@@ -404,7 +404,8 @@ class KafkaSource:
         Given no partition (a standby sampler, or a member whose membership lapsed), the end
         offset of the first subscribed topic's partition 0 is asked instead: an idle standby
         would otherwise notice no outage and stay ready through it. A subscribed topic that does
-        not exist is ``TopicsNotReady`` (``_missing``): the group just assigns nothing of it.
+        not exist, or that the broker refuses to this client, is ``TopicsNotReady``
+        (``missing_topics``, ``refused_topics``): the group just assigns nothing of it.
         """
         missing = self._missing()
         if missing:

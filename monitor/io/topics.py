@@ -1,4 +1,4 @@
-"""The daemon's topics as ``--create-topics`` lays them out, and the error for one that is missing.
+"""The daemon's topics as ``--create-topics`` lays them out; errors for missing or refused ones.
 
 Both client modules (``monitor.io.kafka_io``, ``monitor.io.confluent_io``) report a topic the
 broker does not know with ``missing_topics``: a subscribed one (a consumer only stops getting
@@ -6,7 +6,8 @@ records from it, so without that error a deleted labels topic left the daemon re
 for hours) and one the producer writes to (its flush only waited, so a deleted dead-letter or
 requests topic read as a broker outage). The error names each topic and the ``kafka-topics.sh``
 command that recreates it as ``--create-topics`` would (``monitor.io.kafka_io.create_topics``
-uses the same settings).
+uses the same settings). A subscribed topic the broker's ACLs do not allow this client to read
+is ``refused_topics``, with the ``kafka-acls.sh`` command granting it.
 """
 
 from __future__ import annotations

@@ -67,7 +67,8 @@ class Source(Protocol):
     def probe(self, timeout_s: float) -> None:
         """Ask the broker for end offsets; ``BrokerUnavailable`` when it does not answer.
 
-        ``TopicsNotReady`` when a subscribed topic does not exist (deleted, or never created).
+        ``TopicsNotReady`` when a subscribed topic does not exist (deleted, or never created)
+        or the broker's ACLs do not allow this client to read it.
         """
         ...
 

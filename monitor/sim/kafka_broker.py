@@ -125,6 +125,14 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-512")
 TLS_DAYS = 365  # validity of the certificates made at the first start with ``sasl``
 
 
+def _secured_listener(port: int | None, name: str) -> str:
+    """The ``host:port`` of a secured listener, which only a broker made with ``sasl`` has."""
+    if port is None:
+        msg = f"this Kafka broker has no {name} listener: create it with sasl=SaslUser()"
+        raise MonitorError(msg)
+    return f"127.0.0.1:{port}"
+
+
 @dataclass(frozen=True)
 class SaslUser:
     """The one client user of a broker's SASL_SSL listener (every one of ``SASL_MECHANISMS``).
@@ -348,18 +356,12 @@ class KafkaBroker:
     @property
     def sasl_bootstrap(self) -> str:
         """The ``host:port`` of the SASL_SSL listener (a broker started with ``sasl``)."""
-        if self.sasl_port is None:
-            msg = "this Kafka broker has no SASL_SSL listener: create it with sasl=SaslUser()"
-            raise MonitorError(msg)
-        return f"127.0.0.1:{self.sasl_port}"
+        return _secured_listener(self.sasl_port, "SASL_SSL")
 
     @property
     def ssl_bootstrap(self) -> str:
         """The ``host:port`` of the SSL listener that requires a client certificate (``sasl``)."""
-        if self.ssl_port is None:
-            msg = "this Kafka broker has no SSL listener: create it with sasl=SaslUser()"
-            raise MonitorError(msg)
-        return f"127.0.0.1:{self.ssl_port}"
+        return _secured_listener(self.ssl_port, "SSL")
 
     @property
     def ca_file(self) -> Path:

@@ -15,7 +15,6 @@ its topics and group but one thing:
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from tests.conftest import started
 from tests.integration.test_daemon_kafka import _produce, _scored
 from tests.integration.test_faults_outage import _readyz
 from tests.integration.test_kafka_real import _wait_for
-from tests.integration.test_kafka_secured import KEY_PASSWORD_ENV, PASSWORD_ENV, USER_ENV, Secured
+from tests.integration.test_kafka_secured import USER_ENV, secured_on
 from tests.integration.test_scale_out import Proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -76,14 +75,8 @@ def deploy(
     acl_kafka: KafkaBroker, procs: list[Proc], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> Callable[[str, str], Deployed]:
     """Start a daemon over SASL_SSL allowed all but ``denied`` (a topic's field, or "group")."""
-    assert acl_kafka.sasl is not None
-    env = {
-        USER_ENV: acl_kafka.sasl.username,
-        PASSWORD_ENV: acl_kafka.sasl.password,
-        KEY_PASSWORD_ENV: secrets.token_urlsafe(18),
-    }
-    secured = Secured(acl_kafka, env, procs, monkeypatch)
-    user = f"User:{acl_kafka.sasl.username}"
+    secured = secured_on(acl_kafka, procs, monkeypatch)
+    user = f"User:{secured.env[USER_ENV]}"
 
     def _deploy(library: str, denied: str) -> Deployed:
         path = secured.config_file(tmp_path / f"{library}-{denied}.yaml", library)

@@ -155,16 +155,21 @@ class Secured:
         assert WRONG_PASSWORD not in text
 
 
-@pytest.fixture
-def secured(sasl_kafka: KafkaBroker, procs: list[Proc], monkeypatch: pytest.MonkeyPatch) -> Secured:
-    """The module's secured broker, its SASL user and password, and a client key password."""
-    assert sasl_kafka.sasl is not None
+def secured_on(broker: KafkaBroker, procs: list[Proc], monkeypatch: pytest.MonkeyPatch) -> Secured:
+    """``broker`` (started with ``sasl``), its SASL user and password, a client key password."""
+    assert broker.sasl is not None
     env = {
-        USER_ENV: sasl_kafka.sasl.username,
-        PASSWORD_ENV: sasl_kafka.sasl.password,
+        USER_ENV: broker.sasl.username,
+        PASSWORD_ENV: broker.sasl.password,
         KEY_PASSWORD_ENV: secrets.token_urlsafe(18),
     }
-    return Secured(sasl_kafka, env, procs, monkeypatch)
+    return Secured(broker, env, procs, monkeypatch)
+
+
+@pytest.fixture
+def secured(sasl_kafka: KafkaBroker, procs: list[Proc], monkeypatch: pytest.MonkeyPatch) -> Secured:
+    """The module's secured broker (``secured_on``)."""
+    return secured_on(sasl_kafka, procs, monkeypatch)
 
 
 def _estimated(proc: Proc) -> bool:
