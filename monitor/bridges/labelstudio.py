@@ -28,6 +28,8 @@ each partition is committed up to its first request still held (``_commit``), an
 outage is retried the same way, but told apart: an idle consumer's poll never fails, so the loop
 asks the broker for end offsets every ``_PROBE_EVERY_S``, and a broker error leaves
 ``labelstudio_up`` and the Label Studio error counter alone (``kafka_up`` says it instead).
+A requests or labels topic the broker lacks is ``topics_not_ready`` (``_note_topics``); the
+clients never ask the broker to create one (``monitor.io.kafka_io.new_client``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
 
 from monitor.bridges.ls_client import (
     LabelStudioClient,
@@ -55,7 +61,9 @@ from monitor.bridges.ls_tasks import project_fields, read_answer, task_body
 from monitor.config.kafka_client import RECONNECT_BACKOFF_MAX_MS, kafka_client_options
 from monitor.config.schema import Config
 from monitor.core.messages import AuditRequest
-from monitor.errors import MonitorError
+from monitor.errors import MonitorError, TopicsNotReady
+from monitor.io.kafka_io import absent_topics, new_client, refreshed_since
+from monitor.io.topics import missing_topics
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +89,11 @@ _COMMIT_TIMEOUT_MS = 10_000  # kafka-python's commit otherwise retries forever w
 # that failed is never delivered later (and then published twice by the retry).
 _PRODUCER_TIMEOUTS = {"max_block_ms": 5_000, "request_timeout_ms": 10_000}
 _DELIVERY_TIMEOUT_MS = 15_000
+
+
+def _one(_topic: str) -> int:
+    """The requests and labels topics' partitions as ``--create-topics`` makes them."""
+    return 1
 
 
 def parse_request(value: bytes | None) -> dict[str, Any] | None:
@@ -144,6 +157,8 @@ class LabelStudioBridge:
         self._ls_up = False
         self._kafka_up = True
         self._next_probe = 0.0
+        self._requests_missing: TopicsNotReady | None = None  # the last probe's (``_probe``)
+        self._topics_error: str | None = None  # a topic found missing, until it exists
         self._liveness: Any = None  # the request topic's partition 0 (``_probe``)
         self._send_wait_s = 20.0  # a label's send: past the producer's delivery timeout
         self._beat = time.monotonic()
@@ -255,7 +270,13 @@ class LabelStudioBridge:
         return self.alive and time.monotonic() - self._beat < max(60.0, 3 * self.ls.poll_interval_s)
 
     def _is_ready(self) -> bool:
-        return self._ready.is_set() and self._ls_up and self._kafka_up and self.alive
+        return (
+            self._ready.is_set()
+            and self._ls_up
+            and self._kafka_up
+            and self._topics_error is None
+            and self.alive
+        )
 
     def _main(self) -> None:
         try:
@@ -270,23 +291,26 @@ class LabelStudioBridge:
 
     def run(self, stop: threading.Event) -> None:
         """Consume, create, read, publish, expire until ``stop`` is set (blocking)."""
-        from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: PLC0415
-        from kafka.errors import KafkaError  # noqa: PLC0415
-
         kafka = self.config.kafka
-        consumer = KafkaConsumer(
-            bootstrap_servers=list(kafka.bootstrap_servers),
-            group_id=self.ls.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            client_id="labelstudio-bridge",
-            **{
+        consumer = new_client(
+            KafkaConsumer,
+            {
+                "bootstrap_servers": list(kafka.bootstrap_servers),
+                "group_id": self.ls.group_id,
+                "enable_auto_commit": False,
+                "auto_offset_reset": "earliest",
+                "client_id": "labelstudio-bridge",
+                "allow_auto_create_topics": False,  # a missing topic is reported (``_probe``)
                 "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
                 **kafka_client_options(kafka, "consumer"),
                 **self.consumer_config,
             },
+            "consumer",
         )
         options: dict[str, Any] = {
+            "bootstrap_servers": list(kafka.bootstrap_servers),
+            "client_id": "labelstudio-bridge",
+            "allow_auto_create_topics": False,  # a missing topic is reported (``_publish``)
             "linger_ms": 5,
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
             **_PRODUCER_TIMEOUTS,
@@ -297,11 +321,7 @@ class LabelStudioBridge:
             max(_DELIVERY_TIMEOUT_MS, options["linger_ms"] + options["request_timeout_ms"]),
         )
         self._send_wait_s = options["delivery_timeout_ms"] / 1000 + 5.0
-        producer = KafkaProducer(
-            bootstrap_servers=list(kafka.bootstrap_servers),
-            client_id="labelstudio-bridge",
-            **options,
-        )
+        producer = new_client(KafkaProducer, options, "producer")
         consumer.subscribe([kafka.topics.requests])
         self._liveness = TopicPartition(kafka.topics.requests, 0)
         self._ready.set()
@@ -311,8 +331,10 @@ class LabelStudioBridge:
                 self._beat = time.monotonic()
                 try:
                     self._step(consumer, producer)
-                except (LabelStudioError, KafkaError) as exc:
-                    if isinstance(exc, KafkaError):
+                except (LabelStudioError, KafkaError, TopicsNotReady) as exc:
+                    if isinstance(exc, TopicsNotReady):  # the labels topic (``_publish``)
+                        self._note_topics(exc)
+                    elif isinstance(exc, KafkaError):
                         self._kafka_away(exc, backoff)
                     else:
                         self._went_away(exc, backoff)
@@ -334,6 +356,25 @@ class LabelStudioBridge:
         finally:
             producer.close(5)
             consumer.close()
+
+    def _note_topics(self, error: TopicsNotReady | None) -> None:
+        """Not ready while a topic the bridge reads or writes is missing; logged at each change.
+
+        The requests topic (``_probe``: the rest of the loop goes on, answers are published) or
+        the labels topic (``_publish``: the step is retried with backoff, its answer published
+        once the topic exists). The error names the topic and the ``kafka-topics.sh`` command.
+        """
+        text = None if error is None else str(error)
+        if text == self._topics_error:
+            return
+        self._topics_error = text
+        if text is None:
+            log.info("the bridge's topics exist", extra={"event": "topics_ready"})
+        else:
+            log.error(
+                "a topic the bridge needs is missing; retrying until it is created",
+                extra={"event": "topics_not_ready", "error": text},
+            )
 
     def _kafka_away(self, exc: Exception, backoff: float) -> None:
         """A broker call failed: not ready, logged once per outage; Label Studio is not blamed."""
@@ -367,17 +408,26 @@ class LabelStudioBridge:
             extra={"event": "labelstudio_down", "error": str(exc), "retry_in_s": backoff},
         )
 
-    def _probe(self, consumer: Any) -> None:
+    def _probe(self, consumer: Any) -> TopicsNotReady | None:
         """Ask the broker for end offsets every ``_PROBE_EVERY_S`` (raises ``KafkaError``).
 
         The assigned partitions', or the request topic's partition 0 when none is assigned (a
-        member waiting for its assignment, or one whose membership lapsed in the outage).
+        member waiting for its assignment, or one whose membership lapsed in the outage). A
+        request topic the broker lacks is returned instead (read from the consumer's metadata,
+        no request): the group assigns nothing of it, and the end offset of its partition 0
+        timed out as a broker outage. The last probe's answer is returned between probes.
         """
         if time.monotonic() < self._next_probe:
-            return
-        parts = list(consumer.assignment()) or [self._liveness]
-        consumer.end_offsets(parts, timeout_ms=_PROBE_TIMEOUT_MS)
+            return self._requests_missing
+        topic = self.config.kafka.topics.requests
+        if absent_topics(consumer, [topic]):
+            self._requests_missing = missing_topics(self.config, [topic], _one)
+        else:
+            self._requests_missing = None
+            parts = list(consumer.assignment()) or [self._liveness]
+            consumer.end_offsets(parts, timeout_ms=_PROBE_TIMEOUT_MS)
         self._next_probe = time.monotonic() + _PROBE_EVERY_S
+        return self._requests_missing
 
     def _step(self, consumer: Any, producer: Any) -> None:
         """Take requests, read answers, import, then commit what is imported.
@@ -385,7 +435,7 @@ class LabelStudioBridge:
         Label Studio down holds every request back; a project that refuses its imports, its
         own model's only. Neither holds back the answers.
         """
-        self._probe(consumer)  # before anything is read that would then wait to be published
+        missing = self._probe(consumer)  # before anything is read that would wait to be published
         if self._recheck:
             self._poll_all()  # tasks an unanswered import may have created
             self._recheck = False
@@ -409,6 +459,7 @@ class LabelStudioBridge:
             if consumer.paused():
                 consumer.resume(*consumer.paused())
         self._commit(consumer)
+        self._note_topics(missing)
 
     def _commit(self, consumer: Any) -> None:
         """Commit each partition read up to its first request not imported, else all of it.
@@ -416,8 +467,6 @@ class LabelStudioBridge:
         A restart then reads the held requests again (and the ones after them, which the state
         file finds imported: counted as repeated).
         """
-        from kafka.structs import OffsetAndMetadata  # noqa: PLC0415
-
         waiting = {r["request_id"] for r in self._pending}
         self._at = {rid: at for rid, at in self._at.items() if rid in waiting}
         target = dict(self._read_to)
@@ -755,6 +804,27 @@ class LabelStudioBridge:
             else:
                 self._gone(row)
 
+    def _publish(self, producer: Any, request_id: str, value: Mapping[str, Any]) -> None:
+        """Send one label and wait for it (raises ``KafkaError``, or ``TopicsNotReady``).
+
+        A labels topic the broker lacks is ``TopicsNotReady`` with the command creating it: the
+        send waited ``max_block_ms`` for the topic's metadata and failed as a broker outage. The
+        producer never asks the broker to create it (Apache Kafka's default and Tansu would, with
+        their retention rather than ``monitor.io.topics.keep_ms``).
+        """
+        topic = self.config.kafka.topics.labels
+        since = time.monotonic()
+        try:
+            producer.send(
+                topic,
+                key=request_id.encode(),
+                value=json.dumps(value, sort_keys=True, separators=(",", ":")).encode(),
+            ).get(timeout=self._send_wait_s)
+        except KafkaError as exc:
+            if refreshed_since(producer, since) and absent_topics(producer, [topic]):
+                raise missing_topics(self.config, [topic], _one, written=True) from exc
+            raise
+
     def _gone(self, row: TaskRow) -> None:
         self.state.set_status(row.request_id, DELETED)
         if row.status == OPEN:
@@ -799,11 +869,7 @@ class LabelStudioBridge:
         }
         if row.token is not None:
             value["token"] = row.token
-        producer.send(
-            self.config.kafka.topics.labels,
-            key=row.request_id.encode(),
-            value=json.dumps(value, sort_keys=True, separators=(",", ":")).encode(),
-        ).get(timeout=self._send_wait_s)
+        self._publish(producer, row.request_id, value)
         self.state.set_published(row.request_id, decision.label)
         self.metrics.labels_published.labels(row.model).inc()
         if row.published is None:

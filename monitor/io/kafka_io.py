@@ -116,7 +116,7 @@ class _Seeker(ConsumerRebalanceListener):  # type: ignore[misc]
 _Client = TypeVar("_Client")
 
 
-def _client(factory: Callable[..., _Client], options: Mapping[str, Any], what: str) -> _Client:
+def new_client(factory: Callable[..., _Client], options: Mapping[str, Any], what: str) -> _Client:
     """``factory(**options)``; settings kafka-python refuses are a ``ConfigError`` (exit 2).
 
     ``kafka.client`` is checked for known keys and types only: a value kafka-python refuses
@@ -133,6 +133,35 @@ def _client(factory: Callable[..., _Client], options: Mapping[str, Any], what: s
     return client
 
 
+def absent_topics(client: KafkaConsumer | KafkaProducer, topics: Iterable[str]) -> list[str]:
+    """The topics of ``topics`` that ``client``'s metadata cache says the broker lacks.
+
+    Read with no request. kafka-python asks again within 100 ms while a topic its consumer is
+    subscribed to, or its producer writes to, is unknown (else every ``metadata_max_age_ms``).
+    Empty before any metadata arrived (no broker known yet); never one of the topics the broker
+    refuses to describe to this client (not authorized: ``monitor.io.topics.refused_topics``).
+    """
+    cluster = _metadata(client)
+    if not cluster.brokers():
+        return []
+    refused = cluster.unauthorized_topics
+    return [t for t in topics if not cluster.partitions_for_topic(t) and t not in refused]
+
+
+def refreshed_since(client: KafkaConsumer | KafkaProducer, since_s: float) -> bool:
+    """The broker answered ``client``'s metadata request after ``since_s`` (``time.monotonic``)."""
+    last_ms: float = _metadata(client)._last_successful_refresh_ms
+    return last_ms >= since_s * 1000.0
+
+
+def _metadata(client: KafkaConsumer | KafkaProducer) -> Any:
+    """``client``'s metadata cache (kafka-python 3.0.12 has no public accessor).
+
+    A producer's ``_metadata``, a consumer's network client's ``cluster``.
+    """
+    return client._metadata if hasattr(client, "_metadata") else client._client.cluster
+
+
 def _never_create_topics(client: KafkaConsumer | KafkaProducer) -> None:
     """Make the metadata requests of a new ``client`` ask the broker to create no topic.
 
@@ -142,9 +171,7 @@ def _never_create_topics(client: KafkaConsumer | KafkaProducer) -> None:
     labels or dead-letter topic again, with its own defaults
     (``tests/contract/test_kafka_io.py``). Set here before any request names a topic.
     """
-    # no public accessor for either cache
-    cluster = client._metadata if isinstance(client, KafkaProducer) else client._client.cluster
-    cluster.config["allow_auto_create_topics"] = False
+    _metadata(client).config["allow_auto_create_topics"] = False
 
 
 class KafkaSource:
@@ -191,7 +218,7 @@ class KafkaSource:
         }
         options.update(kafka_client_options(kc, "consumer"))
         try:
-            self._consumer = _client(KafkaConsumer, options, "consumer")
+            self._consumer = new_client(KafkaConsumer, options, "consumer")
             t = kc.topics
             subscribed = list(topics or (t.scored, t.requests, t.labels))
             self._subscribed = tuple(dict.fromkeys(subscribed))
@@ -382,21 +409,12 @@ class KafkaSource:
         return len(parts) if parts else 1
 
     def _missing(self) -> list[str]:
-        """The subscribed topics that the consumer's metadata says do not exist.
+        """The subscribed topics that the consumer's metadata cache says do not exist.
 
-        Read from kafka-python's metadata cache, with no request: it is refreshed every
-        ``METADATA_MAX_AGE_MS`` (and retried within 100 ms while a subscribed topic is unknown),
-        whereas ``KafkaConsumer.partitions_for_topic`` fetches every topic's metadata, blocking,
-        when it does not know one. Empty before any metadata arrived (no broker known yet); never
-        one of the topics the broker refuses to describe to this client (not authorized).
+        ``absent_topics``, with no request, whereas ``KafkaConsumer.partitions_for_topic`` fetches
+        every topic's metadata, blocking, when it does not know one.
         """
-        cluster = self._consumer._client.cluster  # kafka-python (3.0.12) has no public accessor
-        if not cluster.brokers():
-            return []
-        refused = cluster.unauthorized_topics
-        return [
-            t for t in self._subscribed if not cluster.partitions_for_topic(t) and t not in refused
-        ]
+        return absent_topics(self._consumer, self._subscribed)
 
     def probe(self, timeout_s: float) -> None:
         """Fetch the end offsets of the assigned partitions (also refreshes the lag).
@@ -410,8 +428,9 @@ class KafkaSource:
         missing = self._missing()
         if missing:
             raise missing_topics(self.config, missing, self.partitions_for)
-        cluster = self._consumer._client.cluster
-        refused = [t for t in self._subscribed if t in cluster.unauthorized_topics]
+        refused = [
+            t for t in self._subscribed if t in _metadata(self._consumer).unauthorized_topics
+        ]
         if refused:  # the broker's ACLs: it assigns nothing of them, and kafka-python is silent
             raise refused_topics(self.config, refused)
         parts = list(self._consumer.assignment())
@@ -462,7 +481,7 @@ class KafkaSink:
         self._config = config
         self._settings = config.kafka.client
         try:
-            self._producer = _client(KafkaProducer, options, "producer")
+            self._producer = new_client(KafkaProducer, options, "producer")
         except KafkaError as exc:
             msg = "cannot connect the producer"
             raise _unavailable(msg, exc, self._settings) from exc
@@ -480,22 +499,11 @@ class KafkaSink:
         this client. kafka-python refreshes it at once after a write to an unknown topic.
         Otherwise the ``BrokerUnavailable`` of ``exc``.
         """
-        cluster = self._producer._metadata  # kafka-python (3.0.12) has no public accessor
-        if cluster._last_successful_refresh_ms >= since_s * 1000.0:
-            self._missing = self._absent(topics)
+        if refreshed_since(self._producer, since_s):
+            self._missing = set(absent_topics(self._producer, topics))
             if self._missing:
                 return self._missing_error()
         return _unavailable(what, exc, self._settings)
-
-    def _absent(self, topics: Iterable[str]) -> set[str]:
-        """The topics of ``topics`` without partitions in the producer's metadata cache.
-
-        Not those the broker refuses to describe to this client (not authorized). While a topic
-        the producer writes to is unknown, kafka-python refreshes the cache every 100 ms.
-        """
-        cluster = self._producer._metadata
-        refused: set[str] = cluster.unauthorized_topics
-        return {t for t in topics if cluster.partitions_for_topic(t) is None} - refused
 
     def _missing_error(self) -> TopicsNotReady:
         """The error naming the topics found missing and how to create them."""
@@ -503,7 +511,7 @@ class KafkaSink:
 
     def _partitions(self, topic: str) -> int:
         """Partitions of ``topic`` in the producer's metadata cache (1 when unknown)."""
-        return len(self._producer._metadata.partitions_for_topic(topic) or ()) or 1
+        return len(_metadata(self._producer).partitions_for_topic(topic) or ()) or 1
 
     def produce(
         self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
@@ -514,7 +522,7 @@ class KafkaSink:
         created would write its other records again each time.
         """
         if self._missing:
-            self._missing = self._absent(self._missing)
+            self._missing = set(absent_topics(self._producer, self._missing))
             if self._missing:
                 raise self._missing_error()
         since = time.monotonic()
@@ -597,7 +605,7 @@ def ensure_topics(
     """
     try:
         options = {"bootstrap_servers": bootstrap, **(client_options or {})}
-        admin = _client(KafkaAdminClient, options, "admin client")
+        admin = new_client(KafkaAdminClient, options, "admin client")
     except KafkaError as exc:
         msg = "cannot connect the admin client"
         raise _unavailable(msg, exc, client_options or {}) from exc
@@ -666,7 +674,7 @@ class KafkaTopicReader:
             "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
         }
         options.update(kafka_client_options(self.config.kafka, "consumer"))
-        return _client(KafkaConsumer, options, "consumer")
+        return new_client(KafkaConsumer, options, "consumer")
 
     def read(self, select: Callable[[int], Collection[int]]) -> list[Entry]:
         """Every record of the partitions ``select(n)`` of the topic, in log order."""

@@ -7,6 +7,7 @@ projects (unique titles), consumer group and state file.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.admin import KafkaAdminClient, NewTopic
 
 from monitor.bridges.labelstudio import LabelStudioBridge
 from monitor.bridges.ls_client import (
@@ -627,3 +629,86 @@ def test_a_kafka_outage_is_reported_as_kafka_and_its_answer_published_once(
     assert len(read_labels(own_kafka.bootstrap, topics.labels, 2, timeout_s=3)) == 1
     assert metric(bridge, "labelstudio_bridge_labelstudio_errors_total") == 0
     print(f"Kafka stopped: /readyz 503 after {noticed_s:.1f} s")
+
+
+@pytest.mark.brokers("tansu", "kafka")
+def test_a_missing_requests_or_labels_topic_is_reported_and_never_created(
+    broker: EmbeddedBroker,
+    labelstudio: LabelStudioServer,
+    tmp_path: Path,
+    bridges: list[LabelStudioBridge],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """On a broker that creates a topic a client asks for (Tansu; Apache Kafka's default), the
+    bridge made a missing requests topic at its start, with the broker's retention instead of
+    ``--create-topics``' 30 days, and stayed ready. On Apache Kafka with topic creation off (as
+    deployed) it read as a Kafka outage: ``kafka_down``, "Kafka did not answer". Now a missing
+    requests or labels topic is ``topics_not_ready`` naming it with the command creating it,
+    ``/readyz`` 503 until it exists, and the answer read meanwhile is published once."""
+    caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
+    tag = uuid.uuid4().hex[:8]
+    topics = TopicsConfig().tagged(tag)  # none of them created
+    ls = ls_config(labelstudio, tag, poll_interval_s=1.0)
+    client = LabelStudioClient(labelstudio.url, labelstudio.token)
+    bridge = LabelStudioBridge(
+        _config(broker, topics),
+        ls,
+        tmp_path / "s.sqlite",
+        labelstudio.token,
+        consumer_config=FAST_GROUP,
+    )
+    bridges.append(bridge.start())
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    t: dict[str, float] = {"start": time.monotonic()}
+
+    def reported(topic: str) -> list[str]:
+        errors = [str(getattr(r, "error", "")) for r in caplog.records]
+        return [e for e in errors if f"--topic {topic} " in e]
+
+    def created(topic: str) -> None:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+        t[topic] = time.monotonic()
+
+    try:
+        wait_for("the requests topic reported missing", lambda: bool(reported(topics.requests)), 20)
+        t["requests missing"] = time.monotonic()
+        assert reported(topics.requests)[0].startswith(
+            f"subscribed topics missing: {topics.requests}"
+        )
+        assert http_status(bridge.port, "/readyz") == 503
+        assert metric(bridge, "labelstudio_bridge_kafka_up") == 1  # the broker answered
+        assert topics.requests not in admin.list_topics()
+        assert not any(getattr(r, "event", None) == "kafka_down" for r in caplog.records)
+        created(topics.requests)
+        req = request(0)
+        produce(broker.bootstrap, topics.requests, [req])
+        title = ls.title("default")
+        wait_for("1 task", lambda: len(project_tasks(client, title)) == 1)
+        wait_for("/readyz 200", lambda: http_status(bridge.port, "/readyz") == 200, 20)
+        t["requests ready"] = time.monotonic()
+
+        (task,) = project_tasks(client, title)
+        annotate(client, task["id"], 1)
+        t["answer"] = time.monotonic()
+        wait_for("the labels topic reported missing", lambda: bool(reported(topics.labels)), 30)
+        t["labels missing"] = time.monotonic()
+        assert reported(topics.labels)[0].startswith(f"topics written to missing: {topics.labels}")
+        assert http_status(bridge.port, "/readyz") == 503
+        assert topics.labels not in admin.list_topics()
+        created(topics.labels)
+        labels = read_labels(broker.bootstrap, topics.labels, 1, timeout_s=90)
+        assert [(x["request_id"], x["label"]) for x in labels] == [(req["request_id"], 1)]
+        t["published"] = time.monotonic()
+        wait_for("/readyz 200", lambda: http_status(bridge.port, "/readyz") == 200, 20)
+        assert bridge.settle()
+        assert len(read_labels(broker.bootstrap, topics.labels, 2, timeout_s=3)) == 1
+    finally:
+        admin.close()
+    events = [r.event for r in caplog.records if hasattr(r, "event")]
+    assert events.count("topics_ready") == 2, events
+    print(
+        f"requests topic missing reported {t['requests missing'] - t['start']:.1f} s after the "
+        f"start, ready {t['requests ready'] - t[topics.requests]:.1f} s after it was created; "
+        f"labels topic missing reported {t['labels missing'] - t['answer']:.1f} s after the "
+        f"answer, published {t['published'] - t[topics.labels]:.1f} s after it was created"
+    )

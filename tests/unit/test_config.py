@@ -21,7 +21,7 @@ from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.config.validate import parse_duration
 from monitor.daemon import config_overrides
 from monitor.errors import ConfigError, MonitorError
-from monitor.io.kafka_io import KafkaSink, _client
+from monitor.io.kafka_io import KafkaSink, new_client
 from monitor.sim.kafka_broker import encrypt_key, make_tls_files
 from tests.conftest import missing_component
 
@@ -680,7 +680,7 @@ def test_client_settings_kafka_python_refuses_stop_the_start_with_a_config_error
     (``broker_down``, "cannot connect the consumer: KafkaConfigurationError ...")."""
     options = {"bootstrap_servers": ["127.0.0.1:1"], "request_timeout_ms": 1}
     with pytest.raises(ConfigError, match=r"^kafka\.client: kafka-python refused the consumer"):
-        _client(KafkaConsumer, options, "consumer")
+        new_client(KafkaConsumer, options, "consumer")
 
 
 # a producer that needs no broker to start: the broker's version is given

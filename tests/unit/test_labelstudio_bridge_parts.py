@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import kafka
 import kafka.errors
 import pytest
+from kafka.cluster import ClusterMetadata
 
 from monitor.bridges.labelstudio import LabelStudioBridge, parse_request
 from monitor.bridges.ls_client import LabelStudioClient, LabelStudioError, LabelStudioNotFound
@@ -321,6 +323,7 @@ class _TopicConsumer:
 
     def __init__(self) -> None:
         self.part = kafka.TopicPartition("requests", 0)
+        self._client = SimpleNamespace(cluster=ClusterMetadata())  # none known: none missing
         self.log: list[dict[str, Any]] = []
         self.position = 0
         self.commits: list[int] = []
@@ -434,6 +437,7 @@ class _FakeConsumer:
 
     def __init__(self, **options: Any) -> None:
         self.part = kafka.TopicPartition(_Outage.topic, 0)
+        self._client = SimpleNamespace(cluster=ClusterMetadata())  # none known: none missing
         self.paused_parts: set[Any] = set()
 
     def subscribe(self, topics: list[str]) -> None:
@@ -482,6 +486,7 @@ class _FakeProducer(_Sent):
     def __init__(self, **options: Any) -> None:
         super().__init__()
         self.options = options
+        self._metadata = ClusterMetadata()  # never refreshed: a failed send is not a missing topic
         _FakeProducer.made.append(self)
 
     made: list[_FakeProducer] = []  # noqa: RUF012
@@ -504,8 +509,8 @@ def test_a_kafka_outage_is_noticed_at_once_and_not_blamed_on_label_studio(
     import threading
     import time
 
-    monkeypatch.setattr(kafka, "KafkaConsumer", _FakeConsumer)
-    monkeypatch.setattr(kafka, "KafkaProducer", _FakeProducer)
+    monkeypatch.setattr("monitor.bridges.labelstudio.KafkaConsumer", _FakeConsumer)
+    monkeypatch.setattr("monitor.bridges.labelstudio.KafkaProducer", _FakeProducer)
     monkeypatch.setattr(_Outage, "down", False)
     caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
     config = parse_config({}, "m.yaml")
