@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, KafkaTimeoutError, TopicAuthorizationFailedError
 from kafka.structs import OffsetAndMetadata
 
 from monitor.bridges.ls_client import (
@@ -58,12 +58,23 @@ from monitor.bridges.ls_http import BridgeMetrics, BridgeServer
 from monitor.bridges.ls_state import ANSWERED, DELETED, EXPIRED, OPEN, BridgeState, TaskRow
 from monitor.bridges.ls_tasks import decide as decide_label
 from monitor.bridges.ls_tasks import project_fields, read_answer, task_body
-from monitor.config.kafka_client import RECONNECT_BACKOFF_MAX_MS, kafka_client_options
+from monitor.config.kafka_client import (
+    METADATA_MAX_AGE_MS,
+    RECONNECT_BACKOFF_MAX_MS,
+    kafka_client_options,
+)
 from monitor.config.schema import Config
 from monitor.core.messages import AuditRequest
 from monitor.errors import MonitorError, TopicsNotReady
-from monitor.io.kafka_io import absent_topics, new_client, refreshed_since
-from monitor.io.topics import missing_topics
+from monitor.io.client_errors import unavailable
+from monitor.io.kafka_io import (
+    CONNECTION_ERRORS,
+    absent_topics,
+    new_client,
+    refreshed_since,
+    unauthorized_topics,
+)
+from monitor.io.topics import missing_topics, refused_topics
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +171,9 @@ class LabelStudioBridge:
         self._requests_missing: TopicsNotReady | None = None  # the last probe's (``_probe``)
         self._topics_error: str | None = None  # a topic found missing, until it exists
         self._liveness: Any = None  # the request topic's partition 0 (``_probe``)
+        self._subscribed_at = 0.0  # when the consumer subscribed (``time.monotonic``)
         self._send_wait_s = 20.0  # a label's send: past the producer's delivery timeout
+        self._send_failed = False  # the producer is replaced before the next step (``_publish``)
         self._beat = time.monotonic()
         self._next_poll = 0.0
         self._polls = 0  # full poll-and-expire passes of the loop
@@ -301,6 +314,8 @@ class LabelStudioBridge:
                 "auto_offset_reset": "earliest",
                 "client_id": "labelstudio-bridge",
                 "allow_auto_create_topics": False,  # a missing topic is reported (``_probe``)
+                # a topic created or granted is seen within this (kafka-python: 5 minutes)
+                "metadata_max_age_ms": METADATA_MAX_AGE_MS,
                 "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
                 **kafka_client_options(kafka, "consumer"),
                 **self.consumer_config,
@@ -311,6 +326,7 @@ class LabelStudioBridge:
             "bootstrap_servers": list(kafka.bootstrap_servers),
             "client_id": "labelstudio-bridge",
             "allow_auto_create_topics": False,  # a missing topic is reported (``_publish``)
+            "metadata_max_age_ms": METADATA_MAX_AGE_MS,
             "linger_ms": 5,
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
             **_PRODUCER_TIMEOUTS,
@@ -322,7 +338,7 @@ class LabelStudioBridge:
         )
         self._send_wait_s = options["delivery_timeout_ms"] / 1000 + 5.0
         producer = new_client(KafkaProducer, options, "producer")
-        consumer.subscribe([kafka.topics.requests])
+        self._subscribe(consumer)
         self._liveness = TopicPartition(kafka.topics.requests, 0)
         self._ready.set()
         backoff = 1.0
@@ -330,6 +346,10 @@ class LabelStudioBridge:
             while not stop.is_set():
                 self._beat = time.monotonic()
                 try:
+                    if self._send_failed:  # see ``_publish``
+                        producer.close(0)
+                        producer = new_client(KafkaProducer, options, "producer")
+                        self._send_failed = False
                     self._step(consumer, producer)
                 except (LabelStudioError, KafkaError, TopicsNotReady) as exc:
                     if isinstance(exc, TopicsNotReady):  # the labels topic (``_publish``)
@@ -372,20 +392,27 @@ class LabelStudioBridge:
             log.info("the bridge's topics exist", extra={"event": "topics_ready"})
         else:
             log.error(
-                "a topic the bridge needs is missing; retrying until it is created",
+                "a topic the bridge needs is missing or refused; retrying until it is created or "
+                "granted",
                 extra={"event": "topics_not_ready", "error": text},
             )
 
     def _kafka_away(self, exc: Exception, backoff: float) -> None:
-        """A broker call failed: not ready, logged once per outage; Label Studio is not blamed."""
+        """A broker call failed: not ready, logged once per outage; Label Studio is not blamed.
+
+        The error names the recent connection error and the ``kafka.client`` settings or ACLs to
+        check, as the daemon's ``broker_down`` does (``monitor.io.client_errors``).
+        """
         self.metrics.kafka_up.set(0)
         self._next_probe = 0.0  # every retry asks the broker first
         if not self._kafka_up:
             return
         self._kafka_up = False
+        error = unavailable("a Kafka call failed", exc, CONNECTION_ERRORS, self.config.kafka.client)
         log.warning(
-            "Kafka did not answer; retrying with backoff (nothing is committed meanwhile)",
-            extra={"event": "kafka_down", "error": str(exc), "retry_in_s": backoff},
+            "Kafka did not answer or refused; retrying with backoff (nothing is committed "
+            "meanwhile)",
+            extra={"event": "kafka_down", "error": str(error), "retry_in_s": backoff},
         )
 
     def _went_away(self, exc: Exception, backoff: float) -> None:
@@ -408,24 +435,44 @@ class LabelStudioBridge:
             extra={"event": "labelstudio_down", "error": str(exc), "retry_in_s": backoff},
         )
 
+    def _subscribe(self, consumer: Any) -> None:
+        """Subscribe to the requests topic; missing counts from the next metadata (``_probe``)."""
+        self._subscribed_at = time.monotonic()
+        consumer.subscribe([self.config.kafka.topics.requests])
+
     def _probe(self, consumer: Any) -> TopicsNotReady | None:
         """Ask the broker for end offsets every ``_PROBE_EVERY_S`` (raises ``KafkaError``).
 
         The assigned partitions', or the request topic's partition 0 when none is assigned (a
         member waiting for its assignment, or one whose membership lapsed in the outage). A
-        request topic the broker lacks is returned instead (read from the consumer's metadata,
-        no request): the group assigns nothing of it, and the end offset of its partition 0
-        timed out as a broker outage. The last probe's answer is returned between probes.
+        request topic the broker lacks, or its ACLs refuse, is returned instead (read from the
+        consumer's metadata, no request): the group assigns nothing of it, and the end offset of
+        its partition 0 failed as a broker outage. The last probe's answer is returned between
+        probes. When the topic is back the consumer subscribes again: kafka-python's own rejoin
+        on the metadata change at times assigned from the metadata before it, and the bridge sat
+        ready with no partition for good (2 of 9 runs with a refused requests topic granted).
         """
         if time.monotonic() < self._next_probe:
             return self._requests_missing
         topic = self.config.kafka.topics.requests
-        if absent_topics(consumer, [topic]):
+        if absent_topics(consumer, [topic], self._subscribed_at):
             self._requests_missing = missing_topics(self.config, [topic], _one)
+        elif unauthorized_topics(consumer, [topic]):
+            self._requests_missing = refused_topics(self.config, [topic])
         else:
+            if self._requests_missing is not None:  # the topic is back
+                consumer.unsubscribe()
+                self._subscribe(consumer)
             self._requests_missing = None
             parts = list(consumer.assignment()) or [self._liveness]
-            consumer.end_offsets(parts, timeout_ms=_PROBE_TIMEOUT_MS)
+            try:
+                consumer.end_offsets(parts, timeout_ms=_PROBE_TIMEOUT_MS)
+            except TopicAuthorizationFailedError:  # before the metadata said so
+                self._requests_missing = refused_topics(self.config, [topic])
+            except KafkaTimeoutError:  # a topic the bootstrap's listing lacked, too
+                if not absent_topics(consumer, [topic]):
+                    raise
+                self._requests_missing = missing_topics(self.config, [topic], _one)
         self._next_probe = time.monotonic() + _PROBE_EVERY_S
         return self._requests_missing
 
@@ -811,6 +858,11 @@ class LabelStudioBridge:
         send waited ``max_block_ms`` for the topic's metadata and failed as a broker outage. The
         producer never asks the broker to create it (Apache Kafka's default and Tansu would, with
         their retention rather than ``monitor.io.topics.keep_ms``).
+
+        After a failed send the loop replaces the producer: kafka-python's idempotent producer
+        stays failed for good once the broker refused it a producer id (ACLs granting this
+        principal no Write on any topic when it started), and every later label failed with
+        that error, the ACLs since granted.
         """
         topic = self.config.kafka.topics.labels
         since = time.monotonic()
@@ -821,6 +873,7 @@ class LabelStudioBridge:
                 value=json.dumps(value, sort_keys=True, separators=(",", ":")).encode(),
             ).get(timeout=self._send_wait_s)
         except KafkaError as exc:
+            self._send_failed = True
             if refreshed_since(producer, since) and absent_topics(producer, [topic]):
                 raise missing_topics(self.config, [topic], _one, written=True) from exc
             raise

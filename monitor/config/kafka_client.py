@@ -28,8 +28,9 @@ _REDACTED = "<redacted>"
 # every Kafka client of the project (daemon and bridge, both libraries) retries a lost broker at
 # most this far apart
 RECONNECT_BACKOFF_MAX_MS = 10_000
-# the daemon's consumers refresh their topics' metadata this often (both libraries: 5 minutes),
-# so partitions added to a topic are consumed, from their first record, within about this long
+# the daemon's and the bridge's clients refresh their topics' metadata this often (both
+# libraries: 5 minutes), so partitions added to a topic are consumed, from their first record,
+# and a topic created or granted to the client is read or written, within about this long
 METADATA_MAX_AGE_MS = 10_000
 
 # kafka-python settings the monitor sets itself: not accepted under ``kafka.client``

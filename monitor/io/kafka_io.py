@@ -133,19 +133,35 @@ def new_client(factory: Callable[..., _Client], options: Mapping[str, Any], what
     return client
 
 
-def absent_topics(client: KafkaConsumer | KafkaProducer, topics: Iterable[str]) -> list[str]:
+def absent_topics(
+    client: KafkaConsumer | KafkaProducer, topics: Iterable[str], since_s: float = 0.0
+) -> list[str]:
     """The topics of ``topics`` that ``client``'s metadata cache says the broker lacks.
 
     Read with no request. kafka-python asks again within 100 ms while a topic its consumer is
     subscribed to, or its producer writes to, is unknown (else every ``metadata_max_age_ms``).
-    Empty before any metadata arrived (no broker known yet); never one of the topics the broker
-    refuses to describe to this client (not authorized: ``monitor.io.topics.refused_topics``).
+    Never one of the topics the broker refuses to describe to this client (not authorized:
+    ``monitor.io.topics.refused_topics``). Empty before any metadata arrived (no broker known
+    yet), and until the cache was refreshed after ``since_s`` (``time.monotonic``): for a
+    consumer, when it subscribed. An earlier answer listed every topic (kafka-python's
+    bootstrap, ``partitions_for_topic``), and such a listing leaves out the topics the ACLs
+    refuse without a word: a refused requests topic read as missing at first.
     """
     cluster = _metadata(client)
-    if not cluster.brokers():
+    if not cluster.brokers() or not refreshed_since(client, since_s):
         return []
     refused = cluster.unauthorized_topics
     return [t for t in topics if not cluster.partitions_for_topic(t) and t not in refused]
+
+
+def unauthorized_topics(client: KafkaConsumer | KafkaProducer, topics: Iterable[str]) -> list[str]:
+    """The topics of ``topics`` the broker's ACLs do not let ``client`` describe.
+
+    Read from its metadata cache, with no request. A consumer gets no record of such a topic and
+    kafka-python says nothing (``monitor.io.topics.refused_topics``).
+    """
+    refused = _metadata(client).unauthorized_topics
+    return [t for t in topics if t in refused]
 
 
 def refreshed_since(client: KafkaConsumer | KafkaProducer, since_s: float) -> bool:
@@ -230,6 +246,7 @@ class KafkaSource:
             # SyncGroup, and the consumer sat with no partitions (tests/contract, on Kafka).
             for topic in subscribed:
                 self._consumer.partitions_for_topic(topic)
+            self._subscribed_at = time.monotonic()  # ``_missing``
             self._consumer.subscribe(subscribed, listener=_Seeker(self))
         except KafkaError as exc:
             msg = "cannot connect the consumer"
@@ -414,7 +431,7 @@ class KafkaSource:
         ``absent_topics``, with no request, whereas ``KafkaConsumer.partitions_for_topic`` fetches
         every topic's metadata, blocking, when it does not know one.
         """
-        return absent_topics(self._consumer, self._subscribed)
+        return absent_topics(self._consumer, self._subscribed, self._subscribed_at)
 
     def probe(self, timeout_s: float) -> None:
         """Fetch the end offsets of the assigned partitions (also refreshes the lag).
@@ -428,9 +445,7 @@ class KafkaSource:
         missing = self._missing()
         if missing:
             raise missing_topics(self.config, missing, self.partitions_for)
-        refused = [
-            t for t in self._subscribed if t in _metadata(self._consumer).unauthorized_topics
-        ]
+        refused = unauthorized_topics(self._consumer, self._subscribed)
         if refused:  # the broker's ACLs: it assigns nothing of them, and kafka-python is silent
             raise refused_topics(self.config, refused)
         parts = list(self._consumer.assignment())

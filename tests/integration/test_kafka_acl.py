@@ -1,4 +1,4 @@
-"""The daemon on Apache Kafka whose ACLs do not allow it everything it needs, both client libraries.
+"""The daemon and the Label Studio bridge on Apache Kafka whose ACLs do not allow them everything.
 
 The broker (``KafkaBroker(sasl=SaslUser())`` with the standard authorizer; its PLAINTEXT
 listener, where the tests write, is a super user) allows the daemon's SASL user all it needs on
@@ -11,10 +11,16 @@ its topics and group but one thing:
 - the dead-letter topic, or the consumer group: not ready (as before), its ``broker_down`` line
   now names the principal and the ACLs to grant (the group's refusal was a librdkafka warning
   only).
+
+The bridge's user starts with its group alone: the requests topic, then the labels topic, are
+granted while it runs.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -29,15 +35,28 @@ from kafka.admin import (
     ResourceType,
 )
 
+from monitor.bridges.labelstudio import LabelStudioBridge
+from monitor.bridges.ls_client import LabelStudioClient
+from monitor.bridges.ls_server import LabelStudioServer
 from monitor.config.schema import Config
 from monitor.io.kafka_io import ensure_topics
 from monitor.sim.kafka_broker import KafkaBroker, SaslUser
 from monitor.sim.workload import WorkloadSpec, generate
 from tests.conftest import started
+from tests.integration.ls_helpers import (
+    annotate,
+    http_status,
+    ls_config,
+    produce,
+    project_tasks,
+    read_labels,
+    request,
+    wait_for,
+)
 from tests.integration.test_daemon_kafka import _produce, _scored
 from tests.integration.test_faults_outage import _readyz
 from tests.integration.test_kafka_real import _wait_for
-from tests.integration.test_kafka_secured import USER_ENV, secured_on
+from tests.integration.test_kafka_secured import USER_ENV, Secured, secured_on
 from tests.integration.test_scale_out import Proc
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -71,11 +90,15 @@ Deployed = tuple[Proc, Config, KafkaAdminClient]
 
 
 @pytest.fixture
-def deploy(
-    acl_kafka: KafkaBroker, procs: list[Proc], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> Callable[[str, str], Deployed]:
+def secured(acl_kafka: KafkaBroker, procs: list[Proc], monkeypatch: pytest.MonkeyPatch) -> Secured:
+    """The module's broker with ACLs, its SASL user (``secured_on``)."""
+    return secured_on(acl_kafka, procs, monkeypatch)
+
+
+@pytest.fixture
+def deploy(secured: Secured, tmp_path: Path) -> Callable[[str, str], Deployed]:
     """Start a daemon over SASL_SSL allowed all but ``denied`` (a topic's field, or "group")."""
-    secured = secured_on(acl_kafka, procs, monkeypatch)
+    acl_kafka = secured.broker
     user = f"User:{secured.env[USER_ENV]}"
 
     def _deploy(library: str, denied: str) -> Deployed:
@@ -140,3 +163,80 @@ def test_a_topic_written_to_or_a_group_the_acls_refuse_names_the_acls(
     assert (config.kafka.group_id if denied == "group" else config.kafka.topics.deadletter) in error
     assert "the broker's ACLs do not allow this client's principal (User:" in error
     assert not proc.events("topics_not_ready")
+
+
+def test_the_label_studio_bridge_names_a_requests_or_labels_topic_the_acls_refuse(
+    secured: Secured,
+    labelstudio: LabelStudioServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The bridge's SASL user allowed its group only. The refused requests topic was logged as
+    a Kafka outage (``kafka_down``, "Kafka did not answer") with no word of the ACLs, and once
+    the labels topic was granted too the answer was never published: the broker had refused the
+    idempotent producer an id at the start (no Write on any topic yet), and kafka-python's
+    producer stays failed for good after that. Now the requests topic is ``topics_not_ready``
+    with the ``kafka-acls.sh`` command, the labels topic ``kafka_down`` naming the principal and
+    what to grant; each is ready by itself once granted, and the answer is published once
+    (the request imported: in 2 of 9 runs the bridge, ready, was assigned nothing until it
+    subscribed again on the topic's return)."""
+    caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
+    acl_kafka = secured.broker
+    config = secured.load(secured.config_file(tmp_path / "bridge.yaml", "kafka-python"))
+    topics = config.kafka.topics
+    ensure_topics(acl_kafka.bootstrap, topics)
+    user = f"User:{secured.env[USER_ENV]}"
+    ls = ls_config(labelstudio, uuid.uuid4().hex[:8], poll_interval_s=1.0)
+    admin = KafkaAdminClient(bootstrap_servers=acl_kafka.bootstrap)
+    _allow(admin, user, ResourceType.GROUP, ls.group_id)
+    bridge = LabelStudioBridge(config, ls, tmp_path / "s.sqlite", labelstudio.token)
+    bridge.start()
+
+    def logged(event: str) -> list[str]:
+        return [
+            str(getattr(r, "error", ""))
+            for r in caplog.records
+            if getattr(r, "event", None) == event
+        ]
+
+    def ready() -> bool:
+        return http_status(bridge.port, "/readyz") == 200
+
+    try:
+        wait_for("topics_not_ready", lambda: bool(logged("topics_not_ready")), 30)
+        assert not ready()
+        (refused,) = logged("topics_not_ready")
+        assert refused.startswith(f"subscribed topics refused: {topics.requests} (")
+        assert f"--allow-principal {user} --operation Read" in refused
+        assert not logged("kafka_down")
+        _allow(admin, user, ResourceType.TOPIC, topics.requests)
+        granted = time.monotonic()
+        wait_for("/readyz 200", ready, 60)
+        ready_after = time.monotonic() - granted
+        req = request(0)
+        produce(acl_kafka.bootstrap, topics.requests, [req])  # the super user's listener
+        client = LabelStudioClient(labelstudio.url, labelstudio.token)
+        title = ls.title("default")
+        wait_for("1 task", lambda: len(project_tasks(client, title)) == 1, 60)
+        (task,) = project_tasks(client, title)
+        annotate(client, task["id"], 1)
+        wait_for("kafka_down", lambda: bool(logged("kafka_down")), 60)
+        assert not ready()
+        (down,) = logged("kafka_down")
+        assert f"TopicAuthorizationFailedError: {topics.labels}" in down, down
+        assert f"the broker's ACLs do not allow this client's principal ({user})" in down, down
+        _allow(admin, user, ResourceType.TOPIC, topics.labels)
+        granted = time.monotonic()
+        labels = read_labels(acl_kafka.bootstrap, topics.labels, 1, timeout_s=90)
+        published_after = time.monotonic() - granted
+        assert [(x["request_id"], x["label"]) for x in labels] == [(req["request_id"], 1)]
+        wait_for("/readyz 200", ready, 60)
+        assert bridge.settle()
+        assert len(read_labels(acl_kafka.bootstrap, topics.labels, 2, timeout_s=3)) == 1
+    finally:
+        bridge.stop()
+        admin.close()
+    print(
+        f"\nrequests topic granted: ready after {ready_after:.1f} s; labels topic granted: the "
+        f"answer published after {published_after:.1f} s\n{refused}\n{down}"
+    )
