@@ -143,12 +143,13 @@ def absent_topics(
     Never one of the topics the broker refuses to describe to this client (not authorized:
     ``monitor.io.topics.refused_topics``). Empty before any metadata arrived (no broker known
     yet), and until the cache was refreshed after ``since_s`` (``time.monotonic``): for a
-    consumer, when it subscribed. An earlier answer listed every topic (kafka-python's
-    bootstrap, ``partitions_for_topic``), and such a listing leaves out the topics the ACLs
-    refuse without a word: a refused requests topic read as missing at first.
+    consumer, when it subscribed; for a producer, when the write that failed began. An earlier
+    answer listed every topic (kafka-python's bootstrap, ``partitions_for_topic``), and such a
+    listing leaves out the topics the ACLs refuse without a word: a refused requests topic read
+    as missing at first.
     """
     cluster = _metadata(client)
-    if not cluster.brokers() or not refreshed_since(client, since_s):
+    if not cluster.brokers() or cluster._last_successful_refresh_ms < since_s * 1000.0:
         return []
     refused = cluster.unauthorized_topics
     return [t for t in topics if not cluster.partitions_for_topic(t) and t not in refused]
@@ -162,12 +163,6 @@ def unauthorized_topics(client: KafkaConsumer | KafkaProducer, topics: Iterable[
     """
     refused = _metadata(client).unauthorized_topics
     return [t for t in topics if t in refused]
-
-
-def refreshed_since(client: KafkaConsumer | KafkaProducer, since_s: float) -> bool:
-    """The broker answered ``client``'s metadata request after ``since_s`` (``time.monotonic``)."""
-    last_ms: float = _metadata(client)._last_successful_refresh_ms
-    return last_ms >= since_s * 1000.0
 
 
 def _metadata(client: KafkaConsumer | KafkaProducer) -> Any:
@@ -514,10 +509,9 @@ class KafkaSink:
         this client. kafka-python refreshes it at once after a write to an unknown topic.
         Otherwise the ``BrokerUnavailable`` of ``exc``.
         """
-        if refreshed_since(self._producer, since_s):
-            self._missing = set(absent_topics(self._producer, topics))
-            if self._missing:
-                return self._missing_error()
+        self._missing = set(absent_topics(self._producer, topics, since_s))
+        if self._missing:
+            return self._missing_error()
         return _unavailable(what, exc, self._settings)
 
     def _missing_error(self) -> TopicsNotReady:

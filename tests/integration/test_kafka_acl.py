@@ -178,7 +178,7 @@ def test_the_label_studio_bridge_names_a_requests_or_labels_topic_the_acls_refus
     producer stays failed for good after that. Now the requests topic is ``topics_not_ready``
     with the ``kafka-acls.sh`` command, the labels topic ``kafka_down`` naming the principal and
     what to grant; each is ready by itself once granted, and the answer is published once
-    (the request imported: in 2 of 9 runs the bridge, ready, was assigned nothing until it
+    (the request imported: in 4 of 18 runs the bridge, ready, was assigned nothing until it
     subscribed again on the topic's return)."""
     caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
     acl_kafka = secured.broker
