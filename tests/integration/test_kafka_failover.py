@@ -95,6 +95,18 @@ class Cluster:
     def leaders(self, topics: list[str]) -> dict[tuple[str, int], int]:
         return {tp: int(p["leader_id"]) for tp, p in self.partitions(topics).items()}
 
+    def created(self, topics: list[str], timeout_s: float = 15.0) -> dict[tuple[str, int], Any]:
+        """The partitions of ``topics`` once every topic has some and each has a leader: a
+        node the admin asks may not know a topic the controller just created."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            parts = self.partitions(topics)
+            known = {t for t, _ in parts}
+            if known == set(topics) and all(p["leader_id"] >= 0 for p in parts.values()):
+                return parts
+            assert time.monotonic() < deadline, (topics, parts)
+            time.sleep(0.25)
+
     def offsets_partitions(self, timeout_s: float = 15.0) -> int:
         """How many partitions ``__consumer_offsets`` has, once each has a leader (a group
         lookup creates the topic)."""
@@ -202,7 +214,7 @@ def test_the_leader_killed_mid_stream_equals_the_undisturbed_run(
     text = text.replace("  client_library:", f"  replication_factor: {REPLICAS}\n  client_library:")
     probe = load_config(_write(tmp_path / "probe.yaml", text))
     create_topics(probe)
-    parts = admin.partitions(names)
+    parts = admin.created(names)
     assert all(len(p["replica_nodes"]) == REPLICAS for p in parts.values()), parts
 
     # one node leads every partition of the daemon and coordinates its group
