@@ -473,6 +473,12 @@ class KafkaSink:
     a send would wait for its metadata and a flush for records the producer retries, both
     until they timed out as a broker outage. The producer never asks the broker to create a
     topic (a broker allowing it would, with its own defaults: no retention settings).
+
+    Any other failure replaces the producer before the next record: kafka-python's idempotent
+    producer refused a producer id (no Write on any topic yet: ACLs granted after the start)
+    stays failed for good, and every later flush failed minutes after the grant. What the
+    failed step had queued is dropped with it; the daemon retries the step, which queues it
+    again.
     """
 
     def __init__(self, config: Config) -> None:
@@ -490,14 +496,27 @@ class KafkaSink:
         options.update(kafka_client_options(config.kafka, "producer"))
         self._config = config
         self._settings = config.kafka.client
-        try:
-            self._producer = new_client(KafkaProducer, options, "producer")
-        except KafkaError as exc:
-            msg = "cannot connect the producer"
-            raise _unavailable(msg, exc, self._settings) from exc
+        self._options = options
+        self._producer = self._connect()
+        self._failed_producer = False  # replaced before the next record (``_broken``)
         self._pending: list[Any] = []
         self._topics: set[str] = set()  # the topics of the pending records
         self._missing: set[str] = set()  # the topics found missing, until they exist
+
+    def _connect(self) -> KafkaProducer:
+        try:
+            return new_client(KafkaProducer, self._options, "producer")
+        except KafkaError as exc:
+            msg = "cannot connect the producer"
+            raise _unavailable(msg, exc, self._settings) from exc
+
+    def _broken(self, error: BrokerUnavailable) -> BrokerUnavailable:
+        """``error``, after which the producer is replaced.
+
+        Not when a topic is missing: the producer's metadata cache says when it is back.
+        """
+        self._failed_producer = not isinstance(error, TopicsNotReady)
+        return error
 
     def _failed(
         self, what: str, exc: BaseException, topics: Iterable[str], since_s: float
@@ -534,12 +553,18 @@ class KafkaSink:
             self._missing = set(absent_topics(self._producer, self._missing))
             if self._missing:
                 raise self._missing_error()
+        if self._failed_producer:
+            self._pending, self._topics = [], set()
+            with contextlib.suppress(KafkaError):
+                self._producer.close(timeout=0)
+            self._producer = self._connect()
+            self._failed_producer = False
         since = time.monotonic()
         try:
             fut = self._producer.send(topic, key=key, value=value, partition=partition)
         except KafkaError as exc:
             msg = f"produce to {topic} failed"
-            raise self._failed(msg, exc, [topic], since) from exc
+            raise self._broken(self._failed(msg, exc, [topic], since)) from exc
         except ValueError as exc:  # a partition added since the producer's last metadata
             msg = f"produce to {topic} failed (partitions added? metadata refreshes within 10 s)"
             raise _unavailable(msg, exc, self._settings) from exc
@@ -563,12 +588,12 @@ class KafkaSink:
                     raise failed from exc
             except KafkaError as exc:
                 msg = "flush failed"
-                raise _unavailable(msg, exc, self._settings) from exc
+                raise self._broken(_unavailable(msg, exc, self._settings)) from exc
         for fut in pending:
             if not fut.is_done or fut.failed():
                 cause = fut.exception or TimeoutError(f"not acknowledged in {timeout_s:.0f} s")
                 msg = "produce not acknowledged"
-                raise self._failed(msg, cause, topics, since)
+                raise self._broken(self._failed(msg, cause, topics, since))
 
     def close(self) -> None:
         """Close the producer (bounded)."""

@@ -2,7 +2,7 @@
 
 The broker (``KafkaBroker(sasl=SaslUser())`` with the standard authorizer; its PLAINTEXT
 listener, where the tests write, is a super user) allows the daemon's SASL user all it needs on
-its topics and group but one thing:
+its topics and group but one thing, or all it needs but to write:
 
 - Read on the labels topic: the group assigned nothing of it and the daemon stayed ready with
   no label ever arriving (kafka-python said nothing, librdkafka one warning). It is now not
@@ -10,7 +10,10 @@ its topics and group but one thing:
   traffic on, and is ready by itself once the ACL is granted;
 - the dead-letter topic, or the consumer group: not ready (as before), its ``broker_down`` line
   now names the principal and the ACLs to grant (the group's refusal was a librdkafka warning
-  only).
+  only);
+- every Write, the topics it reads allowed Read and Describe only: ``broker_down`` naming the
+  ACLs, and ready once they are granted (kafka-python's producer, refused an id at the start,
+  never wrote again until it was replaced).
 
 The bridge's user starts with its group alone: the requests topic, then the labels topic, are
 granted while it runs.
@@ -18,6 +21,7 @@ granted while it runs.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -53,7 +57,7 @@ from tests.integration.ls_helpers import (
     request,
     wait_for,
 )
-from tests.integration.test_daemon_kafka import _produce, _scored
+from tests.integration.test_daemon_kafka import _predict, _produce, _read_all, _scored
 from tests.integration.test_faults_outage import _readyz
 from tests.integration.test_kafka_real import _wait_for
 from tests.integration.test_kafka_secured import USER_ENV, Secured, secured_on
@@ -62,6 +66,8 @@ from tests.integration.test_scale_out import Proc
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+WORKLOAD = WorkloadSpec(n=300, hours=1.0, seed=3)  # after one malformed record
+READ = (ACLOperation.READ, ACLOperation.DESCRIBE)
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +87,15 @@ def acl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]
     secured.close()
 
 
-def _allow(admin: KafkaAdminClient, user: str, kind: ResourceType, name: str) -> None:
+def _allow(
+    admin: KafkaAdminClient,
+    user: str,
+    kind: ResourceType,
+    name: str,
+    ops: tuple[ACLOperation, ...] = (ACLOperation.ALL,),
+) -> None:
     pattern = ResourcePattern(kind, name, ACLResourcePatternType.LITERAL)
-    admin.create_acls([ACL(user, "*", ACLOperation.ALL, ACLPermissionType.ALLOW, pattern)])
+    admin.create_acls([ACL(user, "*", op, ACLPermissionType.ALLOW, pattern) for op in ops])
 
 
 Deployed = tuple[Proc, Config, KafkaAdminClient]
@@ -96,24 +108,26 @@ def secured(acl_kafka: KafkaBroker, procs: list[Proc], monkeypatch: pytest.Monke
 
 
 @pytest.fixture
-def deploy(secured: Secured, tmp_path: Path) -> Callable[[str, str], Deployed]:
-    """Start a daemon over SASL_SSL allowed all but ``denied`` (a topic's field, or "group")."""
+def deploy(secured: Secured, tmp_path: Path) -> Callable[..., Deployed]:
+    """Start a daemon over SASL_SSL allowed ``ops`` on its topics and its group, but nothing
+    on ``denied`` (topics' fields, or "group"), on the workload of ``WORKLOAD``."""
     acl_kafka = secured.broker
     user = f"User:{secured.env[USER_ENV]}"
 
-    def _deploy(library: str, denied: str) -> Deployed:
-        path = secured.config_file(tmp_path / f"{library}-{denied}.yaml", library)
+    def _deploy(
+        library: str, *denied: str, ops: tuple[ACLOperation, ...] = (ACLOperation.ALL,)
+    ) -> Deployed:
+        path = secured.config_file(tmp_path / f"{library}-{'-'.join(denied)}.yaml", library)
         config = secured.load(path)
         topics = config.kafka.topics
         ensure_topics(acl_kafka.bootstrap, topics)
         admin = KafkaAdminClient(bootstrap_servers=acl_kafka.bootstrap)
         for field in ("scored", "requests", "labels", "deadletter", "aggregates"):
-            if field != denied:
-                _allow(admin, user, ResourceType.TOPIC, getattr(topics, field))
-        if denied != "group":
+            if field not in denied:
+                _allow(admin, user, ResourceType.TOPIC, getattr(topics, field), ops)
+        if "group" not in denied:
             _allow(admin, user, ResourceType.GROUP, config.kafka.group_id)
-        w = generate(WorkloadSpec(n=300, hours=1.0, seed=3))
-        _produce(acl_kafka, topics.scored, [b"not json", *_scored(w)])
+        _produce(acl_kafka, topics.scored, [b"not json", *_scored(generate(WORKLOAD))])
         return secured.start(path), config, admin
 
     return _deploy
@@ -121,7 +135,7 @@ def deploy(secured: Secured, tmp_path: Path) -> Callable[[str, str], Deployed]:
 
 @pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
 def test_a_labels_topic_the_acls_refuse_is_not_ready_until_granted(
-    library: str, deploy: Callable[[str, str], Deployed]
+    library: str, deploy: Callable[..., Deployed]
 ) -> None:
     proc, config, admin = deploy(library, "labels")
     topics = config.kafka.topics
@@ -149,7 +163,7 @@ def test_a_labels_topic_the_acls_refuse_is_not_ready_until_granted(
 @pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
 @pytest.mark.parametrize("denied", ["deadletter", "group"])
 def test_a_topic_written_to_or_a_group_the_acls_refuse_names_the_acls(
-    library: str, denied: str, deploy: Callable[[str, str], Deployed]
+    library: str, denied: str, deploy: Callable[..., Deployed]
 ) -> None:
     proc, config, admin = deploy(library, denied)
     admin.close()
@@ -163,6 +177,41 @@ def test_a_topic_written_to_or_a_group_the_acls_refuse_names_the_acls(
     assert (config.kafka.group_id if denied == "group" else config.kafka.topics.deadletter) in error
     assert "the broker's ACLs do not allow this client's principal (User:" in error
     assert not proc.events("topics_not_ready")
+
+
+@pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
+def test_writes_granted_after_the_start_are_made_once_granted(
+    library: str, deploy: Callable[..., Deployed], tmp_path: Path
+) -> None:
+    """The daemon allowed to read its topics, not yet to write any (ACLs applied after the
+    deployment). With kafka-python it never wrote once they were granted: the broker had
+    refused its idempotent producer an id, and such a producer stays failed for good. Now
+    the producer is replaced after a failed flush, and every request is written."""
+    proc, config, admin = deploy(library, "deadletter", "aggregates", ops=READ)
+    topics = config.kafka.topics
+    port = config.metrics.port
+    user = f"User:{config.kafka.client['sasl_plain_username']}"
+    expected, _ = _predict(config, generate(WORKLOAD), tmp_path)
+    try:
+        _wait_for("broker_down", lambda: bool(proc.events("broker_down")), proc, 30)
+        assert _readyz(port) == 503
+        for field in ("requests", "deadletter", "aggregates"):
+            _allow(admin, user, ResourceType.TOPIC, getattr(topics, field))
+        ready_after = _wait_for("/readyz 200", lambda: _readyz(port) == 200, proc, 60)
+        proc.wait_offsets({(topics.scored, 0): 1 + WORKLOAD.n})
+    finally:
+        admin.close()
+    requests = _read_all(config, topics.requests)
+    deadletters = _read_all(config, topics.deadletter)
+    code, _ = proc.stop()
+    assert code == 0, proc.log_tail()
+    (down,) = proc.events("broker_down")
+    print(f"\n{library}: ready {ready_after:.1f} s after the ACLs were granted\n{down['error']}")
+    assert f"the broker's ACLs do not allow this client's principal ({user})" in str(down["error"])
+    assert set(requests) == set(expected)  # a retried step writes its requests again
+    assert {(json.loads(d)["topic"], json.loads(d)["offset"]) for d in deadletters} == {
+        (topics.scored, 0)
+    }
 
 
 def test_the_label_studio_bridge_names_a_requests_or_labels_topic_the_acls_refuse(
