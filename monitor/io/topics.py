@@ -86,7 +86,7 @@ def missing_topics(
     msg = (
         f"{kind} missing: {', '.join(sorted(missing))} (deleted, or never created; "
         f"{effect}): create them as --create-topics would "
-        f"({'; '.join(commands)}), or restart with --create-topics; "
+        f"({'; '.join(commands)}), or restart monitor run with --create-topics; "
         "the monitor goes on by itself once they exist"
     )
     return TopicsNotReady(msg)

@@ -675,6 +675,7 @@ def test_a_missing_requests_or_labels_topic_is_reported_and_never_created(
         assert reported(topics.requests)[0].startswith(
             f"subscribed topics missing: {topics.requests}"
         )
+        assert "or restart monitor run with --create-topics" in reported(topics.requests)[0]
         assert http_status(bridge.port, "/readyz") == 503
         assert metric(bridge, "labelstudio_bridge_kafka_up") == 1  # the broker answered
         assert topics.requests not in admin.list_topics()
