@@ -20,6 +20,7 @@ import functools
 import logging
 import operator
 import re
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from itertools import repeat
@@ -36,8 +37,10 @@ from confluent_kafka import (
 )
 
 from monitor.config.kafka_client import (
+    COMMIT_TIMEOUT_S,
     METADATA_MAX_AGE_MS,
     RECONNECT_BACKOFF_MAX_MS,
+    REQUEST_TIMEOUT_MS,
     confluent_client_options,
 )
 from monitor.config.schema import Config
@@ -140,6 +143,7 @@ class ConfluentSource:
         self._ends: dict[TP, int] = {}
         self._beyond: dict[TP, float] = {}  # a next offset past the end: since when
         self._skips = Skips()
+        self._committing: threading.Thread | None = None  # a commit left unanswered (``commit``)
         self._settings = kc.client
         self._errors = RecentErrors()
         settings: dict[str, Any] = {
@@ -154,6 +158,7 @@ class ConfluentSource:
             # partitions added to a subscribed topic are consumed within this (librdkafka: 5 min)
             "topic.metadata.refresh.interval.ms": METADATA_MAX_AGE_MS,
             "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
+            "socket.timeout.ms": REQUEST_TIMEOUT_MS,
             "logger": _LIBRDKAFKA_LOG,  # librdkafka's own log lines, through the JSON log
             "error_cb": self._note,
             **confluent_client_options(kc, "consumer"),
@@ -305,17 +310,35 @@ class ConfluentSource:
         return [m for m in msgs if m.error() is None]
 
     def commit(self, offsets: Mapping[TP, int]) -> None:
-        """Commit next offsets to the group."""
-        if not offsets:
+        """Commit next offsets to the group, waiting ``COMMIT_TIMEOUT_S`` at most.
+
+        librdkafka's synchronous commit has no timeout, so it runs on a thread of its own; one
+        left unanswered is not waited for again, and the commits after it are skipped until it
+        returns (the store holds the offsets: the group's copy catches up at the next one).
+        """
+        if not offsets or (self._committing is not None and self._committing.is_alive()):
             return
-        try:
-            self._consumer.commit(
-                offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                asynchronous=False,
-            )
-        except KafkaException as exc:
+        failed: list[KafkaException] = []
+
+        def commit() -> None:
+            try:
+                self._consumer.commit(
+                    offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                    asynchronous=False,
+                )
+            except KafkaException as exc:
+                failed.append(exc)
+
+        thread = threading.Thread(target=commit, name="offset-commit", daemon=True)
+        thread.start()
+        thread.join(COMMIT_TIMEOUT_S)
+        if thread.is_alive():
+            self._committing = thread
+            msg = f"offset commit unanswered after {COMMIT_TIMEOUT_S:.0f} s"
+            raise self._unavailable(msg, TimeoutError(msg))
+        if failed:
             msg = "offset commit failed"
-            raise self._unavailable(msg, exc) from exc
+            raise self._unavailable(msg, failed[0]) from failed[0]
 
     def committed(self) -> dict[TP, int]:
         """The group's committed next offsets of the assigned partitions (where committed)."""
@@ -434,7 +457,15 @@ class ConfluentSource:
             self._ends = ends
 
     def close(self) -> None:
-        """Leave the group (offsets were committed explicitly)."""
+        """Leave the group (offsets were committed explicitly).
+
+        Not while a commit left unanswered still runs (``commit``): closing the consumer under
+        it would free what it uses. The broker then drops the member after its session timeout.
+        """
+        if self._committing is not None:
+            self._committing.join(COMMIT_TIMEOUT_S)
+            if self._committing.is_alive():
+                return
         with contextlib.suppress(KafkaException, RuntimeError):
             self._consumer.close()
 
@@ -457,6 +488,8 @@ class ConfluentSink:
             "enable.idempotence": True,
             "linger.ms": 5,
             "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
+            "socket.timeout.ms": REQUEST_TIMEOUT_MS,
+            "request.timeout.ms": REQUEST_TIMEOUT_MS,
             # librdkafka's producer asks the broker to create the topics it writes to
             "allow.auto.create.topics": False,
             "logger": _LIBRDKAFKA_LOG,

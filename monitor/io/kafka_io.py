@@ -33,8 +33,10 @@ from kafka.errors import (
 from kafka.structs import OffsetAndMetadata
 
 from monitor.config.kafka_client import (
+    COMMIT_TIMEOUT_S,
     METADATA_MAX_AGE_MS,
     RECONNECT_BACKOFF_MAX_MS,
+    REQUEST_TIMEOUT_MS,
     kafka_client_options,
 )
 from monitor.config.schema import Config, TopicsConfig
@@ -225,6 +227,7 @@ class KafkaSource:
             "allow_auto_create_topics": False,
             "max_poll_records": kc.max_poll_records,
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+            "request_timeout_ms": REQUEST_TIMEOUT_MS,
             "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
         }
         options.update(kafka_client_options(kc, "consumer"))
@@ -322,7 +325,7 @@ class KafkaSource:
             return
         meta = {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}
         try:
-            self._consumer.commit(offsets=meta)
+            self._consumer.commit(offsets=meta, timeout_ms=int(COMMIT_TIMEOUT_S * 1000))
         except KafkaError as exc:
             msg = "offset commit failed"
             raise _unavailable(msg, exc, self.config.kafka.client) from exc
@@ -490,6 +493,7 @@ class KafkaSink:
             "metadata_max_age_ms": METADATA_MAX_AGE_MS,
             "allow_auto_create_topics": False,
             "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+            "request_timeout_ms": REQUEST_TIMEOUT_MS,
             "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
             "max_block_ms": MAX_BLOCK_MS,
         }

@@ -572,6 +572,16 @@ class KafkaBroker:
         """Kill the broker at once (SIGKILL): its next start recovers the log directory."""
         self._signal(signal.SIGKILL, 30.0)
 
+    def pause(self) -> None:
+        """Freeze the broker (SIGSTOP), as a hung host: connections open, nothing answers."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused broker go on (SIGCONT)."""
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGCONT)
+
     def _signal(self, sig: signal.Signals, timeout_s: float) -> None:
         if self._proc is None:
             return
