@@ -15,8 +15,8 @@ nothing answers, as on a hung host), and the run finishes on the two nodes left:
   ``FROZEN_READY_S``. The daemon's offset commits, produce requests and probes each waited 30-60
   s for the frozen node (the libraries' defaults): ready for good 31 s (kafka-python) and 125 s
   (confluent-kafka) after the freeze, the stream finished after 32 s and 123 s. Now 18 s and
-  22 s, 20 s and 23 s (a 10 s request timeout, a 5 s bound on the commit), against 7-9 s after
-  a kill;
+  21-22 s, 19 s and 23 s (a 10 s request timeout, a 5 s bound on the commit), against 6-9 s
+  after a kill;
 - the lost node restarts (a frozen one goes on) and rejoins the in-sync replicas of every
   partition.
 """
