@@ -61,6 +61,7 @@ from monitor.bridges.ls_tasks import project_fields, read_answer, task_body
 from monitor.config.kafka_client import (
     METADATA_MAX_AGE_MS,
     RECONNECT_BACKOFF_MAX_MS,
+    REQUEST_TIMEOUT_MS,
     kafka_client_options,
 )
 from monitor.config.schema import Config
@@ -97,7 +98,7 @@ _COMMIT_TIMEOUT_MS = 10_000  # kafka-python's commit otherwise retries forever w
 # A label's send: kafka-python waits 60 s for metadata and retries a record for 120 s by default,
 # which stalled the loop past /healthz's limit. The get outlasts the delivery timeout, so a send
 # that failed is never delivered later (and then published twice by the retry).
-_PRODUCER_TIMEOUTS = {"max_block_ms": 5_000, "request_timeout_ms": 10_000}
+_PRODUCER_TIMEOUTS = {"max_block_ms": 5_000, "request_timeout_ms": REQUEST_TIMEOUT_MS}
 _DELIVERY_TIMEOUT_MS = 15_000
 
 

@@ -32,10 +32,10 @@ RECONNECT_BACKOFF_MAX_MS = 10_000
 # libraries: 5 minutes), so partitions added to a topic are consumed, from their first record,
 # and a topic created or granted to the client is read or written, within about this long
 METADATA_MAX_AGE_MS = 10_000
-# the daemon's requests unanswered this long give up their connection (both libraries: 30 s, a
-# librdkafka socket 60 s): a broker that hangs without closing its connections (a stopped
-# process, a frozen host) loses its leadership and its groups after the controller's 9 s
-# session timeout, and a retry finds the new leader or coordinator
+# the daemon's requests (and the bridge's sends) unanswered this long give up their connection
+# (both libraries: 30 s, a librdkafka socket 60 s): a broker that hangs without closing its
+# connections (a stopped process, a frozen host) loses its leadership and its groups after the
+# controller's 9 s session timeout, and a retry finds the new leader or coordinator
 REQUEST_TIMEOUT_MS = 10_000
 # an offset commit waits this long at most: the store (a sampler's aggregates topic) holds the
 # offsets, and a commit to a hung coordinator held the loop 24 s (kafka-python) to 60 s
