@@ -13,6 +13,7 @@ first 300 characters).
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -94,7 +95,9 @@ class LabelStudioClient:
             cls = LabelStudioUnavailable if exc.code >= 500 else LabelStudioError
             msg = f"{where}: HTTP {exc.code} {text}"
             raise cls(msg) from None
-        except (TimeoutError, urllib.error.URLError, OSError) as exc:
+        # HTTPException: the server went away mid-response (IncompleteRead), which stopped the
+        # bridge's loop for good when Label Studio was stopped under a task listing
+        except (TimeoutError, urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", exc)
             msg = f"{where}: Label Studio is unreachable: {reason}"
             raise LabelStudioUnavailable(msg) from None

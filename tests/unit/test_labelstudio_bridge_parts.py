@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,7 +16,12 @@ import pytest
 from kafka.cluster import ClusterMetadata
 
 from monitor.bridges.labelstudio import LabelStudioBridge, parse_request
-from monitor.bridges.ls_client import LabelStudioClient, LabelStudioError, LabelStudioNotFound
+from monitor.bridges.ls_client import (
+    LabelStudioClient,
+    LabelStudioError,
+    LabelStudioNotFound,
+    LabelStudioUnavailable,
+)
 from monitor.bridges.ls_config import LabelStudioConfig, Wording, parse_labelstudio, state_path
 from monitor.bridges.ls_http import task_ids
 from monitor.bridges.ls_state import ANSWERED, OPEN, BridgeState, TaskRow
@@ -720,3 +727,26 @@ def test_a_task_asked_for_by_id_is_checked_against_its_request(tmp_path: Path) -
     (row,) = bridge.state.by_task(1)
     assert row.status == "deleted"
     bridge.state.close()
+
+
+def test_a_response_cut_off_midway_is_label_studio_unavailable() -> None:
+    """Label Studio stopped while it sent a task listing: ``http.client.IncompleteRead`` escaped
+    the client and ended the bridge's loop for good. It is now an outage, retried."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer_half() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"tasks": [')
+
+    thread = threading.Thread(target=answer_half, daemon=True)
+    thread.start()
+    client = LabelStudioClient(f"http://127.0.0.1:{port}", "t", timeout_s=5.0)
+    try:
+        with pytest.raises(LabelStudioUnavailable, match="unreachable: IncompleteRead"):
+            client.call("GET", "/api/tasks")
+    finally:
+        thread.join(5)
+        server.close()
