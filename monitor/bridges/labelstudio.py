@@ -317,6 +317,8 @@ class LabelStudioBridge:
                 # a topic created or granted is seen within this (kafka-python: 5 minutes)
                 "metadata_max_age_ms": METADATA_MAX_AGE_MS,
                 "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+                # a hung node's fetches, heartbeats and commits give up as the daemon's do
+                "request_timeout_ms": REQUEST_TIMEOUT_MS,
                 **kafka_client_options(kafka, "consumer"),
                 **self.consumer_config,
             },

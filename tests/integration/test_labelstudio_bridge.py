@@ -582,7 +582,9 @@ def test_cli_creates_tasks_and_stops_on_sigterm(
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("how", ["stopped", "frozen"])
 def test_a_kafka_outage_is_reported_as_kafka_and_its_answer_published_once(
+    how: str,
     own_kafka: KafkaBroker,
     labelstudio: LabelStudioServer,
     tmp_path: Path,
@@ -608,7 +610,7 @@ def test_a_kafka_outage_is_reported_as_kafka_and_its_answer_published_once(
     wait_for("ready", lambda: http_status(bridge.port, "/readyz") == 200)
     (task,) = project_tasks(client, title)
 
-    own_kafka.stop()
+    own_kafka.stop() if how == "stopped" else own_kafka.pause()
     stopped = time.monotonic()
     try:
         wait_for("/readyz 503", lambda: http_status(bridge.port, "/readyz") == 503, 15)
@@ -621,14 +623,16 @@ def test_a_kafka_outage_is_reported_as_kafka_and_its_answer_published_once(
         assert metric(bridge, "labelstudio_bridge_labelstudio_errors_total") == 0
         assert metric(bridge, "labelstudio_bridge_kafka_up") == 0
     finally:
-        own_kafka.start()
+        own_kafka.start() if how == "stopped" else own_kafka.resume()
+    back = time.monotonic()
     wait_for("/readyz 200", lambda: http_status(bridge.port, "/readyz") == 200, 90)
+    ready_s = time.monotonic() - back
     labels = read_labels(own_kafka.bootstrap, topics.labels, 1, timeout_s=60)
     assert [(x["request_id"], x["label"]) for x in labels] == [(req["request_id"], 1)]
     assert bridge.settle()
     assert len(read_labels(own_kafka.bootstrap, topics.labels, 2, timeout_s=3)) == 1
     assert metric(bridge, "labelstudio_bridge_labelstudio_errors_total") == 0
-    print(f"Kafka stopped: /readyz 503 after {noticed_s:.1f} s")
+    print(f"Kafka {how}: /readyz 503 after {noticed_s:.1f} s, 200 {ready_s:.1f} s after it is back")
 
 
 @pytest.mark.brokers("tansu", "kafka")
