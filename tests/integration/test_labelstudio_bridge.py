@@ -28,6 +28,7 @@ from monitor.bridges.ls_client import (
     LabelStudioClient,
     LabelStudioUnavailable,
 )
+from monitor.bridges.ls_config import LabelStudioConfig
 from monitor.bridges.ls_server import LabelStudioServer
 from monitor.bridges.ls_tasks import project_fields, task_body
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
@@ -56,11 +57,29 @@ from tests.integration.ls_helpers import (
 pytestmark = pytest.mark.integration
 
 
+class Bridges:
+    """The bridges a test makes, with the tests' group timings (``FAST_GROUP``)."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.made: list[LabelStudioBridge] = []
+
+    def new(self, config: Config, ls: LabelStudioConfig, state: Path) -> LabelStudioBridge:
+        """A bridge not started yet, stopped after the test."""
+        bridge = LabelStudioBridge(config, ls, state, self.token, consumer_config=FAST_GROUP)
+        self.made.append(bridge)
+        return bridge
+
+    def start(self, config: Config, ls: LabelStudioConfig, state: Path) -> LabelStudioBridge:
+        """A bridge started, stopped after the test."""
+        return self.new(config, ls, state).start()
+
+
 @pytest.fixture
-def bridges() -> Iterator[list[LabelStudioBridge]]:
-    made: list[LabelStudioBridge] = []
+def bridges(labelstudio: LabelStudioServer) -> Iterator[Bridges]:
+    made = Bridges(labelstudio.token)
     yield made
-    for b in made:
+    for b in made.made:
         b.stop()
 
 
@@ -73,7 +92,7 @@ def test_one_task_per_request_across_restart_replay_and_lost_state(
     make_topics: Callable[..., TopicsConfig],
     labelstudio: LabelStudioServer,
     tmp_path: Path,
-    bridges: list[LabelStudioBridge],
+    bridges: Bridges,
 ) -> None:
     topics = make_topics()
     tag = uuid.uuid4().hex[:8]
@@ -84,12 +103,7 @@ def test_one_task_per_request_across_restart_replay_and_lost_state(
     first = [request(i) for i in range(6)]
 
     def start(state: Path, group: str = ls.group_id) -> LabelStudioBridge:
-        settings = ls_config(labelstudio, tag, group_id=group)
-        bridge = LabelStudioBridge(
-            config, settings, state, labelstudio.token, consumer_config=FAST_GROUP
-        )
-        bridges.append(bridge.start())
-        return bridge
+        return bridges.start(config, ls_config(labelstudio, tag, group_id=group), state)
 
     def count() -> int:
         return len(project_tasks(client, title))
@@ -148,21 +162,14 @@ def test_answers_declines_edits_and_expiry(
     make_topics: Callable[..., TopicsConfig],
     labelstudio: LabelStudioServer,
     tmp_path: Path,
-    bridges: list[LabelStudioBridge],
+    bridges: Bridges,
 ) -> None:
     """Webhook path (polling every hour): answers, a skip, an edit, a deletion, an expiry."""
     topics = make_topics()
     tag = uuid.uuid4().hex[:8]
     ls = ls_config(labelstudio, tag, poll_interval_s=3600.0)
     client = LabelStudioClient(labelstudio.url, labelstudio.token)
-    bridge = LabelStudioBridge(
-        _config(broker, topics),
-        ls,
-        tmp_path / "state.sqlite",
-        labelstudio.token,
-        consumer_config=FAST_GROUP,
-    )
-    bridges.append(bridge.start())
+    bridge = bridges.start(_config(broker, topics), ls, tmp_path / "state.sqlite")
     assert bridge.webhooks_on
     assert http_status(bridge.port, "/healthz") == http_status(bridge.port, "/readyz") == 200
     assert http_status(bridge.port, "/nothing") == 404
@@ -220,13 +227,7 @@ def test_answers_declines_edits_and_expiry(
     late["ts"] = T0 + 2 * 86_400
     assert bridge.settle()  # every change read by a poll (a webhook's read keeps no mark)
     bridge.stop()
-    bridge = LabelStudioBridge(
-        _config(broker, topics),
-        ls,
-        tmp_path / "state.sqlite",
-        labelstudio.token,
-        consumer_config=FAST_GROUP,
-    )
+    bridge = bridges.new(_config(broker, topics), ls, tmp_path / "state.sqlite")
     reads: list[int] = []  # tasks read back one by one: none changed while it was down
     read_one = bridge.client.task
 
@@ -235,7 +236,7 @@ def test_answers_declines_edits_and_expiry(
         return read_one(task_id)
 
     bridge.client.task = counted  # type: ignore[method-assign]
-    bridges.append(bridge.start())
+    bridge.start()
     produce(broker.bootstrap, topics.requests, [late])
     wait_for("6 tasks", lambda: len(bridge.state.known([late["request_id"]])) == 1)
     assert bridge.settle()  # the expiry check runs with the poll; run it now
@@ -291,7 +292,7 @@ def test_a_bad_request_a_listing_that_skips_a_task_and_a_deleted_project_stop_no
     make_topics: Callable[..., TopicsConfig],
     labelstudio: LabelStudioServer,
     tmp_path: Path,
-    bridges: list[LabelStudioBridge],
+    bridges: Bridges,
 ) -> None:
     """A request Label Studio cannot store made it refuse every import (the bridge stalled);
     a task missing from one listing (pages shifting under a deletion, or a server capping the
@@ -300,11 +301,7 @@ def test_a_bad_request_a_listing_that_skips_a_task_and_a_deleted_project_stop_no
     topics = make_topics()
     ls = ls_config(labelstudio, uuid.uuid4().hex[:8])
     client = LabelStudioClient(labelstudio.url, labelstudio.token)
-    bridge = LabelStudioBridge(
-        _config(broker, topics), ls, tmp_path / "s.sqlite", labelstudio.token,
-        consumer_config=FAST_GROUP,
-    )  # fmt: skip
-    bridges.append(bridge.start())
+    bridge = bridges.start(_config(broker, topics), ls, tmp_path / "s.sqlite")
     title = ls.title("default")
     reqs = [request(0), {**request(1), "pi": float("nan")}, request(2)]
     produce(broker.bootstrap, topics.requests, reqs)
@@ -341,7 +338,7 @@ def test_a_project_refusing_its_imports_holds_back_its_own_requests_only(
     make_topics: Callable[..., TopicsConfig],
     labelstudio: LabelStudioServer,
     tmp_path: Path,
-    bridges: list[LabelStudioBridge],
+    bridges: Bridges,
 ) -> None:
     """Model b's labeling config edited by hand (HTTP 400 on import): the bridge stopped
     reading requests, so model a's new requests never reached Label Studio either. Now b's
@@ -353,11 +350,7 @@ def test_a_project_refusing_its_imports_holds_back_its_own_requests_only(
     state = tmp_path / "s.sqlite"
 
     def start() -> LabelStudioBridge:
-        bridge = LabelStudioBridge(
-            _config(broker, topics), ls, state, labelstudio.token, consumer_config=FAST_GROUP
-        )
-        bridges.append(bridge.start())
-        return bridge
+        return bridges.start(_config(broker, topics), ls, state)
 
     def tasks(model: str) -> list[dict[str, Any]]:
         return project_tasks(client, ls.title(model))
@@ -401,7 +394,7 @@ def test_a_models_tasks_imported_before_a_crash_are_adopted_not_imported_again(
     make_topics: Callable[..., TopicsConfig],
     labelstudio: LabelStudioServer,
     tmp_path: Path,
-    bridges: list[LabelStudioBridge],
+    bridges: Bridges,
 ) -> None:
     """A crash between Label Studio's answer to an import and the state file's write, for a
     model neither configured nor in the state file yet: the restart read only those models'
@@ -413,11 +406,7 @@ def test_a_models_tasks_imported_before_a_crash_are_adopted_not_imported_again(
     # what the lost run did before it died: the project and the task, nothing in the state file
     made = client.create_project(project_fields(ls.title("fraud"), ls.wording_of("fraud"), 1))
     client.import_tasks(made["id"], [task_body(req, ls.wording_of("fraud"))])
-    bridge = LabelStudioBridge(
-        _config(broker, topics), ls, tmp_path / "s.sqlite", labelstudio.token,
-        consumer_config=FAST_GROUP,
-    )  # fmt: skip
-    bridges.append(bridge.start())
+    bridge = bridges.start(_config(broker, topics), ls, tmp_path / "s.sqlite")
     assert metric(bridge, "labelstudio_bridge_tasks_adopted_total", model="fraud") == 1
     produce(broker.bootstrap, topics.requests, [req])  # the replay
     wait_for(
@@ -431,7 +420,7 @@ def test_a_second_task_of_one_request_is_removed_and_an_answer_on_it_is_read(
     make_topics: Callable[..., TopicsConfig],
     labelstudio: LabelStudioServer,
     tmp_path: Path,
-    bridges: list[LabelStudioBridge],
+    bridges: Bridges,
 ) -> None:
     """An import Label Studio commits after the bridge gave up waiting (its 120 s timeout) is
     imported again, and one request has two tasks: the one the state file lacked was left
@@ -440,11 +429,7 @@ def test_a_second_task_of_one_request_is_removed_and_an_answer_on_it_is_read(
     topics = make_topics()
     ls = ls_config(labelstudio, uuid.uuid4().hex[:8], poll_interval_s=3600.0)  # polls: settle
     client = LabelStudioClient(labelstudio.url, labelstudio.token)
-    bridge = LabelStudioBridge(
-        _config(broker, topics), ls, tmp_path / "s.sqlite", labelstudio.token,
-        consumer_config=FAST_GROUP,
-    )  # fmt: skip
-    bridges.append(bridge.start())
+    bridge = bridges.start(_config(broker, topics), ls, tmp_path / "s.sqlite")
     title, wording = ls.title("default"), ls.wording_of("default")
     reqs = [request(0), request(1)]
     produce(broker.bootstrap, topics.requests, reqs)
@@ -478,19 +463,12 @@ def test_majority_of_three_annotators(
     make_topics: Callable[..., TopicsConfig],
     labelstudio: LabelStudioServer,
     tmp_path: Path,
-    bridges: list[LabelStudioBridge],
+    bridges: Bridges,
 ) -> None:
     topics = make_topics()
     ls = ls_config(labelstudio, uuid.uuid4().hex[:8], annotators="majority", majority_of=3)
     client = LabelStudioClient(labelstudio.url, labelstudio.token)
-    bridge = LabelStudioBridge(
-        _config(broker, topics),
-        ls,
-        tmp_path / "state.sqlite",
-        labelstudio.token,
-        consumer_config=FAST_GROUP,
-    )
-    bridges.append(bridge.start())
+    bridge = bridges.start(_config(broker, topics), ls, tmp_path / "state.sqlite")
     reqs = [request(0), request(1)]
     produce(broker.bootstrap, topics.requests, reqs)
     title = ls.title("default")
@@ -522,27 +500,21 @@ def test_majority_of_three_annotators(
     # starts with majority (else Label Studio closes each task after one)
     first = ls_config(labelstudio, uuid.uuid4().hex[:8])
     made = client.create_project(project_fields(first.title("default"), first.wording, 1))
-    again = LabelStudioBridge(
+    bridges.start(
         _config(broker, topics),
         dataclasses.replace(first, annotators="majority", majority_of=3),
         tmp_path / "again.sqlite",
-        labelstudio.token,
-        consumer_config=FAST_GROUP,
     )
-    bridges.append(again.start())
     assert client.call("GET", f"/api/projects/{made['id']}")["maximum_annotations"] == 3
 
     # and back to first: the majority project asked for 3 answers for good (only ever raised),
     # so Label Studio kept serving tasks that one answer had decided
     bridge.stop()
-    back = LabelStudioBridge(
+    bridges.start(
         _config(broker, topics),
         dataclasses.replace(ls, annotators="first"),
         tmp_path / "back.sqlite",
-        labelstudio.token,
-        consumer_config=FAST_GROUP,
     )
-    bridges.append(back.start())
     assert client.call("GET", f"/api/projects/{project['id']}")["maximum_annotations"] == 1
 
 
@@ -588,7 +560,7 @@ def test_a_kafka_outage_is_reported_as_kafka_and_its_answer_published_once(
     own_kafka: KafkaBroker,
     labelstudio: LabelStudioServer,
     tmp_path: Path,
-    bridges: list[LabelStudioBridge],
+    bridges: Bridges,
 ) -> None:
     """Apache Kafka stopped under an idle bridge: /readyz stayed 200 for ~70 s, an answer given
     meanwhile stalled the loop ~60 s in its send, and the outage was reported as Label Studio's
@@ -599,10 +571,7 @@ def test_a_kafka_outage_is_reported_as_kafka_and_its_answer_published_once(
     ls = ls_config(labelstudio, tag, poll_interval_s=1.0)
     client = LabelStudioClient(labelstudio.url, labelstudio.token)
     config = Config(kafka=KafkaConfig(bootstrap_servers=(own_kafka.bootstrap,), topics=topics))
-    bridge = LabelStudioBridge(
-        config, ls, tmp_path / "state.sqlite", labelstudio.token, consumer_config=FAST_GROUP
-    )
-    bridges.append(bridge.start())
+    bridge = bridges.start(config, ls, tmp_path / "state.sqlite")
     req = request(0)
     produce(own_kafka.bootstrap, topics.requests, [req])
     title = ls.title("default")
@@ -640,7 +609,7 @@ def test_a_missing_requests_or_labels_topic_is_reported_and_never_created(
     broker: EmbeddedBroker,
     labelstudio: LabelStudioServer,
     tmp_path: Path,
-    bridges: list[LabelStudioBridge],
+    bridges: Bridges,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """On a broker that creates a topic a client asks for (Tansu; Apache Kafka's default), the
@@ -654,14 +623,7 @@ def test_a_missing_requests_or_labels_topic_is_reported_and_never_created(
     topics = TopicsConfig().tagged(tag)  # none of them created
     ls = ls_config(labelstudio, tag, poll_interval_s=1.0)
     client = LabelStudioClient(labelstudio.url, labelstudio.token)
-    bridge = LabelStudioBridge(
-        _config(broker, topics),
-        ls,
-        tmp_path / "s.sqlite",
-        labelstudio.token,
-        consumer_config=FAST_GROUP,
-    )
-    bridges.append(bridge.start())
+    bridge = bridges.start(_config(broker, topics), ls, tmp_path / "s.sqlite")
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     t: dict[str, float] = {"start": time.monotonic()}
 

@@ -202,15 +202,17 @@ def test_labelstudio_or_bridge_down_mid_stream_loses_nothing(
     wait_for("3 tasks", lambda: len(project_tasks(client, title)) == 3)
 
     labelstudio.stop()
-    batch_b = [request(i) for i in range(10, 13)]
-    produce(broker.bootstrap, topics.requests, batch_b)
-    wait_for(
-        "the bridge to see the outage",
-        lambda: metric(bridge, "labelstudio_bridge_labelstudio_up") == 0,
-    )
-    assert http_status(bridge.port, "/readyz") == 503
-    assert http_status(bridge.port, "/healthz") == 200
-    labelstudio.start()
+    try:  # the session's Label Studio comes back for the tests after this one whatever happens
+        batch_b = [request(i) for i in range(10, 13)]
+        produce(broker.bootstrap, topics.requests, batch_b)
+        wait_for(
+            "the bridge to see the outage",
+            lambda: metric(bridge, "labelstudio_bridge_labelstudio_up") == 0,
+        )
+        assert http_status(bridge.port, "/readyz") == 503
+        assert http_status(bridge.port, "/healthz") == 200
+    finally:
+        labelstudio.start()
     wait_for("6 tasks after the restart", lambda: len(project_tasks(client, title)) == 6, 120)
     wait_for("the bridge back", lambda: metric(bridge, "labelstudio_bridge_labelstudio_up") == 1)
     assert http_status(bridge.port, "/readyz") == 200
