@@ -24,8 +24,8 @@ retries with exponential backoff (1 s doubling to 60 s); nothing is committed me
 project that refuses its imports (HTTP 400: a labeling config edited by hand) holds back only
 its model's requests, retried with the same backoff, while the others' are read and imported;
 each partition is committed up to its first request still held (``_commit``), and past
-``_MAX_HELD`` held requests consumption waits. A Kafka
-outage is retried the same way, but told apart: an idle consumer's poll never fails, so the loop
+``_MAX_HELD`` held requests consumption waits. A Kafka outage is retried the same way, at most
+``_KAFKA_BACKOFF_MAX_S`` apart, but told apart: an idle consumer's poll never fails, so the loop
 asks the broker for end offsets every ``_PROBE_EVERY_S``, and a broker error leaves
 ``labelstudio_up`` and the Label Studio error counter alone (``kafka_up`` says it instead).
 A requests or labels topic the broker lacks is ``topics_not_ready`` (``_note_topics``); the
@@ -87,6 +87,9 @@ WEBHOOK_ACTIONS = (
 _REQUIRED = {"request_id": str, "id": str, "model": str, "segment": str}
 _NUMBERS = ("score", "pi", "ts", "deadline")
 _BACKOFF_MAX_S = 60.0
+# a broker is retried at most this far apart, as its clients reconnect (with 60 s, the bridge
+# could stay unready for a minute after a long outage ended)
+_KAFKA_BACKOFF_MAX_S = RECONNECT_BACKOFF_MAX_MS / 1000
 # Requests read and not imported (a project refusing its imports): past this many, the loop
 # stops reading requests until the project takes them (each is a few hundred bytes in memory).
 _MAX_HELD = 10_000
@@ -354,16 +357,18 @@ class LabelStudioBridge:
                         self._send_failed = False
                     self._step(consumer, producer)
                 except (LabelStudioError, KafkaError, TopicsNotReady) as exc:
+                    wait = min(backoff, _KAFKA_BACKOFF_MAX_S)
                     if isinstance(exc, TopicsNotReady):  # the labels topic (``_publish``)
                         self._note_topics(exc)
                     elif isinstance(exc, KafkaError):
-                        self._kafka_away(exc, backoff)
+                        self._kafka_away(exc, wait)
                     else:
-                        self._went_away(exc, backoff)
+                        wait = backoff
+                        self._went_away(exc, wait)
                     if self._pending:
                         consumer.pause(*consumer.assignment())
                         consumer.poll(timeout_ms=0)  # keeps the group membership
-                    stop.wait(backoff)
+                    stop.wait(wait)
                     backoff = min(backoff * 2, _BACKOFF_MAX_S)
                     continue
                 if not self._kafka_up:
