@@ -357,13 +357,13 @@ class LabelStudioBridge:
                         self._send_failed = False
                     self._step(consumer, producer)
                 except (LabelStudioError, KafkaError, TopicsNotReady) as exc:
-                    wait = min(backoff, _KAFKA_BACKOFF_MAX_S)
+                    ls_error = isinstance(exc, LabelStudioError)
+                    wait = backoff if ls_error else min(backoff, _KAFKA_BACKOFF_MAX_S)
                     if isinstance(exc, TopicsNotReady):  # the labels topic (``_publish``)
                         self._note_topics(exc)
                     elif isinstance(exc, KafkaError):
                         self._kafka_away(exc, wait)
                     else:
-                        wait = backoff
                         self._went_away(exc, wait)
                     if self._pending:
                         consumer.pause(*consumer.assignment())
