@@ -69,6 +69,7 @@ from monitor.core.messages import AuditRequest
 from monitor.errors import MonitorError, TopicsNotReady
 from monitor.io.client_errors import unavailable
 from monitor.io.kafka_io import (
+    BOOTSTRAP_TIMEOUT_MS,
     CONNECTION_ERRORS,
     absent_topics,
     new_client,
@@ -101,7 +102,13 @@ _COMMIT_TIMEOUT_MS = 10_000  # kafka-python's commit otherwise retries forever w
 # A label's send: kafka-python waits 60 s for metadata and retries a record for 120 s by default,
 # which stalled the loop past /healthz's limit. The get outlasts the delivery timeout, so a send
 # that failed is never delivered later (and then published twice by the retry).
-_PRODUCER_TIMEOUTS = {"max_block_ms": 5_000, "request_timeout_ms": REQUEST_TIMEOUT_MS}
+_PRODUCER_TIMEOUTS = {
+    "max_block_ms": 5_000,
+    "request_timeout_ms": REQUEST_TIMEOUT_MS,
+    # a producer replaced after a failed send bootstraps again: on a hung node for 30 s, twice
+    # in a row, with kafka-python's default (the answer published 73 s after a freeze)
+    "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+}
 _DELIVERY_TIMEOUT_MS = 15_000
 
 
@@ -322,6 +329,7 @@ class LabelStudioBridge:
                 "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
                 # a hung node's fetches, heartbeats and commits give up as the daemon's do
                 "request_timeout_ms": REQUEST_TIMEOUT_MS,
+                "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
                 **kafka_client_options(kafka, "consumer"),
                 **self.consumer_config,
             },

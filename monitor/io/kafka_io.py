@@ -67,10 +67,9 @@ _OFFSET = attrgetter("offset")
 _TIMESTAMP = attrgetter("timestamp")
 _KEY = attrgetter("key")
 _VALUE = attrgetter("value")
-# kafka-python backs off reconnecting up to 30 s; cap it like the daemon's own backoff (10 s)
-# so the daemon is ready again within seconds of a broker coming back (kafka.client may override)
 # a client that cannot reach any broker gives up after this (kafka-python: 30 s), so the
-# daemon's own loop retries with backoff and a SIGTERM is served within seconds
+# daemon's (and the bridge's) own loop retries with backoff and a SIGTERM is served within
+# seconds; a bootstrap node that hangs holds the whole bootstrap this long, the others untried
 BOOTSTRAP_TIMEOUT_MS = 5_000
 # a send waiting for metadata (kafka-python: 60 s); below the daemon's stall (at least 5 s), so
 # a topic the broker says is missing is reported as such, not as a step that hangs
