@@ -76,9 +76,11 @@ from tests.integration.test_kafka_real import _status
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 FROZEN_READY_S = 40.0
-# the bridge: ready for good this soon after the loss, watched this long (past the 30 s
-# request timeout of kafka-python's clients)
-BRIDGE_READY_S = 20.0
+# the bridge: ready for good this soon after the loss (a send that fails on the frozen node
+# replaces the producer, whose bootstrap may pick that node again: 5 s each), watched this long
+# (past the 30 s request timeout of kafka-python's clients) and at least 15 s past the new
+# request's task
+BRIDGE_READY_S = 60.0
 BRIDGE_WATCH_S = 35.0
 
 REPLICAS = 3
@@ -356,13 +358,16 @@ def test_the_bridge_goes_on_when_its_leader_is_lost(
     """The Label Studio bridge on the cluster, one node leading its requests and labels
     partitions and coordinating its group: an answer given after that node is lost is
     published once and a request written after it becomes a task while the node is down, and
-    ``/readyz`` is 200 for good within ``BRIDGE_READY_S``, watched for ``BRIDGE_WATCH_S``.
+    ``/readyz`` is 200 for good within ``BRIDGE_READY_S`` and never 503 after the new request
+    is a task (the bridge works on the new leaders and coordinator).
 
     Measured: killed, the answer published 3.6-7.8 s after, ready throughout; frozen, 10.4-10.8
     s, ready again after 10.7 s. Frozen, the bridge's consumer kept kafka-python's 30 s request
     timeout: its offset commits waited for the frozen coordinator until a heartbeat gave up at
     30 s, and ``/readyz`` said 503 again from 21 s to 34 s after the freeze, after the new
-    request had become a task.
+    request had become a task. Once in a run of the suite the answer's send failed on the frozen
+    node and the replaced producer's bootstrap picked it, twice, for kafka-python's 30 s each:
+    published 73 s after the freeze (now 5 s per bootstrap).
     """
     tag = uuid.uuid4().hex[:8]
     topics = TopicsConfig().tagged(tag)
@@ -404,7 +409,7 @@ def test_the_bridge_goes_on_when_its_leader_is_lost(
             wait_for("2 tasks", lambda: len(project_tasks(client, title)) == 2, 90)
             tasked = time.monotonic() - lost
             wait_for("ready", lambda: http_status(bridge.port, "/readyz") == 200, 60)
-            time.sleep(max(0.0, lost + BRIDGE_WATCH_S - time.monotonic()))
+            time.sleep(max(0.0, lost + max(BRIDGE_WATCH_S, tasked + 15) - time.monotonic()))
             ready.stop()
         finally:
             node.resume()
@@ -427,3 +432,4 @@ def test_the_bridge_goes_on_when_its_leader_is_lost(
     ready_again = changes[-1][0] if changes else 0.0
     assert not changes or changes[-1][1] == 200, changes
     assert ready_again < BRIDGE_READY_S, changes
+    assert all(code == 200 for t, code in changes if t > tasked), changes
