@@ -58,18 +58,13 @@ from monitor.bridges.ls_http import BridgeMetrics, BridgeServer
 from monitor.bridges.ls_state import ANSWERED, DELETED, EXPIRED, OPEN, BridgeState, TaskRow
 from monitor.bridges.ls_tasks import decide as decide_label
 from monitor.bridges.ls_tasks import project_fields, read_answer, task_body
-from monitor.config.kafka_client import (
-    METADATA_MAX_AGE_MS,
-    RECONNECT_BACKOFF_MAX_MS,
-    REQUEST_TIMEOUT_MS,
-    kafka_client_options,
-)
+from monitor.config.kafka_client import RECONNECT_BACKOFF_MAX_MS, kafka_client_options
 from monitor.config.schema import Config
 from monitor.core.messages import AuditRequest
 from monitor.errors import MonitorError, TopicsNotReady
 from monitor.io.client_errors import unavailable
 from monitor.io.kafka_io import (
-    BOOTSTRAP_TIMEOUT_MS,
+    CLIENT_OPTIONS,
     CONNECTION_ERRORS,
     absent_topics,
     new_client,
@@ -102,13 +97,7 @@ _COMMIT_TIMEOUT_MS = 10_000  # kafka-python's commit otherwise retries forever w
 # A label's send: kafka-python waits 60 s for metadata and retries a record for 120 s by default,
 # which stalled the loop past /healthz's limit. The get outlasts the delivery timeout, so a send
 # that failed is never delivered later (and then published twice by the retry).
-_PRODUCER_TIMEOUTS = {
-    "max_block_ms": 5_000,
-    "request_timeout_ms": REQUEST_TIMEOUT_MS,
-    # a producer replaced after a failed send bootstraps again: on a hung node for 30 s, twice
-    # in a row, with kafka-python's default (the answer published 73 s after a freeze)
-    "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
-}
+_MAX_BLOCK_MS = 5_000
 _DELIVERY_TIMEOUT_MS = 15_000
 
 
@@ -323,13 +312,10 @@ class LabelStudioBridge:
                 "enable_auto_commit": False,
                 "auto_offset_reset": "earliest",
                 "client_id": "labelstudio-bridge",
-                "allow_auto_create_topics": False,  # a missing topic is reported (``_probe``)
-                # a topic created or granted is seen within this (kafka-python: 5 minutes)
-                "metadata_max_age_ms": METADATA_MAX_AGE_MS,
-                "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
-                # a hung node's fetches, heartbeats and commits give up as the daemon's do
-                "request_timeout_ms": REQUEST_TIMEOUT_MS,
-                "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+                # a missing topic is reported (``_probe``), a created or granted one seen within
+                # seconds; a hung node's fetches, heartbeats and commits give up (30 s before:
+                # /readyz 503 again 21-34 s after a freeze), as the daemon's clients' do
+                **CLIENT_OPTIONS,
                 **kafka_client_options(kafka, "consumer"),
                 **self.consumer_config,
             },
@@ -338,11 +324,12 @@ class LabelStudioBridge:
         options: dict[str, Any] = {
             "bootstrap_servers": list(kafka.bootstrap_servers),
             "client_id": "labelstudio-bridge",
-            "allow_auto_create_topics": False,  # a missing topic is reported (``_publish``)
-            "metadata_max_age_ms": METADATA_MAX_AGE_MS,
+            # a missing topic is reported (``_publish``); a producer replaced after a failed
+            # send bootstraps again, on a hung node 30 s by default (twice in a row: an answer
+            # published 73 s after a freeze), 5 s here
+            **CLIENT_OPTIONS,
             "linger_ms": 5,
-            "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
-            **_PRODUCER_TIMEOUTS,
+            "max_block_ms": _MAX_BLOCK_MS,
             **kafka_client_options(kafka, "producer"),
         }
         options.setdefault(  # kafka-python refuses one below linger_ms + request_timeout_ms

@@ -74,6 +74,17 @@ BOOTSTRAP_TIMEOUT_MS = 5_000
 # a send waiting for metadata (kafka-python: 60 s); below the daemon's stall (at least 5 s), so
 # a topic the broker says is missing is reported as such, not as a step that hangs
 MAX_BLOCK_MS = 3_000
+# what every kafka-python client of the daemon and the bridge sets: no topic is created by
+# asking for it (a broker that allows it, Apache Kafka's default and Tansu, would create it with
+# its defaults, no retention or compaction settings; ``new_client`` makes kafka-python honour
+# this), and the metadata refresh, reconnect, request and bootstrap bounds above
+CLIENT_OPTIONS: Mapping[str, Any] = {
+    "allow_auto_create_topics": False,
+    "metadata_max_age_ms": METADATA_MAX_AGE_MS,
+    "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+    "request_timeout_ms": REQUEST_TIMEOUT_MS,
+    "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+}
 
 
 # every kafka-python client of the process connects to the same brokers with the same settings
@@ -218,16 +229,9 @@ class KafkaSource:
             "enable_auto_commit": False,
             "auto_offset_reset": "earliest",
             **FETCH_OPTIONS,
-            "metadata_max_age_ms": METADATA_MAX_AGE_MS,
-            # a topic deleted or never created stays missing (``probe``): a broker that allows it
-            # (Apache Kafka's default, Tansu) would create it on this consumer's metadata
-            # request, with its defaults (no retention or compaction settings); see
-            # ``_never_create_topics``, which makes kafka-python honour this
-            "allow_auto_create_topics": False,
+            # a topic deleted or never created stays missing (``probe``)
+            **CLIENT_OPTIONS,
             "max_poll_records": kc.max_poll_records,
-            "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
-            "request_timeout_ms": REQUEST_TIMEOUT_MS,
-            "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
         }
         options.update(kafka_client_options(kc, "consumer"))
         try:
@@ -489,11 +493,7 @@ class KafkaSink:
             "acks": "all",
             "enable_idempotence": True,
             "linger_ms": 5,
-            "metadata_max_age_ms": METADATA_MAX_AGE_MS,
-            "allow_auto_create_topics": False,
-            "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
-            "request_timeout_ms": REQUEST_TIMEOUT_MS,
-            "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+            **CLIENT_OPTIONS,
             "max_block_ms": MAX_BLOCK_MS,
         }
         options.update(kafka_client_options(config.kafka, "producer"))
