@@ -705,10 +705,7 @@ class KafkaTopicReader:
             "group_id": None,
             "enable_auto_commit": False,
             **FETCH_OPTIONS,
-            "metadata_max_age_ms": METADATA_MAX_AGE_MS,
-            "allow_auto_create_topics": False,  # as KafkaSource: never a non-compacted topic
-            "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
-            "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+            **CLIENT_OPTIONS,  # as KafkaSource: never a non-compacted topic
         }
         options.update(kafka_client_options(self.config.kafka, "consumer"))
         return new_client(KafkaConsumer, options, "consumer")
