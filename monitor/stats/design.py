@@ -228,8 +228,11 @@ def rounds_mixture(rounds: Sequence[LabeledSample], shares: Sequence[float]) -> 
             "latest > 0 (no later round counts its labels)"
         )
         raise ValueError(msg)
-    w = w / w.sum()
-    later = np.concatenate([np.cumsum(w[::-1])[::-1][1:], [0.0]])
+    # sum_{s >= r} w_s; normalised by its first element, so a first round of share 0 leaves
+    # exactly 1 to the later ones (normalising the shares first left 1 - 2^-53 with numpy 2.4.6)
+    tail = np.cumsum(w[::-1])[::-1]
+    later = np.append(tail[1:], 0.0) / tail[0]
+    w = w / tail[0]
     parts = []
     for sample, share, rest in zip(rounds, w, later, strict=True):
         own = share * sample.v
