@@ -12,7 +12,11 @@ in-memory state is reloaded from the store and the consumer seeks back to the st
 the deterministic decisions then reproduce the same requests (idempotent by key and bytes).
 A broker outage is retried with capped exponential backoff, logged once per state change;
 ``/readyz`` is 503 meanwhile, also while a step is blocked on the broker (a watchdog thread
-notices an iteration that does not finish within the poll and probe timeouts + 3 s).
+notices an iteration that does not finish within the poll and probe timeouts + 3 s). A state
+store that cannot be written (a full volume) is retried the same way: the step's transaction
+rolled back, nothing is committed to Kafka past it, and the replay once it can be written makes
+the same requests (the step's requests are sent again at each attempt, the same bytes). A store
+that cannot be opened or read at start-up is an error of the command (exit 2).
 SIGTERM/SIGINT: finish the step, close, exit 0.
 
 Roles (``--role``): ``all`` (default) runs all of the above in one process; ``estimator`` reads
@@ -116,19 +120,29 @@ class Daemon:
                 self._stalled = True
 
     def _set_state(self, state: str, error: str = "") -> None:
-        """Log a change of state: ``up``, ``down`` (broker) or ``topics`` (``TopicsNotReady``)."""
+        """Log a change of state: ``up``, ``down``, ``topics`` or ``store``.
+
+        ``down``: the broker (``BrokerUnavailable``); ``topics``: ``TopicsNotReady``; ``store``:
+        the state store cannot be written (``StoreError``).
+        """
         if state == self._state:
             return
-        self._state = state
-        extra: dict[str, Any] = {
-            "event": "topics_not_ready" if state == "topics" else f"broker_{state}"
-        }
+        was, self._state = self._state, state
+        extra: dict[str, Any] = {"event": _EVENTS.get(state, f"broker_{state}")}
         if error:
             extra["error"] = error
-        if state == "up":
+        if state == "up" and was == "store":
+            log.info("state store written again", extra={**extra, "event": "store_available"})
+        elif state == "up":
             log.info("broker connected", extra=extra)
         elif state == "topics":
             log.error("the topics need an operator's fix, retrying with backoff", extra=extra)
+        elif state == "store":
+            extra["fix"] = (
+                "free space on the data directory's volume (or grow it) and make sure the "
+                "daemon can write there; it resumes by itself from the last stored step"
+            )
+            log.error("the state store cannot be written, retrying with backoff", extra=extra)
         else:
             log.warning("broker unavailable, retrying with backoff", extra=extra)
 
@@ -179,18 +193,23 @@ class Daemon:
         return None
 
     def run(self) -> None:
-        """Loop until ``stop`` is set; never exits on broker errors."""
+        """Loop until ``stop`` is set; never exits on broker or state store errors."""
         engine = self.engine
         source: Source | None = None
         sink: Sink | None = None
         backoff = BACKOFF_MIN_S
         last_probe = -1e18
         missing: TopicsNotReady | None = None  # a topic the last probe found missing or refused
+        # a step failed and the state it changed in memory could not be read back from the store
+        rollback_due = False
         self._beat = time.monotonic()
         watchdog = threading.Thread(target=self._watch, name="monitor-watchdog", daemon=True)
         watchdog.start()
         while not self.stop.is_set():
             try:
+                if rollback_due and source is not None:
+                    engine.rollback(source)
+                    rollback_due = False
                 if source is None or sink is None:
                     source, sink = self.connect(engine.offsets)
                     engine.set_partitions(source.partitions_for(engine.config.kafka.topics.scored))
@@ -210,26 +229,41 @@ class Daemon:
                     self._set_state("topics", str(missing))
                 engine.metrics.set_ready(missing is None and (assigned or engine.standby_ok))
                 backoff = BACKOFF_MIN_S
-            except BrokerUnavailable as exc:
+            except (BrokerUnavailable, StoreError) as exc:
                 if self._stalled and self._state == "down":
                     # the watchdog said only that the step hung; this says why (once)
                     log.warning(
                         "the stalled step failed", extra={"event": "step_failed", "error": str(exc)}
                     )
                 self._stalled = False
-                self._set_state("topics" if isinstance(exc, TopicsNotReady) else "down", str(exc))
+                self._set_state(_state_of(exc), str(exc))
                 engine.metrics.set_ready(False)
                 if source is not None:
-                    engine.rollback(source)
+                    try:
+                        engine.rollback(source)
+                        rollback_due = False
+                    except StoreError:  # a refit due on reload cannot be stored either
+                        rollback_due = True
                 self.stop.wait(backoff)
                 backoff = min(BACKOFF_MAX_S, backoff * 2)
-        engine.shutdown(source, sink)
+        if not rollback_due:  # never publish what a step that was not stored changed
+            engine.shutdown(source, sink)
         engine.metrics.set_ready(False)
         if sink is not None:
             sink.close()
         if source is not None:
             source.close()
         log.info("stopped", extra={"event": "stopped"})
+
+
+_EVENTS = {"topics": "topics_not_ready", "store": "store_unavailable"}
+
+
+def _state_of(exc: BrokerUnavailable | StoreError) -> str:
+    """The daemon's state after a failed step: ``store``, ``topics`` or ``down``."""
+    if isinstance(exc, StoreError):
+        return "store"
+    return "topics" if isinstance(exc, TopicsNotReady) else "down"
 
 
 def kafka_connect(
@@ -365,7 +399,7 @@ def _run(args: argparse.Namespace) -> int:
             tune_gc()
             Daemon(engine, connect, stop).run()
         except (ConfigError, StoreError):
-            raise  # one clear line from the command line (exit 2), e.g. a full data directory
+            raise  # one clear line from the command line (exit 2): a store it cannot open
         except Exception:
             log.critical("crashed", exc_info=True, extra={"event": "crashed"})
             return 1

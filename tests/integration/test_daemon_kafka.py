@@ -305,6 +305,22 @@ def _labels(w: Workload, requests: list[bytes]) -> list[bytes]:
     return out
 
 
+def _answer_and_stop(
+    run: Run, broker: Broker, w: Workload, expected: list[bytes], timeout_s: float = 60.0
+) -> list[bytes]:
+    """Once the daemon has read all of ``w``: answer ``expected`` from the truth, wait until the
+    labels are read, stop it (SIGTERM, exit 0); every request written, repeats included."""
+    topics = run.config.kafka.topics
+    run.wait_offsets({(topics.scored, 0): len(w)}, timeout_s)
+    labels = _labels(w, expected)
+    _produce(broker, topics.labels, labels)
+    run.wait_offsets({(topics.labels, 0): len(labels)}, 60)
+    requests = _read_all(run.config, topics.requests)
+    code, _ = run.stop()
+    assert code == 0, run.log_tail()
+    return requests
+
+
 def _scrape(run: Run, *lines: str, timeout_s: float = 10.0) -> str:
     """The /metrics text once it holds every one of ``lines``.
 

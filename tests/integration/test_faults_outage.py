@@ -32,10 +32,9 @@ from monitor.sim.workload import WorkloadSpec, generate
 from tests.conftest import broker_kinds, missing_component
 from tests.integration.test_daemon_kafka import (
     Run,
-    _labels,
+    _answer_and_stop,
     _predict,
     _produce,
-    _read_all,
     _scored,
     _yaml,
 )
@@ -133,13 +132,7 @@ def test_thirty_second_outage_mid_stream(
         assert time.monotonic() < deadline, run.log_tail()
         time.sleep(0.2)
     ready_after = time.monotonic() - restored_at
-    run.wait_offsets({(topics.scored, 0): len(w)}, 60)
-    labels = _labels(w, expected)
-    _produce(broker, topics.labels, labels)
-    run.wait_offsets({(topics.labels, 0): len(labels)}, 60)
-    requests = _read_all(run.config, topics.requests)
-    code, _ = run.stop()
-    assert code == 0, run.log_tail()
+    requests = _answer_and_stop(run, broker, w, expected)
     print(
         f"cut at offset {offset_at_cut}/{len(w)}; CPU during the outage {cpu_share:.1%} of a "
         f"core; /readyz {sorted(set(statuses))}; ready {ready_after:.1f} s after the restore"

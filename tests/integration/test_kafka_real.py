@@ -51,6 +51,7 @@ from tests.contract.test_kafka_io import CLASSES, KAFKA_TEST_CLIENT, _drain
 from tests.integration import test_daemon_kafka as kafka_tests
 from tests.integration.test_daemon_kafka import (
     Run,
+    _answer_and_stop,
     _labels,
     _predict,
     _produce,
@@ -126,13 +127,7 @@ def test_broker_restart_mid_stream_equals_the_undisturbed_run(
     broker_start_s = own_kafka.start_seconds[-1]
     ready_after = _wait_for("/readyz 200", lambda: _readyz(port) == 200, run, 90)
 
-    run.wait_offsets({(topics.scored, 0): len(w)}, 90)
-    labels = _labels(w, expected)
-    _produce(own_kafka, topics.labels, labels)
-    run.wait_offsets({(topics.labels, 0): len(labels)}, 60)
-    requests = _read_all(run.config, topics.requests)
-    code, _ = run.stop()
-    assert code == 0, run.log_tail()
+    requests = _answer_and_stop(run, own_kafka, w, expected, 90)
     print(
         f"\nbroker {how} at offset {offset_at_stop}/{len(w)}; daemon not ready after "
         f"{not_ready_after:.1f} s; broker restarted in {broker_start_s:.1f} s; daemon ready "

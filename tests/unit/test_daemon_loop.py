@@ -456,6 +456,91 @@ def _ready(registry: CollectorRegistry) -> float | None:
     return registry.get_sample_value("monitor_ready")
 
 
+def _wait_for(done: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_store_that_cannot_be_written_is_not_ready_and_loses_nothing(
+    tmp_path: Path,
+    workload: Workload,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A full volume: SQLite refuses every transaction ("database or disk is full": the store
+    is held to the pages it has, as a full volume would), and the reload after the failed step
+    cannot store the refit it owes either (twice). The daemon exited 2 on the first refusal,
+    taking its exported estimates and alert states with it. It must stay up and not ready, say
+    so once, never step on a state it could not read back, and once there is room end as an
+    undisturbed run: the same requests (each failed attempt sends its step's again, the same
+    bytes) and estimates."""
+    clean_log, clean = _run_clean(tmp_path, workload)
+    log, store, registry, engine = _engine(tmp_path / "full", workload)
+    full = threading.Event()
+    full.set()
+    real_commit = Store.commit
+
+    def commit(self: Store, *args: object, **kwargs: object) -> None:
+        # on the daemon's thread, which owns the connection; the SQLite error is real
+        pages = self._db.execute("PRAGMA page_count").fetchone()[0]
+        self._db.execute(f"PRAGMA max_page_count = {pages if full.is_set() else 2**30}")
+        real_commit(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Store, "commit", commit)
+    calls: list[str] = []
+    real_rollback, real_step = engine.rollback, engine.step
+    rollback_fails = [2]
+
+    def rollback(source: FakeSource) -> None:
+        if rollback_fails[0]:
+            rollback_fails[0] -= 1
+            calls.append("rollback failed")
+            msg = "cannot write the state store: database or disk is full"
+            raise StoreError(msg)
+        real_rollback(source)
+        calls.append("rolled back")
+
+    def step(source: FakeSource, sink: FakeSink) -> int:
+        calls.append("step")
+        return real_step(source, sink)
+
+    monkeypatch.setattr(engine, "rollback", rollback)
+    monkeypatch.setattr(engine, "step", step)
+    stop = threading.Event()
+    sources: list[FakeSource] = []
+    seen: list[tuple[int, float | None]] = []
+
+    def offset(topic: str) -> int:
+        return store.offsets().get((topic, 0), 0)
+
+    def script() -> None:
+        time.sleep(2.0)
+        seen.append((offset(TOPICS.scored), _ready(registry)))
+        full.clear()  # room again
+        _wait_for(lambda: offset(TOPICS.scored) == len(workload))
+        n = _answer(log, workload)
+        _wait_for(lambda: offset(TOPICS.labels) == n)
+        time.sleep(0.5)  # published within 0.2 s of labels
+        seen.append((offset(TOPICS.scored), _ready(registry)))
+        stop.set()
+
+    _run_scripted(engine, _fake_connect(log, sources), stop, script, caplog)
+    events = [getattr(r, "event", "") for r in caplog.records]
+    assert seen == [(0, 0.0), (len(workload), 1.0)]
+    assert events.count("store_unavailable") == 1 and events.count("store_available") == 1
+    assert "broker_down" not in events
+    failed = calls.index("rollback failed")
+    assert calls[failed : failed + 3] == ["rollback failed", "rollback failed", "rolled back"]
+    assert calls.count("rolled back") >= 1 and len(sources) == 1
+    assert set(log.records(TOPICS.requests)) == set(clean_log.records(TOPICS.requests))
+    assert len(log.records(TOPICS.requests)) > len(clean_log.records(TOPICS.requests))
+    assert repr(engine.estimator.snapshot().windows) == _windows(clean)
+    store.close()
+    clean.close()
+
+
 def test_unassigned_still_asks_the_broker_and_warns_once(
     tmp_path: Path,
     workload: Workload,
