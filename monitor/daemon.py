@@ -123,7 +123,7 @@ class Daemon:
         """Log a change of state: ``up``, ``down``, ``topics`` or ``store``.
 
         ``down``: the broker (``BrokerUnavailable``); ``topics``: ``TopicsNotReady``; ``store``:
-        the state store cannot be written (``StoreError``).
+        the state store refused a write or a read (``StoreError``).
         """
         if state == self._state:
             return
@@ -139,10 +139,11 @@ class Daemon:
             log.error("the topics need an operator's fix, retrying with backoff", extra=extra)
         elif state == "store":
             extra["fix"] = (
-                "free space on the data directory's volume (or grow it) and make sure the "
-                "daemon can write there; it resumes by itself from the last stored step"
+                "a full volume: free space on it or grow it; a read-only or vanished data "
+                "directory: make it writable again; the daemon resumes by itself from the last "
+                "stored step"
             )
-            log.error("the state store cannot be written, retrying with backoff", extra=extra)
+            log.error("the state store failed, retrying with backoff", extra=extra)
         else:
             log.warning("broker unavailable, retrying with backoff", extra=extra)
 
