@@ -128,24 +128,30 @@ class Daemon:
         if state == self._state:
             return
         was, self._state = self._state, state
-        extra: dict[str, Any] = {"event": _EVENTS.get(state, f"broker_{state}")}
-        if error:
-            extra["error"] = error
+        extra: dict[str, Any] = {"error": error} if error else {}
         if state == "up" and was == "store":
-            log.info("state store written again", extra={**extra, "event": "store_available"})
+            log.info("state store written again", extra={"event": "store_available", **extra})
         elif state == "up":
-            log.info("broker connected", extra=extra)
+            log.info("broker connected", extra={"event": "broker_up", **extra})
         elif state == "topics":
-            log.error("the topics need an operator's fix, retrying with backoff", extra=extra)
+            log.error(
+                "the topics need an operator's fix, retrying with backoff",
+                extra={"event": "topics_not_ready", **extra},
+            )
         elif state == "store":
-            extra["fix"] = (
+            fix = (
                 "a full volume: free space on it or grow it; a read-only or vanished data "
                 "directory: make it writable again; the daemon resumes by itself from the last "
                 "stored step"
             )
-            log.error("the state store failed, retrying with backoff", extra=extra)
+            log.error(
+                "the state store failed, retrying with backoff",
+                extra={"event": "store_unavailable", **extra, "fix": fix},
+            )
         else:
-            log.warning("broker unavailable, retrying with backoff", extra=extra)
+            log.warning(
+                "broker unavailable, retrying with backoff", extra={"event": "broker_down", **extra}
+            )
 
     def _note_assignment(self, assigned: bool) -> None:
         """Log once when the group has given this process no partition for a while.
@@ -255,9 +261,6 @@ class Daemon:
         if source is not None:
             source.close()
         log.info("stopped", extra={"event": "stopped"})
-
-
-_EVENTS = {"topics": "topics_not_ready", "store": "store_unavailable"}
 
 
 def _state_of(exc: BrokerUnavailable | StoreError) -> str:

@@ -87,9 +87,8 @@ def test_a_full_data_volume_is_ridden_out_and_loses_nothing(
 ) -> None:
     topics = make_topics()
     path = tmp_path / "full.yaml"
-    text = _yaml(broker, topics, volume / "data", f"g-{topics.scored}")
     path.write_text(
-        text.replace("poll_timeout_ms: 200", "poll_timeout_ms: 200\n  max_poll_records: 50")
+        _yaml(broker, topics, volume / "data", f"g-{topics.scored}", max_poll_records=50)
     )
     run = Run(path, load_config(path), tmp_path / "full.log")
     port = run.config.metrics.port

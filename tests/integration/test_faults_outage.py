@@ -99,10 +99,7 @@ def test_thirty_second_outage_mid_stream(
     admin.create_topics([NewTopic(t, 1, 1) for t in names])
     admin.close()
     path = tmp_path / "outage.yaml"
-    text = _yaml(broker, topics, tmp_path / "data", f"g-{tag}")
-    path.write_text(
-        text.replace("poll_timeout_ms: 200", "poll_timeout_ms: 200\n  max_poll_records: 50")
-    )
+    path.write_text(_yaml(broker, topics, tmp_path / "data", f"g-{tag}", max_poll_records=50))
     run = Run(path, load_config(path), tmp_path / "outage.log")
     port = run.config.metrics.port
     w = generate(WorkloadSpec(n=8000, hours=8.0, seed=21))
