@@ -29,7 +29,8 @@ each partition is committed up to its first request still held (``_commit``), an
 asks the broker for end offsets every ``_PROBE_EVERY_S``, and a broker error leaves
 ``labelstudio_up`` and the Label Studio error counter alone (``kafka_up`` says it instead).
 A requests or labels topic the broker lacks is ``topics_not_ready`` (``_note_topics``); the
-clients never ask the broker to create one (``monitor.io.kafka_io.new_client``).
+clients never ask the broker to create one (``monitor.io.kafka_io.new_client``). A state file
+that fails (a full volume) is retried the same way too (``_store_away``).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ from monitor.bridges.ls_tasks import project_fields, read_answer, task_body
 from monitor.config.kafka_client import RECONNECT_BACKOFF_MAX_MS, kafka_client_options
 from monitor.config.schema import Config
 from monitor.core.messages import AuditRequest
-from monitor.errors import MonitorError, TopicsNotReady
+from monitor.errors import MonitorError, StoreError, TopicsNotReady
 from monitor.io.client_errors import unavailable
 from monitor.io.kafka_io import (
     CLIENT_OPTIONS,
@@ -169,6 +170,7 @@ class LabelStudioBridge:
         self._next_probe = 0.0
         self._requests_missing: TopicsNotReady | None = None  # the last probe's (``_probe``)
         self._topics_error: str | None = None  # a topic found missing, until it exists
+        self._store_error: str | None = None  # the state file's failure, until a step succeeds
         self._liveness: Any = None  # the request topic's partition 0 (``_probe``)
         self._subscribed_at = 0.0  # when the consumer subscribed (``time.monotonic``)
         self._send_wait_s = 20.0  # a label's send: past the producer's delivery timeout
@@ -287,6 +289,7 @@ class LabelStudioBridge:
             and self._ls_up
             and self._kafka_up
             and self._topics_error is None
+            and self._store_error is None
             and self.alive
         )
 
@@ -351,11 +354,13 @@ class LabelStudioBridge:
                         producer = new_client(KafkaProducer, options, "producer")
                         self._send_failed = False
                     self._step(consumer, producer)
-                except (LabelStudioError, KafkaError, TopicsNotReady) as exc:
+                except (LabelStudioError, KafkaError, TopicsNotReady, StoreError) as exc:
                     ls_error = isinstance(exc, LabelStudioError)
                     wait = backoff if ls_error else min(backoff, _KAFKA_BACKOFF_MAX_S)
                     if isinstance(exc, TopicsNotReady):  # the labels topic (``_publish``)
                         self._note_topics(exc)
+                    elif isinstance(exc, StoreError):
+                        self._store_away(exc, wait)
                     elif isinstance(exc, KafkaError):
                         self._kafka_away(exc, wait)
                     else:
@@ -366,6 +371,9 @@ class LabelStudioBridge:
                     stop.wait(wait)
                     backoff = min(backoff * 2, _BACKOFF_MAX_S)
                     continue
+                if self._store_error is not None:
+                    log.info("state file written again", extra={"event": "store_available"})
+                    self._store_error = None
                 if not self._kafka_up:
                     log.info("Kafka is back", extra={"event": "kafka_back"})
                     self._kafka_up = True
@@ -415,6 +423,31 @@ class LabelStudioBridge:
             "Kafka did not answer or refused; retrying with backoff (nothing is committed "
             "meanwhile)",
             extra={"event": "kafka_down", "error": str(error), "retry_in_s": backoff},
+        )
+
+    def _store_away(self, exc: StoreError, backoff: float) -> None:
+        """The state file failed: not ready, logged once; the next step reads Label Studio first.
+
+        The step stopped at the failed write, which changed nothing. Tasks an import created
+        but could not record are then adopted (``_poll_all``) before anything is imported again,
+        and the import's requests counted as repeated; a label published but not recorded is
+        published again (the same label; the daemon keeps the first). Retried at most
+        ``_KAFKA_BACKOFF_MAX_S`` apart, so the bridge is ready within that of the room made.
+        """
+        self._recheck = True
+        if self._store_error is not None:
+            return
+        self._store_error = str(exc)
+        log.error(
+            "the bridge's state file failed; retrying with backoff (nothing is committed "
+            "meanwhile)",
+            extra={
+                "event": "store_unavailable",
+                "error": str(exc),
+                "fix": "a full volume: free space on it or grow it; a read-only directory: make "
+                "it writable again; the bridge resumes by itself",
+                "retry_in_s": backoff,
+            },
         )
 
     def _went_away(self, exc: Exception, backoff: float) -> None:

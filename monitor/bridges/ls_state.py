@@ -16,14 +16,18 @@ the answer counts), so a restart reads back only the tasks that changed since.
 A request id present here is never imported again (a replayed request or a restart after the
 offsets were reset); the start-up reconciliation also adds tasks that Label Studio has but this
 file lacks (a crash between the import and the write).
+
+A failed read or write (a full volume: "database or disk is full") raises ``StoreError`` naming
+the file; each write is one statement or one transaction, so a failed one changed nothing.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from monitor.errors import StoreError
 
@@ -56,6 +60,26 @@ CREATE TABLE IF NOT EXISTS marks (
     mark TEXT NOT NULL
 );
 """
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _stored(
+    method: Callable[Concatenate[BridgeState, _P], _R],
+) -> Callable[Concatenate[BridgeState, _P], _R]:
+    """``sqlite3.Error`` from ``method`` as ``StoreError`` naming the state file."""
+
+    def call(state: BridgeState, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(state, *args, **kwargs)
+        except sqlite3.Error as exc:
+            msg = f"{state.path}: the bridge's state file failed: {exc}"
+            raise StoreError(msg) from exc
+
+    call.__doc__ = method.__doc__
+    return call
 
 
 @dataclass(frozen=True)
@@ -94,6 +118,7 @@ class BridgeState:
         """Close the file."""
         self._db.close()
 
+    @_stored
     def add_tasks(self, rows: list[TaskRow]) -> None:
         """Record new tasks (a request id already present is left as it is)."""
         with self._db:
@@ -118,6 +143,7 @@ class BridgeState:
                 ],
             )
 
+    @_stored
     def known(self, request_ids: list[str]) -> set[str]:
         """Which of ``request_ids`` already have a task (or had one)."""
         out: set[str] = set()
@@ -131,6 +157,7 @@ class BridgeState:
             out.update(r[0] for r in cur)
         return out
 
+    @_stored
     def by_task(self, task_id: int) -> list[TaskRow]:
         """The requests recorded with a task id.
 
@@ -140,30 +167,34 @@ class BridgeState:
         cur = self._db.execute("SELECT * FROM tasks WHERE task_id = ?", (task_id,))
         return [TaskRow(*row) for row in cur.fetchall()]
 
+    @_stored
     def by_request(self, request_id: str) -> TaskRow | None:
         """The task of a request id."""
         cur = self._db.execute("SELECT * FROM tasks WHERE request_id = ?", (request_id,))
         row = cur.fetchone()
         return None if row is None else TaskRow(*row)
 
-    def with_status(self, *statuses: str) -> Iterator[TaskRow]:
+    @_stored
+    def with_status(self, *statuses: str) -> list[TaskRow]:
         """Every task in one of ``statuses``."""
         marks = ",".join("?" * len(statuses))
         cur = self._db.execute(
             f"SELECT * FROM tasks WHERE status IN ({marks}) ORDER BY task_id",
             statuses,
         )
-        for row in cur.fetchall():
-            yield TaskRow(*row)
+        return [TaskRow(*row) for row in cur.fetchall()]
 
+    @_stored
     def set_status(self, request_id: str, status: str) -> None:
         """Mark a task expired or deleted, or open again (its answer deleted)."""
         self._db.execute("UPDATE tasks SET status = ? WHERE request_id = ?", (status, request_id))
 
+    @_stored
     def set_task(self, request_id: str, task_id: int) -> None:
         """The request's task is now ``task_id`` (a second task of it held the answer)."""
         self._db.execute("UPDATE tasks SET task_id = ? WHERE request_id = ?", (task_id, request_id))
 
+    @_stored
     def set_published(self, request_id: str, label: int) -> None:
         """The label now published for the request (the task is answered)."""
         self._db.execute(
@@ -171,6 +202,7 @@ class BridgeState:
             (ANSWERED, label, request_id),
         )
 
+    @_stored
     def annotation_seen(self, annotation_id: int, request_id: str) -> tuple[str, int | None] | None:
         """(kind, label) of an annotation of ``request_id`` already read, or None.
 
@@ -183,6 +215,7 @@ class BridgeState:
         row = cur.fetchone()
         return None if row is None else (str(row[0]), row[1])
 
+    @_stored
     def record_annotation(
         self, annotation_id: int, request_id: str, kind: str, label: int | None
     ) -> None:
@@ -192,19 +225,23 @@ class BridgeState:
             (annotation_id, request_id, kind, label),
         )
 
+    @_stored
     def marks(self) -> dict[int, str]:
         """Per task id, the mark ``set_mark`` saved last."""
         return {int(t): str(m) for t, m in self._db.execute("SELECT task_id, mark FROM marks")}
 
+    @_stored
     def set_mark(self, task_id: int, mark: str) -> None:
         """What a poll saw of a task whose annotations it has read (``marks``)."""
         self._db.execute("INSERT OR REPLACE INTO marks VALUES (?, ?)", (task_id, mark))
 
+    @_stored
     def watermarks(self) -> dict[str, float]:
         """Per model, the newest event time of any request seen (the bridge's watermark)."""
         cur = self._db.execute("SELECT model, MAX(ts) FROM tasks GROUP BY model")
         return {str(m): float(t) for m, t in cur}
 
+    @_stored
     def depth(self) -> dict[str, int]:
         """Per model, the open tasks (the queue depth)."""
         cur = self._db.execute(

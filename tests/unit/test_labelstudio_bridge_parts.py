@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import SimpleNamespace
@@ -454,8 +456,6 @@ class _FakeConsumer:
         return {self.part}
 
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[Any, Any]:
-        import time
-
         time.sleep(min(timeout_ms, 50) / 1000)
         return {}
 
@@ -506,16 +506,30 @@ class _FakeProducer(_Sent):
         return None
 
 
+def _start_loop(bridge: LabelStudioBridge) -> None:
+    """Run the bridge's loop in its thread, as ``start`` does once Label Studio answered."""
+    bridge._ls_up = True
+    bridge._thread = threading.Thread(target=bridge._main, daemon=True)
+    bridge._thread.start()
+
+
+def _within(seconds: float, check: Any) -> bool:
+    """Whether ``check()`` holds within ``seconds`` (asked every 0.05 s)."""
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_a_kafka_outage_is_noticed_at_once_and_not_blamed_on_label_studio(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Kafka stopped under a running bridge: /readyz stayed 200 (an idle poll never fails),
     an answer then blocked the loop in its send for ~60 s, and the outage was counted as
     Label Studio's (``labelstudio_up`` 0, its error counter, "Label Studio is back")."""
-    import logging
-    import threading
-    import time
-
     monkeypatch.setattr("monitor.bridges.labelstudio.KafkaConsumer", _FakeConsumer)
     monkeypatch.setattr("monitor.bridges.labelstudio.KafkaProducer", _FakeProducer)
     monkeypatch.setattr(_Outage, "down", False)
@@ -529,25 +543,15 @@ def test_a_kafka_outage_is_noticed_at_once_and_not_blamed_on_label_studio(
             "total_annotations": 0, "cancelled_annotations": 0, "updated_at": "t0"}  # fmt: skip
     bridge.client = _FreshLabelStudio({1: task})  # type: ignore[assignment]
     bridge.projects = {"default": 1}
-    bridge._ls_up = True
-    bridge._thread = threading.Thread(target=bridge._main, daemon=True)
-    bridge._thread.start()
-
-    def within(seconds: float, check: Any) -> bool:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if check():
-                return True
-            time.sleep(0.05)
-        return False
+    _start_loop(bridge)
 
     def metric(name: str) -> float | None:
         return bridge.metrics.registry.get_sample_value(f"labelstudio_bridge_{name}")
 
     try:
-        assert within(5, bridge._is_ready)
+        assert _within(5, bridge._is_ready)
         _Outage.down = True
-        assert within(4, lambda: not bridge._is_ready()), "Kafka down, still ready"
+        assert _within(4, lambda: not bridge._is_ready()), "Kafka down, still ready"
         choice = {"from_name": "label", "value": {"choices": ["1"]}}
         task.update(annotations=[{"id": 5, "completed_by": 7, "result": [choice]}],
                     total_annotations=1, updated_at="t1")  # fmt: skip
@@ -557,17 +561,121 @@ def test_a_kafka_outage_is_noticed_at_once_and_not_blamed_on_label_studio(
         assert metric("kafka_up") == 0
         _Outage.down = False
         (producer,) = _FakeProducer.made[-1:]
-        assert within(10, lambda: len(producer.values) == 1 and bridge._is_ready())
+        assert _within(10, lambda: len(producer.values) == 1 and bridge._is_ready())
         assert bridge.settle(5)
         assert [(v["request_id"], v["label"]) for v in producer.values] == [("r1", 1)]
         assert metric("labelstudio_errors_total") == 0 and metric("kafka_up") == 1
     finally:
         bridge._stop.set()
+        assert bridge._thread is not None
         bridge._thread.join(10)
         bridge.state.close()
     events = [getattr(r, "event", None) for r in caplog.records]
     assert events.count("kafka_down") == 1 and events.count("kafka_back") == 1, events
     assert not {"labelstudio_down", "labelstudio_back"} & set(events), events
+
+
+class _LoopConsumer(_TopicConsumer):
+    """``_TopicConsumer`` as the loop makes it (``KafkaConsumer(**options)``): the last made."""
+
+    DEFAULT_CONFIG = kafka.KafkaConsumer.DEFAULT_CONFIG
+    made: _LoopConsumer | None = None
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__()
+        _LoopConsumer.made = self
+
+    def subscribe(self, topics: list[str]) -> None:
+        return None
+
+    def poll(self, timeout_ms: int = 0, max_records: int = 500) -> dict[Any, list[_Message]]:
+        got = super().poll(timeout_ms, max_records)
+        if not got:
+            time.sleep(0.05)
+        return got
+
+    def pause(self, *parts: Any) -> None:
+        return None
+
+    def close(self, *args: Any, **kw: Any) -> None:
+        return None
+
+
+def test_a_state_file_that_cannot_be_written_holds_back_its_step_and_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full volume under the state file: the first refused write ("database or disk is full")
+    left the loop, and the bridge stopped for good (``bridge_failed``) with the tasks of that
+    import created in Label Studio and not recorded. Now it is not ready and retried; the tasks
+    are adopted, not imported again, once the file can be written."""
+    monkeypatch.setattr("monitor.bridges.labelstudio.KafkaConsumer", _LoopConsumer)
+    monkeypatch.setattr("monitor.bridges.labelstudio.KafkaProducer", _FakeProducer)
+    monkeypatch.setattr(_Outage, "down", False)
+    caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
+    config = parse_config({"models": {"a": {}}, "default_model": "a"}, "m.yaml")
+    bridge = LabelStudioBridge(config, LabelStudioConfig(poll_interval_s=0.2), tmp_path / "s", "t")
+    bridge._state = BridgeState(tmp_path / "s")
+    ls = _RefusingProject({})
+    ls.refusing = False
+    bridge.client = ls  # type: ignore[assignment]
+    bridge.projects = {"a": 1}
+    _start_loop(bridge)
+
+    def count(name: str) -> float:
+        return bridge.metrics.registry.get_sample_value(name, {"model": "a"}) or 0.0
+
+    db = bridge.state._db
+    try:
+        assert _within(5, lambda: _LoopConsumer.made is not None and bridge._is_ready())
+        consumer = _LoopConsumer.made
+        assert consumer is not None
+        consumer.log += [_req(model="a", request_id=f"{i:032d}") for i in range(2)]
+        assert _within(5, lambda: consumer.commits[-1:] == [2])
+        (pages,) = db.execute("PRAGMA page_count").fetchone()
+        db.execute(f"PRAGMA max_page_count = {pages}")  # SQLite's own SQLITE_FULL from here on
+        consumer.log += [_req(model="a", request_id=f"{i:032d}") for i in range(2, 102)]
+        assert _within(5, lambda: not bridge._is_ready()), "the write failed, still ready"
+        ls.by_id[1]["annotations"] = [
+            {
+                "id": 9,
+                "completed_by": 7,
+                "result": [{"from_name": "label", "value": {"choices": ["1"]}}],
+            }
+        ]
+        ls.by_id[1].update(total_annotations=1, cancelled_annotations=0, updated_at="t1")
+        time.sleep(2.0)  # retried meanwhile (1 s, then 2 s later)
+        assert not bridge._is_ready() and bridge._healthy()
+        assert (len(ls.by_id), ls.imports[1], consumer.commits[-1]) == (102, 2, 2)
+        assert bridge.state.known([f"{i:032d}" for i in range(102)]) == {
+            f"{i:032d}" for i in range(2)
+        }
+        db.execute("PRAGMA max_page_count = 1073741823")  # room made
+        assert _within(10, bridge._is_ready), "room made, not ready"
+        assert _within(5, lambda: consumer.commits[-1] == 102)
+        (producer,) = _FakeProducer.made[-1:]
+        assert _within(5, lambda: len(producer.values) == 1)
+    finally:
+        bridge._stop.set()
+        assert bridge._thread is not None
+        bridge._thread.join(10)
+    # every request has one task, recorded; the 100 imported before the failed write adopted
+    assert (len(ls.by_id), ls.imports[1]) == (102, 2)
+    assert len(bridge.state.known([f"{i:032d}" for i in range(102)])) == 102
+    assert (
+        count("labelstudio_bridge_tasks_created_total"),
+        count("labelstudio_bridge_tasks_adopted_total"),
+    ) == (2, 100)
+    assert [(v["request_id"], v["label"]) for v in producer.values] == [(f"{0:032d}", 1)]
+    assert bridge.error is None
+    bridge.state.close()
+    (failed,) = [
+        str(getattr(r, "error", ""))
+        for r in caplog.records
+        if getattr(r, "event", None) == "store_unavailable"
+    ]
+    assert "database or disk is full" in failed and str(tmp_path / "s") in failed
+    events = [getattr(r, "event", None) for r in caplog.records]
+    assert events.count("store_available") == 1 and "bridge_failed" not in events, events
 
 
 class _Deleting(_FreshLabelStudio):
