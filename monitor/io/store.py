@@ -132,15 +132,16 @@ class Store:
             # offsets stored in this same database and replays (decisions are deterministic)
             self._db.execute("PRAGMA synchronous=NORMAL")
             tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
-            if "meta" in tables:
-                self._check_schema()
+            written = self._check_schema() if "meta" in tables else None
             for old, new in _TABLE_RENAMES:
                 if old in tables and new not in tables:
                     self._db.execute(f"ALTER TABLE {old} RENAME TO {new}")
             self._db.executescript(_SCHEMA)
-            self._db.execute(
-                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
+            if written != SCHEMA_VERSION:  # nothing written otherwise: a full volume opens
+                self._db.execute(
+                    "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
             rows = self._db.execute("SELECT topic, partition, next_offset FROM offsets")
             self._offsets = {(t, int(p)): int(o) for t, p, o in rows}
         except sqlite3.Error as exc:
@@ -151,12 +152,12 @@ class Store:
             self.close()
             raise
 
-    def _check_schema(self) -> None:
-        """``StoreError`` when a later release wrote the store (its schema version is newer)."""
+    def _check_schema(self) -> int:
+        """The store's schema version; ``StoreError`` when a later release wrote it."""
         row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         written = str(row[0]) if row is not None else "1"
         if written.isdigit() and int(written) <= SCHEMA_VERSION:
-            return
+            return int(written)
         msg = (
             f"the state store in {self.data_dir} was written by a later release (store schema "
             f"{written}; this release reads {SCHEMA_VERSION} and earlier): run that release, or "

@@ -1,4 +1,5 @@
-"""A full data volume: the daemon rides it out, not ready, and resumes when there is room.
+"""A full data volume: the daemon and the Label Studio bridge ride it out, not ready, and resume
+when there is room.
 
 The data directory is a small tmpfs of its own (mounting one needs root, as CI runs; a
 laptop without it skips). Half the stream is read, the volume is filled to the last byte with a
@@ -7,25 +8,45 @@ file beside the store, and the other half is produced: SQLite's transactions fai
 alert states with it. It must stay up, answer 503 on ``/readyz``, keep the estimates of the
 first half on ``/metrics``, log the state once; and once the file is removed, be ready again and
 end as the engine's undisturbed run: the same requests (the failed attempts send their step's
-requests again, the same bytes) and estimates.
+requests again, the same bytes) and estimates. The bridge used to stop for good at its first
+refused write, with the tasks of that import in Label Studio and not in its state file.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import subprocess
 import time
+import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from kafka import KafkaConsumer, TopicPartition
 
+from monitor.bridges.labelstudio import LabelStudioBridge
+from monitor.bridges.ls_client import LabelStudioClient
+from monitor.bridges.ls_server import LabelStudioServer
 from monitor.config.load import load_config
-from monitor.config.schema import TopicsConfig
+from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.sim.workload import WorkloadSpec, generate
 from tests.conftest import Broker, missing_component
+from tests.integration.ls_helpers import (
+    FAST_GROUP,
+    annotate,
+    http_status,
+    ls_config,
+    metric,
+    produce,
+    project_tasks,
+    read_labels,
+    request,
+    wait_for,
+)
 from tests.integration.test_daemon_kafka import (
     Run,
     _answer_and_stop,
@@ -111,6 +132,15 @@ def test_a_full_data_volume_is_ridden_out_and_loses_nothing(
     metrics = _scrape(run, "monitor_ready 0.0")
     status = _readyz(port)
     stored_while_full = run.offsets()[(topics.scored, 0)]
+    stop_code, _ = run.stop()  # SIGTERM on the full volume, then started again on it
+    run.start()
+    _wait_for(
+        "the restarted daemon to refuse a write",
+        lambda: len(run.events("store_unavailable")) == 2,
+        run,
+        FAIL_S,
+    )
+    restarted = (_scrape(run, "monitor_ready 0.0"), _readyz(port))
 
     filler.unlink()
     ready_after = _wait_for("/readyz 200", lambda: _readyz(port) == 200, run, READY_S)
@@ -123,7 +153,9 @@ def test_a_full_data_volume_is_ridden_out_and_loses_nothing(
 
     assert "database or disk is full" in str(failed["error"]), failed
     assert str(volume / "data") in str(failed["error"]), failed
-    assert status == 503
+    assert status == 503 and stop_code == 0
+    assert restarted[1] == 503
+    assert re.search(r'monitor_window_records\{[^}]*window="24h"[^}]*\} [1-9]', restarted[0])
     # the first half's estimates are still exported (no label yet: the label-free ones)
     assert re.search(r'monitor_window_records\{[^}]*window="24h"[^}]*\} [1-9]', metrics), metrics
     assert half <= stored_while_full < len(w)
@@ -132,3 +164,94 @@ def test_a_full_data_volume_is_ridden_out_and_loses_nothing(
     # nothing lost: every request (replays repeat bytes), estimates as uninterrupted
     assert set(requests) == set(expected)
     assert run.snapshot_repr() == predicted
+
+
+def test_the_label_studio_bridge_rides_out_a_full_volume(
+    broker: Broker,
+    make_topics: Callable[..., TopicsConfig],
+    labelstudio: LabelStudioServer,
+    volume: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The bridge's state file on a volume filled while it runs: 300 requests arrive, the import
+    of the first batch the consumer reads creates its tasks in Label Studio and the state file
+    refuses to record them, and an auditor answers meanwhile. The bridge must stay up
+    (``/healthz`` 200, ``/readyz`` 503), commit nothing past what it recorded, and once there is
+    room adopt those tasks instead of importing them again, import the rest, publish the answer
+    once and commit everything."""
+    caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
+    topics = make_topics()
+    ls = ls_config(labelstudio, uuid.uuid4().hex[:8], poll_interval_s=1.0)
+    config = Config(kafka=KafkaConfig(bootstrap_servers=(broker.bootstrap,), topics=topics))
+    client = LabelStudioClient(labelstudio.url, labelstudio.token)
+    title = ls.title("default")
+    first, second = [request(i) for i in range(5)], [request(i) for i in range(5, 305)]
+    ids = [r["request_id"] for r in first + second]
+    state = volume / "bridge.sqlite"
+    bridge = LabelStudioBridge(config, ls, state, labelstudio.token, consumer_config=FAST_GROUP)
+
+    def events(name: str) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if getattr(r, "event", None) == name]
+
+    def committed() -> int | None:
+        probe = KafkaConsumer(
+            bootstrap_servers=broker.bootstrap, group_id=ls.group_id, enable_auto_commit=False
+        )
+        try:
+            offset: int | None = probe.committed(TopicPartition(topics.requests, 0))
+            return offset
+        finally:
+            probe.close(autocommit=False)
+
+    bridge.start()
+    try:
+        produce(broker.bootstrap, topics.requests, first)
+        wait_for("5 tasks", lambda: len(project_tasks(client, title)) == 5)
+        wait_for("ready", lambda: http_status(bridge.port, "/readyz") == 200)
+        assert bridge.settle()  # the tasks' marks written: the next write is the next import's
+        filler = volume / "filler"
+        filled = _fill(filler)
+        produce(broker.bootstrap, topics.requests, second)
+        wait_for("the state file to refuse a write", lambda: bool(events("store_unavailable")), 30)
+        task = next(
+            t
+            for t in project_tasks(client, title)
+            if t["meta"]["request_id"] == first[0]["request_id"]
+        )
+        annotate(client, task["id"], 1)
+        time.sleep(5.0)  # retried meanwhile; the answer waits for the tasks to be recorded
+        status = (http_status(bridge.port, "/readyz"), http_status(bridge.port, "/healthz"))
+        tasks_while_full = len(project_tasks(client, title))
+        committed_while_full = committed()
+        known_while_full = len(bridge.state.known(ids))
+
+        filler.unlink()
+        freed = time.monotonic()
+        wait_for("/readyz 200", lambda: http_status(bridge.port, "/readyz") == 200, 30)
+        ready_s = time.monotonic() - freed
+        wait_for("everything committed", lambda: committed() == len(ids), 30)
+        labels = read_labels(broker.bootstrap, topics.labels, 1, timeout_s=30)
+        assert bridge.settle()
+        labels = read_labels(broker.bootstrap, topics.labels, 2, timeout_s=3)
+        known = len(bridge.state.known(ids))
+        alive = bridge.alive
+    finally:
+        bridge.stop()
+    tasks = project_tasks(client, title)
+    print(
+        f"filled {filled} bytes; {tasks_while_full} tasks in Label Studio and {known_while_full} "
+        f"recorded while full; ready {ready_s:.1f} s after the room was made"
+    )
+
+    (failed,) = [str(getattr(r, "error", "")) for r in events("store_unavailable")]
+    assert "database or disk is full" in failed and str(state) in failed
+    assert status == (503, 200) and alive and bridge.error is None
+    # a batch of the second requests imported, not recorded; the rest held back
+    assert len(first) < tasks_while_full and known_while_full == len(first)
+    assert committed_while_full == len(first)
+    assert Counter(t["meta"]["request_id"] for t in tasks) == Counter(ids)  # one task each
+    assert known == len(ids)
+    adopted = metric(bridge, "labelstudio_bridge_tasks_adopted_total", model="default")
+    assert adopted == tasks_while_full - len(first)
+    assert [(x["request_id"], x["label"]) for x in labels] == [(first[0]["request_id"], 1)]
+    assert len(events("store_available")) == 1 and not events("bridge_failed")

@@ -195,6 +195,17 @@ def test_a_store_of_an_earlier_schema_opens_and_is_marked_current(tmp_path: Path
     assert written == str(SCHEMA_VERSION)
 
 
+def test_opening_a_store_of_this_release_writes_nothing(tmp_path: Path) -> None:
+    """Opening wrote the schema version every time, so a daemon restarted while its volume was
+    full exited with code 2 ("database or disk is full") instead of waiting for room."""
+    Store(tmp_path).close()
+    store = Store(tmp_path)
+    try:
+        assert store._db.total_changes == 0
+    finally:
+        store.close()
+
+
 def test_segments_come_back_with_their_latest_bucket_and_freed_slots_leave(
     tmp_path: Path, rng: np.random.Generator
 ) -> None:
