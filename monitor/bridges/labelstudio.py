@@ -154,6 +154,7 @@ class LabelStudioBridge:
         self.accept = accept
         self.consumer_config = dict(consumer_config or {})
         self.metrics = BridgeMetrics()
+        self.metrics.ready.set_function(lambda: float(self._is_ready()))
         self.projects: dict[str, int] = {}
         self.webhooks_on = False
         self.error: BaseException | None = None

@@ -107,6 +107,12 @@ class BridgeMetrics:
             f"{p}_kafka_up", "1 when the last Kafka call (probe, send, commit) worked", registry=r
         )
         self.kafka_up.set(1)
+        self.ready = Gauge(
+            f"{p}_ready",
+            "1 while /readyz answers 200: Label Studio and Kafka answer, the topics exist and the "
+            "state file takes writes",
+            registry=r,
+        )
 
     def set_depth(self, depth: Mapping[str, int], models: Iterable[str]) -> None:
         """Set the queue depth of every model (0 for those without open tasks)."""

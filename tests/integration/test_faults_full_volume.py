@@ -221,6 +221,7 @@ def test_the_label_studio_bridge_rides_out_a_full_volume(
         annotate(client, task["id"], 1)
         time.sleep(5.0)  # retried meanwhile; the answer waits for the tasks to be recorded
         status = (http_status(bridge.port, "/readyz"), http_status(bridge.port, "/healthz"))
+        ready_gauge = metric(bridge, "labelstudio_bridge_ready")
         tasks_while_full = len(project_tasks(client, title))
         committed_while_full = committed()
         known_while_full = len(bridge.state.known(ids))
@@ -245,7 +246,7 @@ def test_the_label_studio_bridge_rides_out_a_full_volume(
 
     (failed,) = [str(getattr(r, "error", "")) for r in events("store_unavailable")]
     assert "database or disk is full" in failed and str(state) in failed
-    assert status == (503, 200) and alive and bridge.error is None
+    assert status == (503, 200) and ready_gauge == 0 and alive and bridge.error is None
     # a batch of the second requests imported, not recorded; the rest held back
     assert len(first) < tasks_while_full and known_while_full == len(first)
     assert committed_while_full == len(first)

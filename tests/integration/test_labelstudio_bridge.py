@@ -598,6 +598,7 @@ def test_a_kafka_outage_is_reported_as_kafka_and_its_answer_published_once(
         assert metric(bridge, "labelstudio_bridge_labelstudio_up") == 1
         assert metric(bridge, "labelstudio_bridge_labelstudio_errors_total") == 0
         assert metric(bridge, "labelstudio_bridge_kafka_up") == 0
+        assert metric(bridge, "labelstudio_bridge_ready") == 0
     finally:
         own_kafka.start() if how == "stopped" else own_kafka.resume()
     back = time.monotonic()
@@ -609,6 +610,7 @@ def test_a_kafka_outage_is_reported_as_kafka_and_its_answer_published_once(
     assert bridge.settle()
     assert len(read_labels(own_kafka.bootstrap, topics.labels, 2, timeout_s=3)) == 1
     assert metric(bridge, "labelstudio_bridge_labelstudio_errors_total") == 0
+    assert metric(bridge, "labelstudio_bridge_ready") == 1
     print(f"Kafka {how}: /readyz 503 after {noticed_s:.1f} s, 200 {ready_s:.1f} s after it is back")
 
 

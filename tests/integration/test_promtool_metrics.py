@@ -1,4 +1,5 @@
-"""``promtool check metrics`` accepts the exposition of a realistic, fully populated registry."""
+"""``promtool check metrics`` accepts the exposition of realistic, populated registries: the
+daemon's and the Label Studio bridge's."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from monitor.bridges.ls_http import BridgeMetrics
 from monitor.config.schema import Config, ModelConfig
 from monitor.core.alerts import AlertStatus
 from monitor.core.snapshot import Snapshot, WindowEstimate
@@ -109,7 +111,23 @@ def test_promtool_accepts_the_exposition(promtool: Path) -> None:
         "monitor_calibration_segment_map", "monitor_calibration_defensive_share",
     }  # fmt: skip
     assert expected <= families, sorted(expected - families)
+    _check(promtool, text)
 
+
+def test_promtool_accepts_the_label_studio_bridges_exposition(promtool: Path) -> None:
+    metrics = BridgeMetrics()
+    metrics.ready.set(1)
+    for counter in (metrics.tasks_created, metrics.answers_read, metrics.labels_published):
+        counter.labels("fraud").inc(3)
+    metrics.latency.labels("fraud").observe(240.0)
+    metrics.set_depth({"fraud": 4}, {"fraud": 1})
+    text = generate_latest(metrics.registry)
+    assert b"labelstudio_bridge_ready 1.0" in text
+    _check(promtool, text)
+
+
+def _check(promtool: Path, text: bytes) -> None:
+    """``promtool check metrics`` says nothing about ``text`` and exits 0."""
     result = subprocess.run(
         [str(promtool), "check", "metrics"],
         input=text,

@@ -23,6 +23,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from monitor.bridges.ls_http import BridgeMetrics
 from monitor.cli import build_parser
 from monitor.cli import main as cli_main
 from monitor.config.load import load_config
@@ -42,11 +43,14 @@ PROMTOOL_TESTS = DEPLOY / "prometheus" / "tests"
 K8S = DEPLOY / "kubernetes"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "activeaudit-monitor.json"
 JOB = "activeaudit-monitor"
+BRIDGE_JOB = "activeaudit-labelstudio-bridge"  # README, Audit queue: Label Studio
 RUNBOOK = "https://github.com/activeaudit/activeaudit-monitor/blob/main/README.md#alert-"
 SEVERITIES = {"critical", "warning", "info"}
 EXPECTED_ALERTS = {
     "MonitorDown": "critical",
     "MonitorNotReady": "warning",
+    "MonitorAuditBridgeDown": "warning",
+    "MonitorAuditBridgeNotReady": "warning",
     "MonitorConsumerLagGrowing": "warning",
     "MonitorNoLabelsArriving": "warning",
     "MonitorLabelBudgetExhausted": "warning",
@@ -213,9 +217,15 @@ def exported_metric_names() -> set[str]:
     return {sample.name for family in registry.collect() for sample in family.samples}
 
 
+def bridge_metric_names() -> set[str]:
+    """The Label Studio bridge's unlabelled sample names (its labelled ones need a model)."""
+    registry = BridgeMetrics().registry
+    return {sample.name for family in registry.collect() for sample in family.samples}
+
+
 @pytest.fixture(scope="module")
 def exported() -> set[str]:
-    return exported_metric_names()
+    return exported_metric_names() | bridge_metric_names()
 
 
 # ---------------------------------------------------------------- every file loads
@@ -357,6 +367,7 @@ def test_alert_rules_are_the_documented_set_with_metadata() -> None:
     names = [rule["alert"] for rule in rules]
     assert sorted(names) == sorted(EXPECTED_ALERTS)
     header = (RULES / "alerts.yaml").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for severity in ("critical", "warning", "info"):
         assert re.search(rf"^#\s+{severity}\s+\S", header, re.MULTILINE), severity
     for rule in rules:
@@ -366,6 +377,7 @@ def test_alert_rules_are_the_documented_set_with_metadata() -> None:
         annotations = rule["annotations"]
         assert annotations["summary"].strip() and annotations["description"].strip(), name
         assert annotations["runbook_url"] == RUNBOOK + name.lower(), name
+        assert f"\n### Alert {name}\n" in readme, f"{name}: no runbook section in README.md"
         assert re.fullmatch(r"\d+[smh]", rule["for"]), f"{name}: sensible 'for' expected"
 
 
@@ -379,6 +391,8 @@ def test_quality_alerts_mirror_the_daemon_decisions() -> None:
         assert by_name[name]["labels"]["severity"] == ALERT_SEVERITY[alert], name
     assert f'up{{job="{JOB}"}}' in by_name["MonitorDown"]["expr"]
     assert "absent(" in by_name["MonitorDown"]["expr"]
+    # the bridge is optional: no absent() for it
+    assert by_name["MonitorAuditBridgeDown"]["expr"].strip() == f'up{{job="{BRIDGE_JOB}"}} == 0'
 
 
 def test_every_alert_has_named_firing_and_silent_promtool_cases() -> None:

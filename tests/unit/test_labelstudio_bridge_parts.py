@@ -621,8 +621,9 @@ def test_a_state_file_that_cannot_be_written_holds_back_its_step_and_loses_nothi
     bridge.projects = {"a": 1}
     _start_loop(bridge)
 
-    def count(name: str) -> float:
-        return bridge.metrics.registry.get_sample_value(name, {"model": "a"}) or 0.0
+    def count(name: str, model: str | None = "a") -> float:
+        labels = {} if model is None else {"model": model}
+        return bridge.metrics.registry.get_sample_value(name, labels) or 0.0
 
     db = bridge.state._db
     try:
@@ -645,12 +646,14 @@ def test_a_state_file_that_cannot_be_written_holds_back_its_step_and_loses_nothi
         ls.by_id[1].update(total_annotations=1, cancelled_annotations=0, updated_at="t1")
         time.sleep(2.0)  # retried meanwhile (1 s, then 2 s later)
         assert not bridge._is_ready() and bridge._healthy()
+        assert count("labelstudio_bridge_ready", model=None) == 0
         assert (len(ls.by_id), ls.imports[1], consumer.commits[-1]) == (102, 2, 2)
         assert bridge.state.known([f"{i:032d}" for i in range(102)]) == {
             f"{i:032d}" for i in range(2)
         }
         db.execute("PRAGMA max_page_count = 1073741823")  # room made
         assert _within(10, bridge._is_ready), "room made, not ready"
+        assert count("labelstudio_bridge_ready", model=None) == 1
         assert _within(5, lambda: consumer.commits[-1] == 102)
         (producer,) = _FakeProducer.made[-1:]
         assert _within(5, lambda: len(producer.values) == 1)
