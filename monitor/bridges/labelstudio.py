@@ -432,8 +432,9 @@ class LabelStudioBridge:
         The step stopped at the failed write, which changed nothing. Tasks an import created
         but could not record are then adopted (``_poll_all``) before anything is imported again,
         and the import's requests counted as repeated; a label published but not recorded is
-        published again (the same label; the daemon keeps the first). Retried at most
-        ``_KAFKA_BACKOFF_MAX_S`` apart, so the bridge is ready within that of the room made.
+        published again (the same label: the daemon keeps the first and dead-letters the other as
+        ``duplicate_label``). Retried at most ``_KAFKA_BACKOFF_MAX_S`` apart, so the bridge is
+        ready within that of the room made.
         """
         self._recheck = True
         if self._store_error is not None:
