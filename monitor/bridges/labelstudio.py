@@ -30,7 +30,7 @@ asks the broker for end offsets every ``_PROBE_EVERY_S``, and a broker error lea
 ``labelstudio_up`` and the Label Studio error counter alone (``kafka_up`` says it instead).
 A requests or labels topic the broker lacks is ``topics_not_ready`` (``_note_topics``); the
 clients never ask the broker to create one (``monitor.io.kafka_io.new_client``). A state file
-that fails (a full volume) is retried the same way too (``_store_away``).
+that fails (a full volume) is retried the same way (``_store_away``).
 """
 
 from __future__ import annotations

@@ -231,8 +231,8 @@ def test_the_label_studio_bridge_rides_out_a_full_volume(
         wait_for("/readyz 200", lambda: http_status(bridge.port, "/readyz") == 200, 30)
         ready_s = time.monotonic() - freed
         wait_for("everything committed", lambda: committed() == len(ids), 30)
-        labels = read_labels(broker.bootstrap, topics.labels, 1, timeout_s=30)
-        assert bridge.settle()
+        assert read_labels(broker.bootstrap, topics.labels, 1, timeout_s=30), "no label"
+        assert bridge.settle()  # then no second one
         labels = read_labels(broker.bootstrap, topics.labels, 2, timeout_s=3)
         known = len(bridge.state.known(ids))
         alive = bridge.alive
