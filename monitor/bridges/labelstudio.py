@@ -16,8 +16,8 @@ created with a two-choice interface when missing (``monitor.bridges.ls_tasks``).
    with key ``request_id``; skipped annotations are counted as declined;
 3. open tasks whose deadline is behind the bridge's watermark (the newest event time of the
    model's requests) are deleted from Label Studio right after a poll has read their answers
-   ("expired"); open
-   tasks missing from Label Studio are marked deleted and counted.
+   ("expired"); open tasks missing from Label Studio are marked deleted and counted (expired
+   when past their deadline: an expiry whose write failed).
 
 When Label Studio goes away, the loop keeps its unsent requests, pauses consumption and
 retries with exponential backoff (1 s doubling to 60 s); nothing is committed meanwhile. A
@@ -237,7 +237,10 @@ class LabelStudioBridge:
         known = set(self.config.models) | set(self.state.watermarks()) | self._titled_models()
         for model in sorted(known):
             self._project(model)
-        self._poll_all()
+        try:
+            self._poll_all()
+        except StoreError as exc:  # adopting needs a write: the loop tries again, not ready
+            self._store_away(exc, 1.0)
         self._thread = threading.Thread(target=self._main, name="labelstudio-bridge", daemon=True)
         self._thread.start()
         if not self._ready.wait(ready_timeout_s) or self.error is not None:
@@ -916,6 +919,16 @@ class LabelStudioBridge:
             raise
 
     def _gone(self, row: TaskRow) -> None:
+        """A task Label Studio no longer has: deleted, or expired if past its deadline.
+
+        An open task behind its model's watermark was removed by ``_expire`` and its
+        ``EXPIRED`` not written (the state file failed in between), or deleted by hand when the
+        next ``_expire`` would have removed it: either way it expired, and is counted so.
+        """
+        if row.status == OPEN and _late(row, self.state.watermarks()):
+            self.state.set_status(row.request_id, EXPIRED)
+            self.metrics.expired.labels(row.model).inc()
+            return
         self.state.set_status(row.request_id, DELETED)
         if row.status == OPEN:
             self.metrics.deleted.labels(row.model).inc()
@@ -1003,7 +1016,7 @@ class LabelStudioBridge:
         marks = self.state.watermarks()
         late: dict[int, list[TaskRow]] = {}
         for row in self.state.with_status(OPEN):
-            if row.deadline < marks.get(row.model, float("-inf")):
+            if _late(row, marks):
                 late.setdefault(row.project_id, []).append(row)
         for project, rows in sorted(late.items()):
             self.client.delete_tasks(project, [r.task_id for r in rows])
@@ -1022,6 +1035,11 @@ class _Refusal:
 
     retry_at: float  # time.monotonic()
     backoff: float  # seconds, doubled at each refusal up to ``_BACKOFF_MAX_S``
+
+
+def _late(row: TaskRow, watermarks: Mapping[str, float]) -> bool:
+    """Whether a task's deadline is behind its model's watermark (newest request event time)."""
+    return row.deadline < watermarks.get(row.model, float("-inf"))
 
 
 def _touched(task: Mapping[str, Any]) -> bool:

@@ -178,7 +178,9 @@ def test_the_label_studio_bridge_rides_out_a_full_volume(
     refuses to record them, and an auditor answers meanwhile. The bridge must stay up
     (``/healthz`` 200, ``/readyz`` 503), commit nothing past what it recorded, and once there is
     room adopt those tasks instead of importing them again, import the rest, publish the answer
-    once and commit everything."""
+    once and commit everything. Restarted while the volume is still full, the bridge used to
+    exit at start-up (its first poll must record the tasks it adopts); it must come up not
+    ready and go on once there is room."""
     caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
     topics = make_topics()
     ls = ls_config(labelstudio, uuid.uuid4().hex[:8], poll_interval_s=1.0)
@@ -225,6 +227,10 @@ def test_the_label_studio_bridge_rides_out_a_full_volume(
         tasks_while_full = len(project_tasks(client, title))
         committed_while_full = committed()
         known_while_full = len(bridge.state.known(ids))
+        bridge.stop()  # and started again on the full volume
+        bridge = LabelStudioBridge(config, ls, state, labelstudio.token, consumer_config=FAST_GROUP)
+        bridge.start()
+        restarted = (http_status(bridge.port, "/readyz"), http_status(bridge.port, "/healthz"))
 
         filler.unlink()
         freed = time.monotonic()
@@ -244,9 +250,11 @@ def test_the_label_studio_bridge_rides_out_a_full_volume(
         f"recorded while full; ready {ready_s:.1f} s after the room was made"
     )
 
-    (failed,) = [str(getattr(r, "error", "")) for r in events("store_unavailable")]
-    assert "database or disk is full" in failed and str(state) in failed
-    assert status == (503, 200) and ready_gauge == 0 and alive and bridge.error is None
+    failed = [str(getattr(r, "error", "")) for r in events("store_unavailable")]
+    assert len(failed) == 2, failed  # the first bridge's, and the restarted one's start-up
+    assert all("database or disk is full" in f and str(state) in f for f in failed)
+    assert status == restarted == (503, 200) and ready_gauge == 0
+    assert alive and bridge.error is None
     # a batch of the second requests imported, not recorded; the rest held back
     assert len(first) < tasks_while_full and known_while_full == len(first)
     assert committed_while_full == len(first)

@@ -29,7 +29,7 @@ from monitor.bridges.ls_http import task_ids
 from monitor.bridges.ls_state import ANSWERED, OPEN, BridgeState, TaskRow
 from monitor.bridges.ls_tasks import Answer, decide, label_config, read_answer, task_body
 from monitor.config.load import parse_config
-from monitor.errors import ConfigError
+from monitor.errors import ConfigError, StoreError
 
 W = Wording(positive="Fraud", negative="Legitimate", instructions='Is it "fraud" & <real>?')
 
@@ -250,6 +250,9 @@ class _FreshLabelStudio:
         self.by_id = tasks
 
     def task(self, task_id: int) -> dict[str, Any]:
+        if task_id not in self.by_id:
+            msg = f"task {task_id}: HTTP 404"
+            raise LabelStudioNotFound(msg)
         return self.by_id[task_id]
 
     def tasks(self, project: int, fields: str = "") -> list[dict[str, Any]]:
@@ -745,6 +748,53 @@ def test_a_published_task_whose_answer_is_deleted_is_open_again(tmp_path: Path) 
     bridge.state.close()
 
 
+def test_an_expiry_whose_write_failed_is_counted_as_expired(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state file refused ``EXPIRED`` after the task was deleted in Label Studio (a full
+    volume): the next poll found the task missing and counted an auditor's deletion
+    (``task_deleted``) instead of an expiry. A task deleted before its deadline still counts
+    as deleted."""
+    config = parse_config({}, "m.yaml")
+    bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s.sqlite", "t" * 40)
+    bridge._state = BridgeState(tmp_path / "s.sqlite")
+    times = ((1, 5.0, 50.0), (2, 99.0, 9e9), (3, 6.0, 9e9))  # r1's deadline is behind 99
+    bridge.state.add_tasks(
+        [
+            TaskRow(f"r{i}", "default", 1, i, None, 0.1, ts, due, 1.0, OPEN, None)
+            for i, ts, due in times
+        ]
+    )
+    tasks: dict[int, dict[str, Any]] = {
+        i: {"id": i, "meta": {"request_id": f"r{i}"}} for i in (1, 2, 3)
+    }
+    bridge.client = _Deleting(tasks)  # type: ignore[assignment]
+    bridge.projects = {"default": 1}
+    write = BridgeState.set_status
+
+    def refused(state: BridgeState, request_id: str, status: str) -> None:
+        msg = f"{state.path}: the bridge's state file failed: database or disk is full"
+        raise StoreError(msg)
+
+    monkeypatch.setattr(BridgeState, "set_status", refused)
+    with pytest.raises(StoreError):
+        bridge._expire()
+    monkeypatch.setattr(BridgeState, "set_status", write)
+    assert bridge.client.removed == [1]  # type: ignore[attr-defined]
+    del tasks[3]  # an auditor deleted r3's task
+    bridge._poll_all(_Sent())
+
+    def count(name: str) -> float:
+        value = bridge.metrics.registry.get_sample_value(name, {"model": "default"})
+        return value or 0.0
+
+    statuses = [r.status for r in (bridge.state.by_request(f"r{i}") for i in (1, 2, 3)) if r]
+    assert statuses == ["expired", OPEN, "deleted"]
+    assert count("labelstudio_bridge_tasks_expired_total") == 1
+    assert count("labelstudio_bridge_tasks_deleted_total") == 1
+    bridge.state.close()
+
+
 class _Projects:
     """Label Studio's project list, with the updates the bridge makes."""
 
@@ -786,12 +836,6 @@ class _ProjectTasks(_FreshLabelStudio):
 
     def tasks(self, project: int, fields: str = "") -> list[dict[str, Any]]:
         return self.projects.get(project, [])  # the real client: a 404 page ends the listing
-
-    def task(self, task_id: int) -> dict[str, Any]:
-        if task_id not in self.by_id:
-            msg = f"task {task_id}: HTTP 404"
-            raise LabelStudioNotFound(msg)
-        return self.by_id[task_id]
 
 
 def test_the_answers_of_a_renamed_project_are_read(tmp_path: Path) -> None:
