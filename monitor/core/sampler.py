@@ -74,10 +74,12 @@ from monitor.stats.budget import (
     Calibration,
     Control,
     Refresh,
+    Surge,
     cap_ratio,
     control_for_bucket,
     selection_weights,
     stage_bases,
+    surge_pace,
     uniform_control,
 )
 from monitor.stats.drift import SHIFT_MAX, shift_share
@@ -259,6 +261,7 @@ class SamplerService:
         prev_bucket: int,
         covered_s: float | None = None,
         hists: tuple[Hist, Hist] | None = None,
+        surge: Surge | None = None,
     ) -> Control:
         """The control that follows the latest stage of ``segs`` (traffic ``window``).
 
@@ -270,7 +273,7 @@ class SamplerService:
         older than the newest durable one leaves the newest pending (``accumulate``). The cap
         re-solve of kappa counts the records decided and summed under the adopted map.
         ``hists`` (reference, current score histograms) give the score shift's share
-        (:func:`_shift`).
+        (:func:`_shift`). ``surge``: a refresh in a surge (``budget.surge_pace``).
         """
         newest = self.calibration.get(model, NO_CALIBRATION)
         latest = segs[0][0].latest if segs[0][0] is not None else None
@@ -284,6 +287,7 @@ class SamplerService:
                 prev_bucket=prev_bucket,
                 ratio=1.0,
                 covered_s=covered_s,
+                surge=surge,
             )
             return replace(new, shift=_shift(cfg.defensive, hists, newest, None))
         summed = latest.summed
@@ -313,6 +317,7 @@ class SamplerService:
             prev_bucket=prev_bucket,
             ratio=ratio,
             covered_s=covered_s,
+            surge=surge,
         )
         new = replace(new, shift=_shift(cfg.defensive, hists, chosen, latest))
         if not adopt:
@@ -332,6 +337,7 @@ class SamplerService:
         prev_bucket: int,
         ratio: float,
         covered_s: float | None,
+        surge: Surge | None = None,
     ) -> Control:
         """``control_for_bucket`` from the traffic ``agg`` (``covered_s``: the time it spans)."""
         return control_for_bucket(
@@ -350,6 +356,7 @@ class SamplerService:
             cap_ratio=ratio,
             covered_s=covered_s,
             expected_records_per_hour=cfg.expected_records_per_hour,
+            surge=surge,
         )
 
     def _prune(self, model: str, partition: int, horizon: int) -> None:
@@ -581,11 +588,13 @@ class SamplerService:
         bucket_s = self.config.windows.bucket_s
         start = float(bucket * bucket_s)
         now = min(max(cur.ts_max, start), start + bucket_s)
-        span = max(0.0, now - max(start, cur.ts_min))
+        own_span = max(0.0, now - max(start, cur.ts_min))
+        span = own_span
         agg = cur
         segs: list[tuple[Control | None, TrafficAggregate]] = [(ctl, cur)]
         earlier = [b for b in history if horizon <= b < bucket]
         hists = None
+        surge = None
         if earlier:
             prev = max(earlier)
             pagg = history[prev]
@@ -595,8 +604,17 @@ class SamplerService:
             agg = pagg + cur
             segs.append((self._controls.get((model, p, prev)), pagg))
             hists = (pagg.hist, cur.hist)
+            surge = surge_pace(
+                n=cur.n,
+                covered_s=own_span,
+                blended_n=agg.n,
+                blended_s=span,
+                spent=cur.pi_total,
+                remaining_s=start + bucket_s - now,
+                bucket_s=bucket_s,
+            )
         new = self._next_stage(
-            model, cfg, agg, segs, prev_bucket=bucket, covered_s=span, hists=hists
+            model, cfg, agg, segs, prev_bucket=bucket, covered_s=span, hists=hists, surge=surge
         )
         self._controls[key] = ctl.refreshed(offset, new, base)
         self._changes.controls[key] = self._controls[key]

@@ -31,8 +31,11 @@ Without history (first records of a partition) q = 1 (uniform) and
 (``monitor.core.sampler``, :class:`Refresh`): at the partition's ``N``-th, ``2N``-th, ``4N``-th ...
 record of the bucket a new control is computed by the same formula from the latest earlier bucket
 plus the bucket's records so far (``covered_s`` then the time they span), so a new deployment
-leaves uniform sampling after ``N`` records. Any kappa keeps the Horvitz-Thompson estimate
-unbiased; the controller only decides how many labels are spent.
+leaves uniform sampling after ``N`` records. In a surge (:func:`surge_pace`: the bucket's own
+rate above ``SURGE_RATIO`` times that blend) a refresh takes the bucket's own rate and spreads
+what is left of its budget over the records that rate expects in the rest of the bucket. Any
+kappa keeps the Horvitz-Thompson estimate unbiased; the controller only decides how many labels
+are spent.
 
 Recalibration (DESIGN.md, "Learning from the labels"): a control may carry a versioned calibration
 map (:class:`Calibration`: the Platt map of ``monitor.stats.calibration`` or the beta map of
@@ -121,6 +124,12 @@ MIN_CAP_RATIO = 0.01
 OTHER_MAP_CAP_RATIO = 0.8
 # the span of records a refresh extrapolates from is at least this long (seconds)
 MIN_REFRESH_SPAN_S = 1.0
+# a surge: at a refresh the bucket's own rate is more than SURGE_RATIO times the rate of the
+# earlier bucket and the bucket together (``surge_pace``); the bucket's budget then follows what
+# is left of it, at least SURGE_MIN_BUDGET of it per refresh, over at least MIN_COVERAGE of a
+# bucket still to come
+SURGE_RATIO = 1.25
+SURGE_MIN_BUDGET = 0.1
 
 
 @dataclass(frozen=True)
@@ -455,6 +464,53 @@ def with_refreshes(ctl: Control, v: object) -> Control:
     return out
 
 
+class Surge(NamedTuple):
+    """A bucket whose traffic outruns the traffic a refresh blends it with (``surge_pace``)."""
+
+    n_hat: float  # the bucket's own records so far, extrapolated to a whole bucket
+    spent: float  # the bucket's expected requests so far (its sum of pi)
+    remaining_s: float  # the time left in the bucket, at least MIN_COVERAGE of one
+
+
+def surge_pace(
+    *,
+    n: int,
+    covered_s: float,
+    blended_n: int,
+    blended_s: float,
+    spent: float,
+    remaining_s: float,
+    bucket_s: int,
+) -> Surge | None:
+    """The bucket's own pace at a refresh, when it is more than ``SURGE_RATIO`` times the blend.
+
+    A refresh extrapolates the rate from the earlier bucket and the bucket's ``n`` records so
+    far together (``blended_n`` over ``blended_s``), which smooths the rate of a steady stream
+    but lags a surge: a stream 45 times as fast from the hour's start spent 6x its budget in that
+    hour, each doubling of its records spending about the budget again. When the bucket's own
+    rate (``n`` over ``covered_s``) is above ``SURGE_RATIO`` times the blend (a steady stream's
+    rates differ by their noise, a few percent at ``refresh_records`` records), the control
+    spends what is left of the bucket's budget over the records its own rate expects in the
+    ``remaining_s`` still to come (``control_for_bucket``). None otherwise.
+
+    Examples:
+        An earlier hour of 2,000 records, then 1,000 in the first half of this one (steady),
+        or in its first 6 minutes (a surge):
+
+        >>> surge_pace(n=1000, covered_s=1800.0, blended_n=3000, blended_s=5400.0,
+        ...            spent=50.0, remaining_s=1800.0, bucket_s=3600) is None
+        True
+        >>> surge_pace(n=1000, covered_s=360.0, blended_n=3000, blended_s=3960.0,
+        ...            spent=50.0, remaining_s=3240.0, bucket_s=3600)
+        Surge(n_hat=10000.0, spent=50.0, remaining_s=3240.0)
+    """
+    own = n / max(covered_s, MIN_REFRESH_SPAN_S)
+    blended = blended_n / max(blended_s, MIN_REFRESH_SPAN_S)
+    if own <= SURGE_RATIO * blended:
+        return None
+    return Surge(own * bucket_s, spent, max(remaining_s, MIN_COVERAGE * bucket_s))
+
+
 def uniform_control(labels_per_hour: float, expected_records_per_hour: float) -> Control:
     """The control of a partition's first bucket: q = 1, kappa = budget rate / traffic rate."""
     kappa = labels_per_hour / expected_records_per_hour if expected_records_per_hour > 0 else 1.0
@@ -478,6 +534,7 @@ def control_for_bucket(
     cap_ratio: float = 1.0,
     covered_s: float | None = None,
     expected_records_per_hour: float | None = None,
+    surge: Surge | None = None,
 ) -> Control:
     """The control of the next bucket from the aggregate of the latest earlier bucket.
 
@@ -501,6 +558,10 @@ def control_for_bucket(
     ``expected_records_per_hour``, when given, lets the budget follow the partition's measured
     share of the traffic (module docstring); otherwise it is split equally over
     ``n_partitions``.
+
+    ``surge`` (a refresh in a surge, :func:`surge_pace`): the rate is the bucket's own, and
+    ``kappa = max(budget - spent, SURGE_MIN_BUDGET budget) / (n_hat remaining_s / bucket_s)``,
+    the budget left over the records still expected.
     """
     g = intrinsic_falpha_from_sums(pred_score_total, float(n_pred), score_total, alpha)
     if not math.isfinite(g):
@@ -514,11 +575,14 @@ def control_for_bucket(
         covered = max(covered, MIN_COVERAGE * bucket_s if few else MIN_REFRESH_SPAN_S)
     else:
         covered = max(covered_s, MIN_REFRESH_SPAN_S)
-    n_hat = n * bucket_s / covered
+    n_hat = n * bucket_s / covered if surge is None else surge.n_hat
     share = 1.0 / max(1, n_partitions)
     if n_partitions > 1 and expected_records_per_hour is not None and expected_records_per_hour > 0:
         share = min(1.0, n_hat / (expected_records_per_hour * bucket_s / 3600.0))
     budget = labels_per_hour * bucket_s / 3600.0 * share
+    if surge is not None:
+        left = max(budget - surge.spent, SURGE_MIN_BUDGET * budget)
+        budget, n_hat = left, n_hat * surge.remaining_s / bucket_s
     kappa = budget / n_hat if n_hat > 0 else 1.0
     if math.isfinite(cap_ratio) and 0.0 < cap_ratio < 1.0 - CAP_TOLERANCE:
         kappa /= max(cap_ratio, MIN_CAP_RATIO)

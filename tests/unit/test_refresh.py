@@ -21,6 +21,7 @@ from monitor.core.windows import GroupKey, TrafficAggregate, bucket_of
 from monitor.errors import ConfigError
 from monitor.stats.budget import (
     MIN_REFRESH_SPAN_S,
+    Surge,
     control_for_bucket,
     refreshes_to_list,
     with_refreshes,
@@ -134,6 +135,44 @@ def _spent(traffic: dict[GroupKey, TrafficAggregate]) -> dict[int, float]:
     return out
 
 
+@pytest.mark.parametrize(
+    ("minute", "partitions", "most"), [(0, 1, 1.1), (30, 1, 2.0), (55, 1, 3.0), (0, 4, 0.0)]
+)
+def test_a_surge_spends_about_its_hours_budget(
+    rng: np.random.Generator, minute: int, partitions: int, most: float
+) -> None:
+    """Three hours of 2,000 records, then 45 times as many from minute ``minute`` of the fourth
+    hour on. A refresh extrapolated the rate of the earlier hour and the hour so far together,
+    which lagged the surge: each doubling of the hour's records spent about its budget again,
+    6.0x the hour's budget from minute 0, 6.4x from minute 30 (and 1.6x in the hour after), 3.6x
+    from minute 55 (and 3.6x after), 19.6x over four partitions. Now the hour's own rate, once it
+    outruns the blend, and the budget it has left set kappa; a surge late in the hour raises the
+    hour's own rate late too, hence ``most``. (Four partitions then spend 4x in every hour of
+    the new traffic, the surge's too: each one's share is its traffic against
+    ``expected_records_per_hour``, at most 1, and 2,000 is no longer the model's traffic.)"""
+    base, factor, hours = 2000, 45, 5
+    rates = [base] * 3 * 60 + [base] * minute + [base * factor] * (2 * 60 - minute)  # per hour
+    counts = [r // 60 for r in rates]  # records per minute
+    s = make_stream(rng, sum(counts), start=HOUR0, span_s=hours * 3600.0, partitions=partitions)
+    minutes = np.repeat(np.arange(len(counts)), counts)
+    s.ts = HOUR0 + 60.0 * np.sort(minutes + rng.random(len(minutes)))
+    cfg = _config(1000, labels=100.0, expected=float(base))
+    order = np.argsort(s.ts, kind="stable")
+    _, requests, traffic = _run(cfg, s, [order], n_partitions=partitions)
+    spent = _spent(traffic)
+    first = int(bucket_of(np.array([HOUR0]), 3600)[0])
+    hourly = [spent[first + h] / 100.0 for h in range(hours)]
+    assert hourly[:3] == pytest.approx([1.0] * 3, abs=0.15)  # steady: as before
+    if partitions == 1:
+        assert 0.9 < hourly[3] < most, hourly
+        assert hourly[4] == pytest.approx(1.0, abs=0.1), hourly
+    else:  # no more than the steady hour after it
+        assert hourly[3] < 1.05 * hourly[4], hourly
+    # a function of the stream: other batch boundaries make the same requests
+    _, again, _ = _run(cfg, s, np.array_split(order, 37), n_partitions=partitions)
+    assert sorted(r.to_json() for r in again) == sorted(r.to_json() for r in requests)
+
+
 def test_budget_is_spent_when_partitions_have_unequal_traffic(rng: np.random.Generator) -> None:
     hours, per_hour = 6, 4000
     s = _skewed(rng, hours * per_hour, hours, (0.85, 0.05, 0.05, 0.05))
@@ -227,6 +266,12 @@ def test_a_refresh_extrapolates_from_the_span_of_its_records() -> None:
     assert math.isclose(
         control_for_bucket(**kw, covered_s=0.0).kappa, 20.0 / (1000 * 3600 / MIN_REFRESH_SPAN_S)
     )
+    # a surge: the budget left (20 - 5) over the records of the half hour left at 60,000 an hour
+    surge = Surge(n_hat=60_000.0, spent=5.0, remaining_s=1800.0)
+    assert math.isclose(control_for_bucket(**kw, covered_s=60.0, surge=surge).kappa, 15 / 30_000)
+    # overspent already: a tenth of the budget
+    spent = surge._replace(spent=25.0)
+    assert math.isclose(control_for_bucket(**kw, covered_s=60.0, surge=spent).kappa, 2 / 30_000)
 
 
 def test_a_log_that_restarts_mid_bucket_keeps_the_refreshes_in_order(
