@@ -571,7 +571,9 @@ class SamplerService:
         From the latest earlier bucket within the horizon plus the bucket's records so far, over
         the time they span (``control_for_bucket`` with ``covered_s``; ``_next_stage`` for the
         map and ``mean_q*``); kappa re-solved from the share of uncapped requests so far in the
-        bucket under the map in force. The refresh records the bucket's ``(n, sum q*, sum pi)``
+        bucket under the map in force. In a surge (``budget.surge_pace``: the bucket's own rate
+        outruns that blend) kappa spreads the bucket's budget left over the records its own rate
+        expects in the rest of it. The refresh records the bucket's ``(n, sum q*, sum pi)``
         so far as its base. A refresh published beyond the resume point at ``offset`` is taken
         as it is.
         """
