@@ -285,8 +285,8 @@ def stream_into_labelstudio(
     labels_per_hour: int,
     seed: int,
 ) -> AuditedStream:
-    """Start a daemon and a bridge, stream 1,200 scored records and wait until every request of
-    the daemon is a task of the project."""
+    """Start a daemon and a bridge, stream 1,200 scored records and wait until the daemon has
+    read them all and every request it made is a task of the project."""
     tag = uuid.uuid4().hex[:8]
     path = tmp_path / "monitor.yaml"
     models = (
@@ -307,7 +307,8 @@ def stream_into_labelstudio(
     wait_for(
         "the daemon's requests as tasks",
         lambda: (
-            (n := daemon.sample("monitor_audit_requests_total", model="default")) is not None
+            daemon.sample("monitor_records_total", model="default") == len(w)
+            and (n := daemon.sample("monitor_audit_requests_total", model="default")) is not None
             and n > 4
             and len(project_tasks(client, title)) == n
         ),

@@ -103,19 +103,26 @@ def _f_lines(run: DaemonRun) -> list[str]:
     )
 
 
-def _settled_f_lines(run: DaemonRun, timeout_s: float = 30.0) -> list[str]:
-    """The F lines once two reads 1.5 s apart agree: the counters of a step are exported before
-    the snapshot that step publishes (at most ~1 s later)."""
-    deadline = time.monotonic() + timeout_s
-    last = _f_lines(run)
+def _f_lines_with(run: DaemonRun, n_labels: int) -> list[str]:
+    """The F lines of a snapshot that holds ``n_labels`` labels (its 7d window's count). A step's
+    counters are exported at once, its snapshot later: ``Engine.maybe_publish`` spaces snapshots
+    by up to nine times their cost, seconds on a loaded machine."""
+    wait_for(
+        f"a snapshot of {n_labels} labels",
+        lambda: (
+            run.sample("monitor_window_labels", model="default", segment="", window="7d")
+            == n_labels
+        ),
+    )
+    return _f_lines(run)
+
+
+def _unmoved(run: DaemonRun, lines: list[str], for_s: float = 5.0) -> None:
+    """The F lines stay ``lines`` for ``for_s`` seconds (any snapshot published meanwhile)."""
+    deadline = time.monotonic() + for_s
     while time.monotonic() < deadline:
-        time.sleep(1.5)
-        now = _f_lines(run)
-        if now == last:
-            return now
-        last = now
-    msg = f"the F estimates kept changing for {timeout_s} s"
-    raise AssertionError(msg)
+        assert _f_lines(run) == lines
+        time.sleep(0.5)
 
 
 def test_answers_in_labelstudio_are_joined_by_the_daemon(
@@ -152,7 +159,7 @@ def test_answers_in_labelstudio_are_joined_by_the_daemon(
         "the skip counted",
         lambda: metric(bridge, "labelstudio_bridge_declined_total", model="default") == 1,
     )
-    before = _settled_f_lines(daemon)
+    before = _f_lines_with(daemon, len(answered))
     assert before and not all(line.endswith("NaN") for line in before)
 
     # an edit flips the first answer: published, dead-lettered as a conflict, no estimate moves
@@ -171,7 +178,7 @@ def test_answers_in_labelstudio_are_joined_by_the_daemon(
         lambda: metric(bridge, "labelstudio_bridge_edits_total", model="default") == 1,
     )
     assert daemon.sample("monitor_labels_received_total", model="default") == len(answered)
-    assert _settled_f_lines(daemon) == before
+    _unmoved(daemon, before)
     assert metric(bridge, "labelstudio_bridge_queue_depth", model="default") == 2  # skip + open
     assert open_["id"] not in {t["id"] for t in answered}
 
