@@ -254,6 +254,11 @@ def test_the_kit_is_complete() -> None:
         "kubernetes/base/configmap.yaml",
         "kubernetes/base/service.yaml",
         "kubernetes/secret.example.yaml",
+        "kubernetes/labelstudio/kustomization.yaml",
+        "kubernetes/labelstudio/statefulset.yaml",
+        "kubernetes/labelstudio/service.yaml",
+        "kubernetes/labelstudio/podmonitor.yaml",
+        "kubernetes/labelstudio/secret.example.yaml",
     ):
         assert (DEPLOY / rel).is_file(), rel
     assert (ROOT / "Dockerfile").is_file()
