@@ -262,6 +262,19 @@ def produce_raw(bootstrap: str, topic: str, values: list[bytes]) -> None:
     producer.close(5)
 
 
+def wait_snapshot_labels(run: DaemonRun, n_labels: int) -> None:
+    """Wait until the daemon's published estimates hold ``n_labels`` labels (the 7d window's
+    count). A step's counters are exported at once, its snapshot later: ``Engine.maybe_publish``
+    spaces snapshots by up to nine times their cost, seconds on a loaded machine."""
+    wait_for(
+        f"a snapshot of {n_labels} labels",
+        lambda: (
+            run.sample("monitor_window_labels", model="default", segment="", window="7d")
+            == n_labels
+        ),
+    )
+
+
 @dataclass
 class AuditedStream:
     """A daemon and a bridge on one Label Studio project, with the daemon's requests as tasks."""

@@ -29,6 +29,7 @@ from tests.integration.ls_helpers import (
     annotate,
     stream_into_labelstudio,
     wait_for,
+    wait_snapshot_labels,
 )
 
 pytestmark = pytest.mark.integration
@@ -93,6 +94,7 @@ def test_a_click_in_the_browser_moves_the_estimate(
         "the API's answers joined",
         lambda: daemon.sample("monitor_labels_received_total", model="default") == len(tasks) - 1,
     )
+    wait_snapshot_labels(daemon, len(tasks) - 1)
     before = _f_value(daemon, "24h")
     assert before is not None and not math.isnan(before)
     click = "Legitimate" if before > 0 else "Fraud"
@@ -123,7 +125,7 @@ def test_a_click_in_the_browser_moves_the_estimate(
         "the browser's answer joined",
         lambda: daemon.sample("monitor_labels_received_total", model="default") == len(tasks),
     )
-    wait_for("the estimate to move", lambda: _f_value(daemon, "24h") != before)
+    wait_snapshot_labels(daemon, len(tasks))
     after = _f_value(daemon, "24h")
     assert after is not None and (after < before if click == "Legitimate" else after > before)
     saved = client.task(target["id"])["annotations"][0]["result"][0]["value"]["choices"]

@@ -44,6 +44,7 @@ from tests.integration.ls_helpers import (
     section,
     stream_into_labelstudio,
     wait_for,
+    wait_snapshot_labels,
     yaml_config,
 )
 
@@ -103,20 +104,6 @@ def _f_lines(run: DaemonRun) -> list[str]:
     )
 
 
-def _f_lines_with(run: DaemonRun, n_labels: int) -> list[str]:
-    """The F lines of a snapshot that holds ``n_labels`` labels (its 7d window's count). A step's
-    counters are exported at once, its snapshot later: ``Engine.maybe_publish`` spaces snapshots
-    by up to nine times their cost, seconds on a loaded machine."""
-    wait_for(
-        f"a snapshot of {n_labels} labels",
-        lambda: (
-            run.sample("monitor_window_labels", model="default", segment="", window="7d")
-            == n_labels
-        ),
-    )
-    return _f_lines(run)
-
-
 def _unmoved(run: DaemonRun, lines: list[str], for_s: float = 5.0) -> None:
     """The F lines stay ``lines`` for ``for_s`` seconds (any snapshot published meanwhile)."""
     deadline = time.monotonic() + for_s
@@ -159,7 +146,8 @@ def test_answers_in_labelstudio_are_joined_by_the_daemon(
         "the skip counted",
         lambda: metric(bridge, "labelstudio_bridge_declined_total", model="default") == 1,
     )
-    before = _f_lines_with(daemon, len(answered))
+    wait_snapshot_labels(daemon, len(answered))
+    before = _f_lines(daemon)
     assert before and not all(line.endswith("NaN") for line in before)
 
     # an edit flips the first answer: published, dead-lettered as a conflict, no estimate moves
