@@ -426,8 +426,15 @@ class Exporter:
             ["model"],
             registry=r,
         )
+        expected = Gauge(
+            "monitor_expected_records_per_hour",
+            "Configured total traffic of the model (expected_records_per_hour), records per hour",
+            ["model"],
+            registry=r,
+        )
         for model in models:
             budget.labels(model=model).set(config.models[model].labels_per_hour)
+            expected.labels(model=model).set(config.models[model].expected_records_per_hour)
         self._ready_gauge = Gauge(
             "monitor_ready",
             "1 once connected and state loaded and consuming (a sampler: or a standby), else 0",

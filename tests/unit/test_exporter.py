@@ -27,7 +27,7 @@ def _config(port: int = 0) -> Config:
     return Config(
         metrics=MetricsConfig(listen_address="127.0.0.1", port=port),
         models={
-            "fraud": ModelConfig(name="fraud", labels_per_hour=12.0),
+            "fraud": ModelConfig(name="fraud", labels_per_hour=12.0, expected_records_per_hour=5e4),
             "spam": ModelConfig(name="spam", alpha=1.0, labels_per_hour=3.5),
         },
         default_model="fraud",
@@ -230,6 +230,8 @@ def test_process_counters_histogram_and_gauges(exporter: Exporter) -> None:
     assert get("monitor_consumer_lag", {"topic": "predictions", "partition": "1"}) is None
     assert get("monitor_label_budget_per_hour", {"model": "fraud"}) == 12.0
     assert get("monitor_label_budget_per_hour", {"model": "spam"}) == 3.5
+    assert get("monitor_expected_records_per_hour", {"model": "fraud"}) == 5e4
+    assert get("monitor_expected_records_per_hour", {"model": "spam"}) == 1e5  # the default
     assert get("monitor_build_info", {"version": __version__}) == 1
     assert get("monitor_ready") == 0
     exporter.set_ready(True)
