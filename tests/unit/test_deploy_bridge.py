@@ -29,17 +29,15 @@ OVERLAY = K8S / "labelstudio"
 
 
 def _bridge_run(
-    argv: list[str], config_file: Path, tmp_path: Path
+    argv: list[str], config_file: Path
 ) -> tuple[argparse.Namespace, Config, LabelStudioConfig]:
-    """What ``monitor queue labelstudio`` makes of ``argv`` with ``--config`` at ``config_file``
-    (the deployment's path, read from ``tmp_path``'s copy)."""
+    """What ``monitor queue labelstudio`` makes of ``argv`` when the file its ``--config`` names
+    (a path inside the container) holds ``config_file``."""
     args = build_parser().parse_args(argv)
     assert args.func.__name__ == "run_labelstudio", argv
-    local = tmp_path / args.config.name
-    local.write_text(config_file.read_text(encoding="utf-8"), encoding="utf-8")
-    config = load_config(local, {"data_dir": args.data_dir})
-    ls = parse_labelstudio(yaml.safe_load(local.read_text(encoding="utf-8")), str(local))
-    return args, config, ls
+    config = load_config(config_file, {"data_dir": args.data_dir})
+    raw = yaml.safe_load(config_file.read_text(encoding="utf-8"))
+    return args, config, parse_labelstudio(raw, str(config_file))
 
 
 def _host_port(url: str) -> tuple[str | None, int | None]:
@@ -89,11 +87,10 @@ def test_the_kubernetes_overlay_runs_one_bridge_on_the_daemons_configuration(
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     (volume,) = [v for v in pod["volumes"] if v["name"] == "config"]
     assert volume["configMap"]["name"] == configmap["metadata"]["name"]
-    config_file = tmp_path / "configmap" / config_name
-    config_file.parent.mkdir()
+    config_file = tmp_path / config_name
     config_file.write_text(config_text, encoding="utf-8")
     argv = [*container["command"][1:], *container["args"]]
-    args, config, ls = _bridge_run(argv, config_file, tmp_path)
+    args, config, ls = _bridge_run(argv, config_file)
     assert container["command"][0] == "monitor"
     assert str(args.config) == f"{mounts['config']}/{config_name}"
     assert state_path(ls, config.data_dir).parent == Path(mounts["state"])
@@ -153,7 +150,7 @@ def _uncommented_bridge_job() -> dict[str, Any]:
     return job
 
 
-def test_the_compose_profile_runs_label_studio_and_the_bridge(tmp_path: Path) -> None:
+def test_the_compose_profile_runs_label_studio_and_the_bridge() -> None:
     compose = load_yaml(DEPLOY / "compose.yaml")
     services = compose["services"]
     studio, bridge = services["labelstudio"], services["labelstudio-bridge"]
@@ -170,7 +167,7 @@ def test_the_compose_profile_runs_label_studio_and_the_bridge(tmp_path: Path) ->
 
     mounts = dict(v.split(":")[:2] for v in bridge["volumes"])
     config_src = next(src for src, dst in mounts.items() if dst.endswith(".yaml"))
-    args, config, ls = _bridge_run(bridge["entrypoint"][1:], DEPLOY / config_src, tmp_path)
+    args, config, ls = _bridge_run(bridge["entrypoint"][1:], DEPLOY / config_src)
     assert bridge["entrypoint"][0] == "monitor"
     assert mounts[config_src] == str(args.config)
     daemon_mounts = dict(v.split(":")[:2] for v in services["monitor"]["volumes"])
