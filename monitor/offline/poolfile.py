@@ -14,9 +14,11 @@ Plans of format 1 kept these as ``# key=value`` comment lines above the header; 
 read (the sidecar, when both exist, wins).
 
 Every problem is raised as ``InputFileError`` naming the file, the line (1-based, physical,
-comment lines included), the column and what was expected. Reading stops at the first problem
-in file order. Files are read as UTF-8 (a byte-order mark, as spreadsheets write, is accepted);
-comment lines may carry trailing empty cells (a spreadsheet round trip adds them).
+comment lines included), the column and what was expected: the first problem in file order,
+and, when other lines have problems too, how many and the line numbers of the next few (a column
+filled the wrong way is then fixed in one pass, not one run per line). Files are read as UTF-8
+(a byte-order mark, as spreadsheets write, is accepted); comment lines may carry trailing empty
+cells (a spreadsheet round trip adds them).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ PLAN_FORMAT = 2
 SIDECAR_SUFFIX = ".meta.json"
 DESIGNS = ("poisson", "with-replacement")
 _MAX_SHOWN = 40  # characters of a bad cell quoted in an error message
+_MAX_LINES_SHOWN = 5  # line numbers of further problems named in an error message
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -187,6 +190,7 @@ class _Checker:
         self.table = table
         self.first: tuple[int, int, str] | None = None  # (row, order, message)
         self._order = 0
+        self._bad = np.zeros(len(table.lines), dtype=np.bool_)  # rows with any problem
 
     def flag(self, bad: npt.NDArray[np.bool_], column: str, expected: str) -> None:
         """Record the first row where ``bad`` holds, if it precedes the current first problem."""
@@ -194,21 +198,33 @@ class _Checker:
         hits = np.flatnonzero(bad)
         if hits.size == 0:
             return
+        self._bad[hits] = True
         row = int(hits[0])
         if self.first is None or row < self.first[0]:
             got = self.table.columns[column][row]
             msg = cell_error(self.table.path, self.table.lines[row], column, expected, got)
             self.first = (row, self._order, msg)
 
-    def flag_message(self, row: int, msg: str) -> None:
-        """Record a problem with a ready message at ``row``."""
+    def flag_message(self, rows: npt.NDArray[np.intp], msg: str) -> None:
+        """Record a problem at ``rows`` (increasing) with a ready message for the first."""
+        self._bad[rows] = True
+        row = int(rows[0])
         if self.first is None or row < self.first[0]:
             self.first = (row, 0, msg)
 
     def raise_first(self) -> None:
-        """Raise the earliest problem found, if any."""
-        if self.first is not None:
-            raise InputFileError(self.first[2])
+        """Raise the earliest problem found, if any, saying how many other lines have one."""
+        if self.first is None:
+            return
+        others = np.flatnonzero(self._bad)
+        others = others[others != self.first[0]]
+        msg = self.first[2]
+        if others.size:
+            lines = ", ".join(str(self.table.lines[int(r)]) for r in others[:_MAX_LINES_SHOWN])
+            more = ", ..." if others.size > _MAX_LINES_SHOWN else ""
+            lines_word = "line has" if others.size == 1 else "lines have"
+            msg += f" ({others.size} more {lines_word} a problem: {lines}{more})"
+        raise InputFileError(msg)
 
     def numbers(self, column: str, expected: str) -> npt.NDArray[np.float64]:
         """The column as float64; unparsable cells become NaN and are flagged."""
@@ -253,7 +269,7 @@ class _Checker:
                 f"a unique id (already on line {earlier})",
                 str(ids[row]),
             )
-            self.flag_message(row, msg)
+            self.flag_message(dup, msg)
         return ids
 
 
@@ -491,7 +507,7 @@ def _check_weights(
         t = check.table
         want = f"{formula} = {float(expected[row])!r} (from column '{pcol}')"
         check.flag_message(
-            row, cell_error(t.path, t.lines[row], "weight", want, t.columns["weight"][row])
+            hits, cell_error(t.path, t.lines[row], "weight", want, t.columns["weight"][row])
         )
 
 

@@ -122,6 +122,29 @@ def test_first_error_in_file_order_wins_across_columns(tmp_path: Path) -> None:
         read_pool(path)
 
 
+def test_the_error_counts_the_other_lines_with_a_problem(tmp_path: Path) -> None:
+    # score out of range on line 3 (and a bad pred on the same line), then lines 5, 7, 8 (a
+    # duplicate id, a bad pred, a bad score): one message, the first problem and where the rest are
+    rows = ["a,0.1,0", "b,2,x", "c,0.2,1", "a,0.3,0", "d,0.4,2", "e,-1,0", "f,0.5,1"]
+    path = _write(tmp_path, "pool.csv", "id,score,pred\n" + "\n".join(rows) + "\n")
+    with pytest.raises(InputFileError) as err:
+        read_pool(path)
+    assert str(err.value).endswith(
+        "line 3, column 'score': expected a score in [0, 1], got '2'"
+        " (3 more lines have a problem: 5, 6, 7)"
+    )
+    # a column filled the wrong way: how many lines, the first five named
+    labels = "".join(f"i{k},0.1,0,0.5,2.0,1,{'yes' if k % 2 else 'no'}\n" for k in range(9))
+    plan = _write(tmp_path, "plan.csv", _plan_text(labels))
+    with pytest.raises(InputFileError) as err:
+        read_plan(plan)
+    assert str(err.value).endswith("got 'no' (8 more lines have a problem: 5, 6, 7, 8, 9, ...)")
+    # one problem: the message as before
+    one = _write(tmp_path, "one.csv", "id,score\na,0.1\nb,1.5\n")
+    with pytest.raises(InputFileError, match=r"got '1\.5'$"):
+        read_pool(one)
+
+
 def test_line_numbers_count_comments_and_blank_lines(tmp_path: Path) -> None:
     path = _write(tmp_path, "pool.csv", "# exported today\n\nid,score\na,0.1\n\nb,2\n")
     with pytest.raises(InputFileError, match=r"line 6, column 'score'"):
