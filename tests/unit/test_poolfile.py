@@ -123,7 +123,7 @@ def test_first_error_in_file_order_wins_across_columns(tmp_path: Path) -> None:
 
 
 def test_the_error_counts_the_other_lines_with_a_problem(tmp_path: Path) -> None:
-    # score out of range on line 3 (and a bad pred on the same line), then lines 5, 7, 8 (a
+    # score out of range on line 3 (and a bad pred on the same line), then lines 5, 6, 7 (a
     # duplicate id, a bad pred, a bad score): one message, the first problem and where the rest are
     rows = ["a,0.1,0", "b,2,x", "c,0.2,1", "a,0.3,0", "d,0.4,2", "e,-1,0", "f,0.5,1"]
     path = _write(tmp_path, "pool.csv", "id,score,pred\n" + "\n".join(rows) + "\n")
