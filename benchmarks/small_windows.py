@@ -23,6 +23,8 @@ window's realised value. Columns, on the same samples:
   at 0 or 1, used everywhere);
 - ``score-type``: the ratio's test inverted with the false negatives' variance taken at the
   count each tested value implies (``monitor.stats.score_interval``);
+- ``intersect``: the intersection of ``shipped`` and ``score-type`` (each an honest 95% interval,
+  so together they exclude the truth at most as often as both do apart);
 - ``daemon``: the shipped interval with the score-type bounds where the window's labels reject
   its scores (the label-free F of the window's scores outside the interval at 1%), as the
   daemon's windows take them.
@@ -168,6 +170,14 @@ VARIANTS: dict[str, Interval] = {
 }
 
 
+COLUMNS = [*VARIANTS, "intersect", "daemon"]  # the table's, in order
+
+
+def intersect(a: Bounds | None, b: Bounds | None) -> Bounds | None:
+    """The bounds both intervals hold (empty, lower above upper, when they are disjoint)."""
+    return None if a is None or b is None else (max(a[0], b[0]), min(a[1], b[1]))
+
+
 def daemon(
     sample: LabeledSample, alpha: float, score: np.ndarray, pred: np.ndarray
 ) -> Bounds | None:
@@ -207,9 +217,8 @@ def run_cell(
 ) -> str:
     """One line of the table."""
     window = int(SHARE * labels / rate)
-    names = [*VARIANTS, "daemon"]
-    covered = dict.fromkeys(names, 0)
-    width = dict.fromkeys(names, 0.0)
+    covered = dict.fromkeys(COLUMNS, 0)
+    width = dict.fromkeys(COLUMNS, 0.0)
     n_used = 0
     for _ in range(reps):
         score, label = window_pool(window, rate, scenario, rng)
@@ -222,6 +231,7 @@ def run_cell(
         take = np.flatnonzero(rng.random(window) < pi)
         sample = LabeledSample.poisson(score[take], pred[take], label[take], pi[take])
         got = {k: f(sample, alpha) for k, f in VARIANTS.items()}
+        got["intersect"] = intersect(got["shipped"], got["score-type"])
         got["daemon"] = daemon(sample, alpha, score, pred)
         if math.isnan(truth) or any(b is None for b in got.values()):
             continue
@@ -229,8 +239,8 @@ def run_cell(
         for k, b in got.items():
             assert b is not None
             covered[k] += b[0] <= truth <= b[1]
-            width[k] += b[1] - b[0]
-    cells = "  ".join(f"{covered[k] / n_used:.3f} {width[k] / n_used:.2f}" for k in names)
+            width[k] += max(b[1] - b[0], 0.0)
+    cells = "  ".join(f"{covered[k] / n_used:.3f} {width[k] / n_used:.2f}" for k in COLUMNS)
     return f"{labels:6d} {rate:5.0%} {alpha:5.1f} {window:6d} {n_used:5d} | {cells}"
 
 
@@ -243,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--defensive", type=float, default=0.1, help="uniform share (0.1)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    head = "  ".join(f"{k:>10s}" for k in [*VARIANTS, "daemon"])
+    head = "  ".join(f"{k:>10s}" for k in COLUMNS)
     print(f"labels  rate alpha window  used | {head}")
     for i, labels in enumerate(LABELS):
         for j, rate in enumerate(RATES):

@@ -36,7 +36,14 @@ def test_mid_p_bounds_leave_half_the_observed_probability_in_each_tail() -> None
 def test_one_cell_runs_and_reports_every_variant() -> None:
     row = sw.run_cell(20, 0.2, 0.5, 5, np.random.default_rng(3), scenario="drift")
     cells = row.split("|")[1].split()
-    assert len(cells) == 2 * (len(sw.VARIANTS) + 1)  # and the daemon's rule
+    assert len(cells) == 2 * len(sw.COLUMNS)  # the variants, their intersection, the daemon's rule
     for coverage, width in zip(cells[::2], cells[1::2], strict=True):
         assert 0.0 <= float(coverage) <= 1.0
         assert 0.0 <= float(width) <= 1.0
+
+
+def test_intersect_keeps_what_both_intervals_hold() -> None:
+    assert sw.intersect((0.2, 0.7), (0.4, 0.9)) == (0.4, 0.7)
+    assert sw.intersect((0.2, 0.7), None) is None
+    disjoint = sw.intersect((0.1, 0.2), (0.3, 0.4))  # empty: covers nothing
+    assert disjoint is not None and disjoint[0] > disjoint[1]
