@@ -782,7 +782,8 @@ def main(argv: list[str] | None = None) -> int:
         "--brokers",
         default="tansu",
         help="tansu, kafka or both (comma-separated); on Apache Kafka a kafka-python daemon "
-        "run of 200k records has stalled mid-topic in kafka-python's fetcher (README)",
+        "run of 200k records has stalled mid-topic in kafka-python's fetcher "
+        "(benchmarks/README.md)",
     )
     parser.add_argument("--memory", action="store_true", help="only the memory phase")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory phase")

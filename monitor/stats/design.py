@@ -103,12 +103,13 @@ def recalibrate(
     1% positives, the 34 positives held 1.6 of 147 normalised weights, so the ridge of ``tau`` = 2
     pseudo-labels toward the identity held the slope at 0.41-0.46 against the true 1/3, q* at p_hat
     stayed over-confident where the false negatives hide, and the streaming controller's 95%
-    intervals covered 0.86-0.88 (``python -m benchmarks.efficiency --stream-daemon``; README,
-    "Efficiency"). Counted once, the slope was 0.35. The cost: when the Platt form is wrong, the
-    unweighted fit is the best Platt map for the audited mix rather than the traffic
-    (``tests/unit/stats/test_stats_calibration.py``), which is one reason to offer the beta form
-    where the test finds Platt's wrong; the likelihood and calibration error that judge the map stay
-    design-weighted (traffic estimates), so such a misfit still grows the defensive share.
+    intervals covered 0.86-0.88 (``python -m benchmarks.efficiency --stream-daemon``;
+    benchmarks/README.md, "Efficiency"). Counted once, the slope was 0.35. The cost: when the
+    Platt form is wrong, the unweighted fit is the best Platt map for the audited mix rather than
+    the traffic (``tests/unit/stats/test_stats_calibration.py``), which is one reason to offer the
+    beta form where the test finds Platt's wrong; the likelihood and calibration error that judge
+    the map stay design-weighted (traffic estimates), so such a misfit still grows the defensive
+    share.
 
     With ``scores_level`` (the daemon's refits, ``monitor.core.recalibration``) the fit is then
     tested against the scores themselves: ``LR = 2 [NLL(s) - NLL(m(s))]`` of the same labels,
@@ -204,12 +205,12 @@ def rounds_mixture(rounds: Sequence[LabeledSample], shares: Sequence[float]) -> 
     ``monitor.offline.rounds`` gives the first round (drawn before any label, at the raw scores,
     half uniform) share 0 and every later round its expected number of labels, so the later rounds'
     labels estimate the whole pool instead of only counting themselves: on the pool benchmark
-    (``python -m benchmarks.efficiency --designs``, rounds of 10%, 15% and 75%; README,
-    "Efficiency") the calibrated cells kept 61-93% of the raw design's savings against 51-79% with
-    the latest round alone. Giving the first round its share too saved more again but, where the
-    scores are over-confident, its few heavily weighted finds made the intervals cover less
-    (logits x3 at 1% positives, F1 from 100 labels: 0.887 against 0.910, a scratch run of
-    300 repetitions).
+    (``python -m benchmarks.efficiency --designs``, rounds of 10%, 15% and 75%;
+    benchmarks/README.md, "Efficiency") the calibrated cells kept 61-93% of the raw design's
+    savings against 51-79% with the latest round alone. Giving the first round its share too
+    saved more again but, where the scores are over-confident, its few heavily weighted finds
+    made the intervals cover less (logits x3 at 1% positives, F1 from 100 labels: 0.887 against
+    0.910, a scratch run of 300 repetitions).
 
     Examples:
         >>> k = LabeledSample.poisson([0.2], [0], [0], [0.5])

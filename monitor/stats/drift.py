@@ -28,8 +28,8 @@ def score_bins(score: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
     drifted bucket's 1,000th record. On the logit bins the daemon's first bucket after that drift
     covers 0.950 (x3) and 0.937 (x10) where it covered 0.787 and 0.910 (``python -m
     benchmarks.efficiency --stream-daemon --reps 100 --seed S --cells 1% --bucket 3``, S = 14,
-    15, 16; README, "Efficiency"), its estimate less accurate (MAE 0.199 against 0.167 at x3)
-    as the design moves toward uniform; on calibrated streams no control was raised.
+    15, 16; benchmarks/README.md, "Efficiency"), its estimate less accurate (MAE 0.199 against
+    0.167 at x3) as the design moves toward uniform; on calibrated streams no control was raised.
 
     Examples:
         >>> score_bins(np.array([0.0, 1e-5, 0.5, 0.7, 1.0])).tolist()

@@ -277,8 +277,8 @@ def choose(  # noqa: PLR0917  (the two estimates' inputs side by side)
     stratum, p_hat recorded), never on the two standard errors a window happens to draw: taking
     the model-assisted estimate where its own se came out the smaller exported it most where
     that se was low by chance, and cost 0.8-1.4 points of coverage against the ratio where it was
-    used most (``benchmarks.efficiency --stream-daemon``, 60 streams; README, "The daemon's
-    model-assisted estimate"), with lower savings in every cell.
+    used most (``benchmarks.efficiency --stream-daemon``, 60 streams; benchmarks/README.md,
+    "The daemon's model-assisted estimate"), with lower savings in every cell.
     """
     reason = fallback_reason(sample, p_hat)
     if reason is not None:

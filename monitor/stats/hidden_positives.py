@@ -5,7 +5,7 @@ under the low scores. When a model starts to miss a new kind of positive that it
 show (p(y | s) >= eps at every score, the scores as before), a map fitted on the last few hundred
 labels keeps p_hat near 0 there, q* audits those records at the defensive floor alone, and the few
 found carry weights of a few hundred: at 1% positives the daemon's 1 h windows covered 0.81
-(README, Efficiency, "Positives the scores do not show").
+(benchmarks/README.md, Efficiency, "Positives the scores do not show").
 
 The labels of a longer window can show it. The audit chooses each record by its score, its
 prediction and a control fixed before its label (pi is a function of s), so given s the audited
@@ -27,7 +27,8 @@ positives at 1%, buckets 10-19 of 20-bucket streams, the same 50 streams covered
 share of 0.5 (the labels' largest, ``selection.MAX_DEFENSIVE``) and 0.932 with 0.8 (the score
 shift's ``drift.SHIFT_MAX``; scratch patches of the refit); with 0.8, ``python -m
 benchmarks.efficiency --stream-daemon --cells "hidden 1%" --buckets 20 --from-bucket 10`` reads
-0.911 over 300 streams (seeds 14-16), 0.823 without the test (README, Efficiency).
+0.911 over 300 streams (seeds 14-16), 0.823 without the test (benchmarks/README.md,
+Efficiency).
 
 The day's labels are judged by the newest map, including those drawn before a change of the
 scores: after a change that makes the model under-confident the newer map puts the older labels'

@@ -26,10 +26,11 @@ bins of ``monitor.stats.drift`` and the maps' reference histograms of ``monitor.
     x3 5%, F1, 70% answered      0.953 / 0.953   1.18x   0.72   (0.942)
 
 The calibrated cells over 800 streams (seeds 14-21, 100 each, ``--cells calibrated``): 0.946
-and 0.934, standard error 0.003 (README, "The calibrated cells over 800 streams"); 0.951 and 0.939
+and 0.934, standard error 0.003 (benchmarks/README.md, "The calibrated cells over 800
+streams"); 0.951 and 0.939
 since windows whose labels reject the scores take the score-type bounds
 (``monitor.stats.score_interval``), which lift the over-confident cells to 0.95-0.98 over 100
-streams (README, "The interval where the scores disagree").
+streams (benchmarks/README.md, "The interval where the scores disagree").
 
 Each window now spends 0.97-1.01x its budget on average (at most 1.43x). Before a new map was
 pending until records had q* summed under it (``monitor.stats.budget``, "Map changes") the
@@ -43,7 +44,7 @@ At 1% positives a bucket rarely has 20 labelled predicted positives, so the rati
 The last cell keeps the scores calibrated and from bucket 3 on adds as many positives again at
 random, which the scores do not show (``StreamCase.hidden``): 0.928 over 300 streams at 5%
 positives (seeds 14-16, 100 each; 0.917 before the day's test below); at 1% it reads 0.831 in
-buckets 4-9 (0.811 before it), below the goal (README,
+buckets 4-9 (0.811 before it), below the goal (benchmarks/README.md,
 "Positives the scores do not show"). There the day's labels find the new positives among the low
 scores after some hours and the design then audits them more (``monitor.stats.hidden_positives``):
 ``test_new_positives_the_scores_do_not_show_are_found_within_hours`` checks buckets 10-19 of

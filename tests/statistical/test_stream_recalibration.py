@@ -19,8 +19,8 @@ The first bucket after the drift is decided with the map fitted before it; the s
 less accurate than uniform sampling and cover 0.85: measured 0.900 (x3) and 0.917 (x10), savings
 2.12x and 1.70x, against 0.800 and 0.600, 1.84x and 0.53x without the rule (0.850 and 0.792,
 2.34x and 1.44x with the raise capped at 0.5 instead of 0.8). These figures predate the exact
-cap re-solve and the scores test of ``monitor.core.recalibration`` (the README's drift tables
-have the figures with them); the test passes with both.
+cap re-solve and the scores test of ``monitor.core.recalibration`` (the drift tables of
+benchmarks/README.md have the figures with them); the test passes with both.
 Here the truth has the Platt form after the drift, so the controller that may choose a beta map
 (``monitor.stats.beta_calibration``) must do as well as the one kept to Platt maps, run beside it.
 """

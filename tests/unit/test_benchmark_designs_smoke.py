@@ -64,5 +64,6 @@ def test_hidden_positives_double_the_rate_after_the_drift_and_leave_the_scores_a
 
 
 def test_the_daemon_path_fits_maps_on_the_window_the_daemon_uses_at_its_budget() -> None:
-    # the README's daemon-path tables (150 labels a bucket) stand for the product while these agree
+    # benchmarks/README.md's daemon-path tables (150 labels a bucket) stand for the product
+    # while these agree
     assert label_window_buckets(3600, 150.0) == stream.FIT_BUCKETS
