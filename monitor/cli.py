@@ -28,8 +28,7 @@ COMMAND_MODULES = (
 )
 
 EXIT_OK = 0
-EXIT_CRASH = 1
-EXIT_USAGE = 2
+EXIT_USAGE = 2  # an uncaught exception exits 1
 
 log = logging.getLogger(__name__)
 

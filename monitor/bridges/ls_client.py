@@ -35,8 +35,6 @@ class LabelStudioError(MonitorError):
 class LabelStudioUnavailable(LabelStudioError):
     """Label Studio cannot be reached or fails with 5xx; retrying later makes sense."""
 
-    retriable = True
-
 
 class LabelStudioAuthError(LabelStudioError):
     """The API token was refused (HTTP 401/403)."""

@@ -200,8 +200,3 @@ class LabelStudioServer:
         if self._log is not None:
             self._log.close()
             self._log = None
-
-    def restart(self, timeout_s: float = 300.0) -> LabelStudioServer:
-        """Stop and start again on the same port and data."""
-        self.stop()
-        return self.start(timeout_s)

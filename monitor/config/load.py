@@ -46,6 +46,7 @@ from monitor.config.validate import (
 )
 from monitor.errors import ConfigError
 from monitor.stats.alerting import SPENDING_RULES
+from monitor.stats.falpha import alpha_from_beta
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 _WINDOW_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,31}")
@@ -466,7 +467,7 @@ def _model(problems: Problems, name: str, spec: Any, path: str) -> ModelConfig:
     if "beta" in sec and "alpha" not in sec:
         beta = sec.number("beta", math.nan, 0.0)
         if math.isfinite(beta):
-            alpha = 1.0 / (1.0 + beta * beta)
+            alpha = alpha_from_beta(beta)
     if "labels_per_hour" in sec and "labels_per_day" in sec:
         problems.add(path, "set labels_per_hour or labels_per_day, not both")
     per_hour = sec.number("labels_per_hour", base.labels_per_hour, 0.0, MAX_RATE, lo_open=True)

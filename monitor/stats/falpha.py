@@ -43,19 +43,6 @@ def alpha_from_beta(beta: float) -> float:
     return 1.0 / (1.0 + beta * beta)
 
 
-def beta_from_alpha(alpha: float) -> float:
-    """Convert F_alpha to F_beta: beta = sqrt(1/alpha - 1) (inf for alpha = 0).
-
-    Examples:
-        >>> beta_from_alpha(0.2)
-        2.0
-    """
-    _check_alpha(alpha)
-    if alpha == 0.0:
-        return math.inf
-    return math.sqrt(1.0 / alpha - 1.0)
-
-
 def falpha_weight(pred: npt.ArrayLike, label: npt.ArrayLike, alpha: float) -> FloatArray:
     """Weight w = alpha f + (1 - alpha) y of seed 000, Corollary 1."""
     _check_alpha(alpha)
@@ -227,26 +214,5 @@ def estimate_falpha(
         event_weight=1.0 - alpha,
         event_gain=0.0,
         pseudo_events=pseudo_events,
-        answers=sample.answers,
-    )
-
-
-def estimate_zero_one_risk(
-    sample: LabeledSample, level: float, *, bias_correction: bool = True
-) -> Estimate:
-    """Active estimate of the zero-one risk: sum(v l01) / sum(v) (seed 002, Eq. 3/4).
-
-    The ratio estimator with gain ``l01 = 1[f != y]`` and weight 1 (its denominator, the
-    estimated traffic size, is random under Poisson sampling), with the same jackknife bias
-    correction as :func:`estimate_falpha`.
-    """
-    loss = (sample.pred != sample.label).astype(np.float64)
-    return ratio_estimate(
-        loss,
-        np.ones_like(loss),
-        sample.v,
-        sample.fpc,
-        level,
-        bias_correction=bias_correction,
         answers=sample.answers,
     )

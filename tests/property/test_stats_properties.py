@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from monitor.stats.design import rounds_mixture
-from monitor.stats.falpha import estimate_falpha, estimate_zero_one_risk
+from monitor.stats.falpha import estimate_falpha
 from monitor.stats.interval import strictly_inside
 from monitor.stats.measures import measure_all
 from monitor.stats.sample import LabeledSample
@@ -51,7 +51,7 @@ def test_interval_is_ordered_and_in_range(
     sample: LabeledSample, alpha: float, level: float
 ) -> None:
     m = measure_all(sample, alpha, level)
-    for est in (m.f, m.precision, m.recall, estimate_zero_one_risk(sample, level)):
+    for est in (m.f, m.precision, m.recall):
         _check_bounds(est.value, est.lower, est.upper)
         if est.defined:
             assert est.se >= 0.0
