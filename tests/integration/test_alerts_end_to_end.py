@@ -30,11 +30,12 @@ and routes it to ``pager`` as well.
 Case 2 (no degradation, same seed): once every record and label is processed, no quality alert
 is active in the daemon, which did decide (upper bound above the floor on both windows);
 no quality alert was active on the way (neither in the daemon's scrapes nor, for
-``f_below_floor``, in the series Prometheus stored); after Prometheus has scraped the final state
-and evaluated its rules on it, no alert is firing and no quality alert is pending there, and
-Alertmanager holds no alert. (The calibration check of ``model_untrustworthy`` allows for the
-real F of a window straying from the intrinsic F by the labels' own chance; without that
-allowance this healthy stream raised it for about three event hours.)
+``f_below_floor`` and ``model_untrustworthy``, in the series Prometheus stored); after
+Prometheus has scraped the final state and evaluated its rules on it, no alert is firing and no
+quality alert is pending there, and Alertmanager holds no alert. (The calibration check of
+``model_untrustworthy`` allows for the real F of a window straying from the intrinsic F by the
+labels' own chance; without that allowance this healthy stream raised it for about three event
+hours.)
 """
 
 from __future__ import annotations
@@ -700,11 +701,13 @@ def test_no_degradation_raises_no_alert_anywhere(
             30,
             lambda: str(try_json(f"{run.prometheus.url}/api/v1/rules")),
         )
+        quality_series = f'job="{JOB}",alert=~"{"|".join(QUALITY_ALERTS)}"'
         ever = prom_query(
-            run.prometheus.url,
-            f'max_over_time(monitor_alert_active{{job="{JOB}",alert="f_below_floor"}}[10m])',
+            run.prometheus.url, f"max_over_time(monitor_alert_active{{{quality_series}}}[10m])"
         )
-        assert ever, "Prometheus holds no monitor_alert_active series"
+        # every quality alert the configuration enables (f_dropped needs a reference)
+        enabled = {"f_below_floor", "model_untrustworthy"}
+        assert {r["metric"]["alert"] for r in ever} == enabled, ever
         assert {float(r["value"][1]) for r in ever} == {0.0}, ever
         alerts = prom_alerts(run.prometheus.url)
         assert not [a for a in alerts if a["state"] == "firing"], alerts

@@ -113,7 +113,6 @@ class CaseResult:
     mean_se_seen: float
     sd: float
     mean_width: float
-    mean_labels: float
     undefined: int
 
 
@@ -219,7 +218,6 @@ def results() -> dict[tuple[float, float, int], CaseResult]:
                     float(np.mean(d.seen_ses)),
                     float(np.std(d.values)),
                     float(np.mean(d.widths)),
-                    float(budget),
                     d.undefined,
                 )
     elapsed = time.perf_counter() - started
