@@ -73,7 +73,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.throughput import bulk_producer, create_topics, write_daemon_config
-from monitor.ports import free_port
+from monitor.free_ports import free_port
 from monitor.sim.embedded_broker import EmbeddedBroker
 
 PARTITIONS = 4

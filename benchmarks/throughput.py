@@ -68,7 +68,7 @@ import numpy as np
 from monitor.config.load import load_config
 from monitor.config.schema import Config, TopicsConfig
 from monitor.core.messages import RawRecord
-from monitor.ports import free_port
+from monitor.free_ports import free_port
 from monitor.sim.embedded_broker import EmbeddedBroker
 from monitor.sim.kafka_broker import KAFKA_VERSION, KafkaBroker
 

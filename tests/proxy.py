@@ -14,7 +14,7 @@ import socket
 import struct
 import threading
 
-from monitor.ports import free_port
+from monitor.free_ports import free_port
 
 
 class TcpProxy:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from monitor.errors import MonitorError
-from monitor.ports import free_port
+from monitor.free_ports import free_port
 
 DEFAULT_VENV = Path.home() / ".cache" / "activeaudit-monitor" / "labelstudio-venv"
 _DATABASE = "label_studio.sqlite3"

@@ -47,7 +47,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from monitor.config.load import load_config
 from monitor.config.schema import TopicsConfig
 from monitor.errors import MonitorError
-from monitor.ports import free_port
+from monitor.free_ports import free_port
 from monitor.sim.auditors import AuditPolicy, AuditStats, SimulatedAuditTeam, write_truth
 from monitor.sim.demo_queue import LabelStudioQueue, add_arguments, team_drop_rate
 from monitor.sim.embedded_broker import EmbeddedBroker

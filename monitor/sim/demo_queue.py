@@ -23,7 +23,7 @@ from monitor.bridges.ls_config import LabelStudioConfig
 from monitor.bridges.ls_server import LabelStudioServer
 from monitor.config.schema import Config
 from monitor.errors import MonitorError
-from monitor.ports import free_port
+from monitor.free_ports import free_port
 from monitor.sim.auditors import request_uniform
 
 DEFAULT_PORT = 8080

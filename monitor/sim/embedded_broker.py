@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 
 from monitor.errors import MonitorError
-from monitor.ports import free_port
+from monitor.free_ports import free_port
 
 
 def wait_for_port(port: int, timeout_s: float) -> None:

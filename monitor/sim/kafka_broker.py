@@ -45,7 +45,7 @@ from pathlib import Path
 from types import TracebackType
 
 from monitor.errors import MonitorError
-from monitor.ports import free_port
+from monitor.free_ports import free_port
 
 KAFKA_VERSION = "4.1.1"
 POM = Path(__file__).resolve().parents[2] / "scripts" / "kafka" / "pom.xml"

@@ -24,7 +24,7 @@ from monitor.bridges.ls_config import LabelStudioConfig, Wording, parse_labelstu
 from monitor.bridges.ls_server import LabelStudioServer
 from monitor.config.load import load_config
 from monitor.config.schema import Config, TopicsConfig
-from monitor.ports import free_port
+from monitor.free_ports import free_port
 from monitor.sim.embedded_broker import EmbeddedBroker
 from monitor.sim.workload import Workload, WorkloadSpec, generate
 

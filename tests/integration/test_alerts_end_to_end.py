@@ -59,7 +59,7 @@ import yaml
 
 from monitor.config.load import load_config
 from monitor.config.schema import TopicsConfig
-from monitor.ports import free_port
+from monitor.free_ports import free_port
 from monitor.sim.auditors import AuditPolicy, SimulatedAuditTeam
 from monitor.sim.demo import DaemonProcess, Metrics, Streamer, scrape
 from monitor.sim.workload import Workload, WorkloadSpec, generate, truth_of

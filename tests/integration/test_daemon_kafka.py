@@ -30,10 +30,10 @@ from prometheus_client import CollectorRegistry
 from monitor.config.load import load_config
 from monitor.config.schema import Config, TopicsConfig
 from monitor.core.estimator import EstimatorService
+from monitor.free_ports import free_port
 from monitor.io.exporter import Exporter
 from monitor.io.kafka_io import read_topic
 from monitor.io.store import Store
-from monitor.ports import free_port
 from monitor.runtime.engine import Engine
 from monitor.sim.workload import Workload, WorkloadSpec, generate, truth_of
 from monitor.testing.fakes import FakeLog, FakeSink, FakeSource

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from monitor.config.load import load_config
-from monitor.ports import free_port
+from monitor.free_ports import free_port
 from monitor.sim.embedded_broker import EmbeddedBroker
 from monitor.sim.workload import WorkloadSpec, generate
 from tests.integration import test_daemon_kafka as kafka_tests

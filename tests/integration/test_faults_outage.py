@@ -25,7 +25,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from monitor.config.load import load_config
 from monitor.config.schema import TopicsConfig
 from monitor.errors import MonitorError
-from monitor.ports import free_port
+from monitor.free_ports import free_port
 from monitor.sim.embedded_broker import EmbeddedBroker
 from monitor.sim.kafka_broker import KafkaBroker
 from monitor.sim.workload import WorkloadSpec, generate

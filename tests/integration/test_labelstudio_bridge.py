@@ -33,8 +33,8 @@ from monitor.bridges.ls_server import LabelStudioServer
 from monitor.bridges.ls_tasks import project_fields, task_body
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.errors import MonitorError
+from monitor.free_ports import free_port
 from monitor.io.kafka_io import ensure_topics
-from monitor.ports import free_port
 from monitor.sim.embedded_broker import EmbeddedBroker
 from monitor.sim.kafka_broker import KafkaBroker
 from tests.integration.ls_helpers import (

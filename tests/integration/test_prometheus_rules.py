@@ -26,7 +26,7 @@ import yaml
 
 from monitor.config.schema import TopicsConfig
 from monitor.errors import RejectReason
-from monitor.ports import free_port
+from monitor.free_ports import free_port
 from monitor.sim.embedded_broker import EmbeddedBroker
 
 pytestmark = pytest.mark.integration

@@ -33,8 +33,8 @@ from monitor.config.schema import TopicsConfig
 from monitor.core import aggregates
 from monitor.core.records import decode_scored
 from monitor.core.sampler import PartKey, SamplerService
+from monitor.free_ports import free_port
 from monitor.io.kafka_io import read_topic
-from monitor.ports import free_port
 from monitor.runtime.failpoint import Failpoint
 from monitor.sim.auditors import AuditPolicy, SimulatedAuditTeam
 from monitor.sim.workload import Workload, WorkloadSpec, generate

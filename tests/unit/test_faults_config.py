@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from monitor.cli import main
+from monitor.free_ports import free_port
 from monitor.io import exporter as exporter_module
-from monitor.ports import free_port
 
 GOOD = """
 kafka: {{bootstrap_servers: ["127.0.0.1:1"], poll_timeout_ms: 100}}

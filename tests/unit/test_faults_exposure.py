@@ -19,8 +19,8 @@ from prometheus_client import generate_latest
 
 from monitor.config.load import load_config
 from monitor.config.schema import Config
+from monitor.free_ports import free_port
 from monitor.io.exporter import Exporter
-from monitor.ports import free_port
 from monitor.sim.workload import WorkloadSpec, generate
 from tests.property.test_daemon_fuzz import _run
 from tests.unit.test_daemon_loop import TOPICS, _config

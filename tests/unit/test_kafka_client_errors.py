@@ -18,10 +18,10 @@ from kafka.errors import KafkaConnectionError, KafkaTimeoutError, SaslAuthentica
 
 from monitor.config.load import parse_config
 from monitor.errors import ConfigError
+from monitor.free_ports import free_port
 from monitor.io import client_errors, confluent_io, kafka_io
 from monitor.io.client_errors import RecentErrors, connection_hint, describe, unavailable
 from monitor.io.confluent_io import ConfluentSink, ConfluentSource
-from monitor.ports import free_port
 
 SASL_SSL = {"security_protocol": "SASL_SSL"}
 # what each client reported, against Apache Kafka 4.1.1

@@ -18,10 +18,10 @@ ALLOWED: dict[str, set[str]] = {
     "io": {"core", "config", "errors", "stats", "runtime", "logs", "monitor"},
     "testing": {"core", "errors", "runtime"},
     "offline": {"errors", "stats", "sim"},
-    "sim": {"core", "config", "errors", "logs", "io", "stats", "bridges", "ports"},
+    "sim": {"core", "config", "errors", "logs", "io", "stats", "bridges", "free_ports"},
     # talks to the topics (their messages: core.messages; io: kafka-python's clients as the
     # daemon makes them, and its errors for a missing topic) and the tool only
-    "bridges": {"config", "core", "errors", "io", "logs", "ports"},
+    "bridges": {"config", "core", "errors", "io", "logs", "free_ports"},
 }
 
 
