@@ -308,7 +308,8 @@ def state_problem(
             continue
         times = [agg.ts_min, agg.ts_max]
         if not all(math.isfinite(t) for t in times) or agg.ts_min > agg.ts_max:
-            return RejectReason.BAD_TIMESTAMP, f"segment {segment!r}: event times not finite"
+            why = "event times not finite or out of order"
+            return RejectReason.BAD_TIMESTAMP, f"segment {segment!r}: {why}"
         if set(bucket_of(np.array(times), bucket_s).tolist()) != {bucket}:
             return (
                 RejectReason.BAD_TIMESTAMP,

@@ -214,6 +214,9 @@ class LabeledSample:
                 msg = "inclusion probabilities pi must be in (0, 1]"
                 raise ValueError(msg)
         r = _floats(rate)
+        if r.shape != p.shape:
+            msg = f"LabeledSample.two_phase: rate {r.shape} and pi {p.shape} differ"
+            raise ValueError(msg)
         answers = AnswerGroups(
             np.asarray(group, dtype=np.int64).reshape(-1),
             r,

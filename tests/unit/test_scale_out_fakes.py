@@ -300,6 +300,10 @@ def test_estimator_dead_letters_a_forged_state_and_keeps_its_estimate(
         {"segments": {segment: [*agg[:9], 1e11, *agg[10:]]}},  # event time ahead
         {"segments": {segment: [10**30, *agg[1:]]}},
         {"segments": {segment: [agg[0], -1, *agg[2:]]}},
+        {"partition": -1},
+        {"segments": {segment: [agg[0], agg[0] + 1, *agg[2:]]}},  # more predicted than records
+        {"segments": {segment: [*agg[:8], agg[9] + 1.0, agg[9], *agg[10:]]}},  # first after last
+        {"segments": {segment: [*agg[:8], agg[8] - 2 * 3600.0, *agg[9:]]}},  # an earlier bucket
     ]
     for change in forged:
         body = {**ahead, **change}
@@ -315,6 +319,17 @@ def test_estimator_dead_letters_a_forged_state_and_keeps_its_estimate(
         "bad_timestamp",
         "out_of_range",
         "out_of_range",
+        "out_of_range",
+        "out_of_range",
+        "bad_timestamp",
+        "bad_timestamp",
+    ]
+    problems = [json.loads(v)["detail"] for _, v in log.records(TOPICS.deadletter)][-4:]
+    assert [problem.split(": ", 2)[-1] for problem in problems] == [
+        "a state of partition -1",
+        "counts that do not add up",
+        "event times not finite or out of order",
+        "event times outside bucket " + str(stale["bucket"]),
     ]
     store.close()
 

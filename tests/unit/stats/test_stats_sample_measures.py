@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from monitor.sim.simulate import calibrated_pool, logit_mean_for_rate
 from monitor.stats.falpha import estimate_falpha, falpha_exact
 from monitor.stats.measures import confusion_estimate, measure_all
-from monitor.stats.sample import LabeledSample
+from monitor.stats.sample import AnswerGroups, LabeledSample
 from monitor.stats.selection import draw_with_replacement
 
 
@@ -49,6 +50,34 @@ def test_sample_validation() -> None:
         LabeledSample.create([0.5], [1], [1], [-1.0], [0.0])
     with pytest.raises(ValueError, match="q must"):
         LabeledSample.with_replacement([0.5], [1], [1], [0.0])
+    with pytest.raises(ValueError, match=r"fpc must be in \[0, 1\]"):
+        LabeledSample.create([0.5], [1], [1], [1.0], [1.5])
+    with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\], got 1.5"):
+        estimate_falpha(LabeledSample.poisson([0.5], [1], [1], [0.5]), 1.5, 0.95)
+
+
+def test_two_phase_validation() -> None:
+    def two_phase(**changes: npt.ArrayLike) -> LabeledSample:
+        args: dict[str, npt.ArrayLike] = {"pi": [0.5, 0.5], "rate": [0.5, 1.0], "group": [0, 1]}
+        return LabeledSample.two_phase([0.5, 0.4], [1, 0], [1, 0], **{**args, **changes})
+
+    assert two_phase().answers is not None
+    with pytest.raises(ValueError, match=r"pi must be in \(0, 1\]"):
+        two_phase(pi=[0.5, 1.5])
+    with pytest.raises(ValueError, match=r"pi must be in \(0, 1\]"):
+        two_phase(unanswered_pi=[0.0], unanswered_group=[0])
+    with pytest.raises(ValueError, match=r"rate must be in \(0, 1\]"):
+        two_phase(rate=[0.0, 1.0])
+    with pytest.raises(ValueError, match=r"group \(1,\) and rate \(2,\) differ"):
+        two_phase(group=[0])
+    with pytest.raises(ValueError, match=r"unanswered_group \(2,\) and unanswered_v \(1,\)"):
+        two_phase(unanswered_pi=[0.5], unanswered_group=[0, 1])
+    with pytest.raises(ValueError, match=r"rate \(3,\) and pi \(2,\) differ"):
+        two_phase(rate=[0.5, 1.0, 1.0], group=[0, 1, 1])
+    one = two_phase()
+    three = AnswerGroups(np.zeros(3, dtype=np.int64), np.ones(3))
+    with pytest.raises(ValueError, match=r"answers must have shape \(2,\), got \(3,\)"):
+        LabeledSample(one.score, one.pred, one.label, one.v, one.fpc, three)
 
 
 def test_concat_equals_one_sample(rng: np.random.Generator) -> None:
