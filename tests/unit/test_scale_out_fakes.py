@@ -304,6 +304,7 @@ def test_estimator_dead_letters_a_forged_state_and_keeps_its_estimate(
         {"segments": {segment: [agg[0], agg[0] + 1, *agg[2:]]}},  # more predicted than records
         {"segments": {segment: [*agg[:8], agg[9] + 1.0, agg[9], *agg[10:]]}},  # first after last
         {"segments": {segment: [*agg[:8], agg[8] - 2 * 3600.0, *agg[9:]]}},  # an earlier bucket
+        {"segments": {segment: [*agg[:8], None, *agg[9:]]}},  # a TypeError, refused as bad_type
     ]
     for change in forged:
         body = {**ahead, **change}
@@ -323,8 +324,9 @@ def test_estimator_dead_letters_a_forged_state_and_keeps_its_estimate(
         "out_of_range",
         "bad_timestamp",
         "bad_timestamp",
+        "bad_type",
     ]
-    problems = [json.loads(v)["detail"] for _, v in log.records(TOPICS.deadletter)][-4:]
+    problems = [json.loads(v)["detail"] for _, v in log.records(TOPICS.deadletter)][-5:-1]
     assert [problem.split(": ", 2)[-1] for problem in problems] == [
         "a state of partition -1",
         "counts that do not add up",
