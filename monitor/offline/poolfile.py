@@ -516,7 +516,7 @@ def _plan_design(table: _Table) -> str:
     design = table.meta.get("design")
     line = table.header_line
     if design is not None and design not in DESIGNS:
-        msg = f"{table.path}: header 'design={design}': expected one of {', '.join(DESIGNS)}"
+        msg = f"{table.path}: plan meta 'design={design}': expected one of {', '.join(DESIGNS)}"
         raise InputFileError(msg)
     if has_pi == has_q:
         which = "both" if has_pi else "neither"
@@ -589,7 +589,17 @@ def read_sidecar(path: Path) -> dict[str, str]:
     if not isinstance(meta, dict):
         msg = f'{path}: expected a JSON object with a "meta" object (written by monitor plan)'
         raise InputFileError(msg)
-    out = {"format": str(doc.get("format", PLAN_FORMAT))}
+    fmt = doc.get("format", PLAN_FORMAT)
+    if type(fmt) is int and fmt > PLAN_FORMAT:
+        msg = (
+            f'{path}: "format": {fmt}: written by a later release of monitor plan (this one '
+            f"reads format {PLAN_FORMAT}); use that release"
+        )
+        raise InputFileError(msg)
+    if type(fmt) is not int or fmt != PLAN_FORMAT:  # format 1 kept its meta in the plan
+        msg = f'{path}: "format": {json.dumps(fmt)}: expected {PLAN_FORMAT}, as monitor plan writes'
+        raise InputFileError(msg)
+    out = {"format": str(fmt)}
     if isinstance(doc.get("plan"), str):
         out["plan"] = doc["plan"]  # the name of the plan it was written for
     for key, value in meta.items():

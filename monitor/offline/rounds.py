@@ -78,7 +78,7 @@ def plan_round(plan: Plan, path: str) -> int:
     text = plan.meta.get("round", "1")
     value = whole_number(text)  # "2", or 2.0 as a JSON tool may write it
     if value is None or value < 1:
-        msg = f"{path}: header 'round={text}': expected a whole number >= 1"
+        msg = f"{path}: plan meta 'round={text}': expected a whole number >= 1"
         raise InputFileError(msg)
     return value
 
@@ -88,7 +88,7 @@ def planned_known(plan: Plan, path: str) -> int:
     text = plan.meta.get("known_labels", "0")
     value = whole_number(text)  # "43", or 43.0 as a JSON tool may write it
     if value is None:
-        msg = f"{path}: header 'known_labels={text}': expected a whole number >= 0"
+        msg = f"{path}: plan meta 'known_labels={text}': expected a whole number >= 0"
         raise InputFileError(msg)
     return value
 
@@ -163,7 +163,7 @@ def _planned_labels(plan: Plan, path: str) -> float:
         value = math.nan
     if not value > 0.0:
         msg = (
-            f"{path}: header 'expected_labels' or 'budget' missing or not a number > 0; the "
+            f"{path}: plan meta 'expected_labels' or 'budget' missing or not a number > 0; the "
             f"rounds' estimate weights each round by it: copy {path}'s sidecar beside it"
         )
         raise InputFileError(msg)

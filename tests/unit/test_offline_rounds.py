@@ -410,7 +410,7 @@ def test_round_counts_written_as_floats_are_the_same_counts(
     _edit_sidecar(two_done, known_labels=known + 0.5)
     assert main(["estimate", "--labels", str(one_done), str(two_done)]) == 2
     err = capsys.readouterr().err
-    assert f"{two_done}: header 'known_labels={known + 0.5!r}': expected a whole number" in err
+    assert f"{two_done}: plan meta 'known_labels={known + 0.5!r}': expected a whole number" in err
 
 
 def test_a_next_round_needs_every_earlier_round_of_its_audit(

@@ -316,7 +316,7 @@ def test_plan_design_must_match_columns(tmp_path: Path) -> None:
     with pytest.raises(InputFileError, match=r"exactly one of the columns 'pi'.*got both"):
         read_plan(_write(tmp_path, "b.csv", text))
     text = "# design=stratified\nid,score,pred,pi,weight,label\na,0.1,0,0.5,2,\n"
-    with pytest.raises(InputFileError, match=r"header 'design=stratified': expected one of"):
+    with pytest.raises(InputFileError, match=r"plan meta 'design=stratified': expected one of"):
         read_plan(_write(tmp_path, "c.csv", text))
     text = "id,score,pred,pi,label\na,0.1,0,0.5,\n"
     with pytest.raises(InputFileError, match=r"line 1: missing column 'weight'"):
@@ -342,6 +342,29 @@ def test_labels_as_spreadsheets_and_data_frames_write_them(tmp_path: Path) -> No
     assert plan.label[plan.labelled].tolist() == [1, 0, 1, 0, 1]
     assert plan.labelled.tolist() == [True] * 4 + [False, False, True, False]
     assert plan.pred.tolist() == [1] * 8
+
+
+@pytest.mark.parametrize(
+    ("fmt", "why"),
+    [
+        (
+            3,
+            "written by a later release of monitor plan (this one reads format 2); "
+            "use that release",
+        ),
+        ("2", "expected 2, as monitor plan writes"),
+        (1, "expected 2, as monitor plan writes"),
+    ],
+)
+def test_a_sidecar_of_another_format_is_refused(tmp_path: Path, fmt: object, why: str) -> None:
+    """A plan of a later release (or a hand-edited format) was read as if it were this one's."""
+    path = tmp_path / "plan.csv"
+    write_plan(path, _plan())
+    doc = json.loads(sidecar_path(path).read_text(encoding="utf-8"))
+    sidecar_path(path).write_text(json.dumps({**doc, "format": fmt}), encoding="utf-8")
+    with pytest.raises(InputFileError) as err:
+        read_plan(path)
+    assert str(err.value) == f'{sidecar_path(path)}: "format": {json.dumps(fmt)}: {why}'
 
 
 def test_a_sidecar_of_another_plan_is_named(tmp_path: Path) -> None:
