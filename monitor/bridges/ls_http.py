@@ -184,13 +184,17 @@ class BridgeServer:
                 if self.path.split("?", 1)[0] != "/webhook":
                     self._send(404, b"not found\n")
                     return
-                length = int(self.headers.get("Content-Length") or 0)
+                text = self.headers.get("Content-Length") or "0"
+                length = int(text) if text.isdigit() else -1
+                if length < 0:
+                    self._send(400, f"Content-Length {text[:20]!r} is not a byte count\n".encode())
+                    return
                 if length > _MAX_BODY:
                     self._send(413, b"too large\n")
                     return
                 try:
                     body = json.loads(self.rfile.read(length) or b"null")
-                except ValueError:
+                except (ValueError, RecursionError):  # nested too deep: RecursionError
                     self._send(400, b"not JSON\n")
                     return
                 metrics.webhooks.inc()
