@@ -103,7 +103,7 @@ class LabelStudioClient:
             return None
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested too deep: RecursionError
             msg = f"{where}: not JSON: {raw[:200]!r}"
             raise LabelStudioError(msg) from None
 

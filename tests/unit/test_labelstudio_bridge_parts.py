@@ -884,24 +884,37 @@ def test_a_task_asked_for_by_id_is_checked_against_its_request(tmp_path: Path) -
     bridge.state.close()
 
 
-def test_a_response_cut_off_midway_is_label_studio_unavailable() -> None:
-    """Label Studio stopped while it sent a task listing: ``http.client.IncompleteRead`` escaped
-    the client and ended the bridge's loop for good. It is now an outage, retried."""
+def _call_answered_with(response: bytes) -> Any:
+    """``client.call`` against a server on 127.0.0.1 that sends ``response`` and closes."""
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
 
-    def answer_half() -> None:
+    def answer() -> None:
         conn, _ = server.accept()
         with conn:
             conn.recv(65536)
-            conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"tasks": [')
+            conn.sendall(response)
 
-    thread = threading.Thread(target=answer_half, daemon=True)
+    thread = threading.Thread(target=answer, daemon=True)
     thread.start()
     client = LabelStudioClient(f"http://127.0.0.1:{port}", "t", timeout_s=5.0)
     try:
-        with pytest.raises(LabelStudioUnavailable, match="unreachable: IncompleteRead"):
-            client.call("GET", "/api/tasks")
+        return client.call("GET", "/api/tasks")
     finally:
         thread.join(5)
         server.close()
+
+
+def test_a_response_cut_off_midway_is_label_studio_unavailable() -> None:
+    """Label Studio stopped while it sent a task listing: ``http.client.IncompleteRead`` escaped
+    the client and ended the bridge's loop for good. It is now an outage, retried."""
+    with pytest.raises(LabelStudioUnavailable, match="unreachable: IncompleteRead"):
+        _call_answered_with(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"tasks": [')
+
+
+@pytest.mark.parametrize("body", [b"<html>proxy error</html>", b"[" * 100_000 + b"]" * 100_000])
+def test_an_answer_that_is_not_json_is_a_label_studio_error(body: bytes) -> None:
+    """Nested too deep for ``json`` (a ``RecursionError``) as well as not JSON at all."""
+    head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    with pytest.raises(LabelStudioError, match=r"GET http://127\.0\.0\.1:\d+/api/tasks: not JSON"):
+        _call_answered_with(head.encode() + body)
