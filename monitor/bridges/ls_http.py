@@ -19,6 +19,8 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
+from monitor.io.http_server import REQUEST_TIMEOUT_S, OneLineErrors
+
 log = logging.getLogger(__name__)
 _MAX_BODY = 8 * 1024 * 1024
 
@@ -141,6 +143,10 @@ def task_ids(body: Any) -> set[int]:
     return out
 
 
+class _Server(OneLineErrors, ThreadingHTTPServer):
+    """A threaded server whose failed requests are one log event each."""
+
+
 class BridgeServer:
     """A threaded HTTP server; webhook task ids go to ``hints`` for the bridge loop."""
 
@@ -157,6 +163,8 @@ class BridgeServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = REQUEST_TIMEOUT_S
+
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
@@ -202,7 +210,7 @@ class BridgeServer:
                     server.hints.put(task_id)
                 self._send(200, b"ok\n")
 
-        self._httpd = ThreadingHTTPServer((address.strip("[]"), port), Handler)
+        self._httpd = _Server((address.strip("[]"), port), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="bridge-http", daemon=True

@@ -35,6 +35,7 @@ from monitor.config.schema import Config
 from monitor.core.alerts import AlertStatus
 from monitor.core.snapshot import Snapshot, WindowEstimate
 from monitor.errors import ConfigError, RejectReason
+from monitor.io.http_server import REQUEST_TIMEOUT_S, OneLineErrors
 from monitor.stats.budget import Calibration
 from monitor.stats.estimate import Estimate
 
@@ -288,13 +289,15 @@ def _render_window(fam: _Families, w: WindowEstimate) -> None:
 
 
 class _QuietHandler(WSGIRequestHandler):
-    """Request handler that does not print one line per scrape."""
+    """Request handler that does not print one line per scrape, nor waits on a silent client."""
+
+    timeout = REQUEST_TIMEOUT_S
 
     def log_message(self, format: str, *args: Any) -> None:
         """Log nothing."""
 
 
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
+class _ThreadingServer(OneLineErrors, ThreadingMixIn, WSGIServer):
     """One daemon thread per request: a stuck scrape never blocks shutdown."""
 
     daemon_threads = True
