@@ -59,7 +59,11 @@ from monitor.bridges.ls_http import BridgeMetrics, BridgeServer
 from monitor.bridges.ls_state import ANSWERED, DELETED, EXPIRED, OPEN, BridgeState, TaskRow
 from monitor.bridges.ls_tasks import decide as decide_label
 from monitor.bridges.ls_tasks import project_fields, read_answer, task_body
-from monitor.config.kafka_client import RECONNECT_BACKOFF_MAX_MS, kafka_client_options
+from monitor.config.kafka_client import (
+    COMMIT_TIMEOUT_S,
+    RECONNECT_BACKOFF_MAX_MS,
+    kafka_client_options,
+)
 from monitor.config.schema import Config
 from monitor.core.messages import AuditRequest
 from monitor.errors import MonitorError, StoreError, TopicsNotReady
@@ -94,7 +98,6 @@ _MAX_HELD = 10_000
 # often (as the daemon does, ``KafkaSource.probe``), so /readyz says 503 within seconds.
 _PROBE_EVERY_S = 2.0
 _PROBE_TIMEOUT_MS = 2_000
-_COMMIT_TIMEOUT_MS = 10_000  # kafka-python's commit otherwise retries forever while it is down
 # A label's send: kafka-python waits 60 s for metadata and retries a record for 120 s by default,
 # which stalled the loop past /healthz's limit. The get outlasts the delivery timeout, so a send
 # that failed is never delivered later (and then published twice by the retry).
@@ -563,7 +566,8 @@ class LabelStudioBridge:
         due = {p: o for p, o in target.items() if p in owned and self._committed.get(p) != o}
         if due:
             offsets = {p: OffsetAndMetadata(o, "", -1) for p, o in due.items()}
-            consumer.commit(offsets, timeout_ms=_COMMIT_TIMEOUT_MS)
+            # kafka-python's commit otherwise retries forever while the coordinator is down
+            consumer.commit(offsets, timeout_ms=int(COMMIT_TIMEOUT_S * 1000))
             self._committed.update(due)
 
     def _drain_hints(self) -> set[int]:
