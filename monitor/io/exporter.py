@@ -548,7 +548,13 @@ class Exporter:
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             path = environ.get("PATH_INFO", "")
             if path == "/metrics":
-                body: Iterable[bytes] = metrics_app(environ, start_response)
+                try:
+                    body: Iterable[bytes] = metrics_app(environ, start_response)
+                except Exception:  # a collector's fault: one log event, not wsgiref's traceback
+                    log.exception("metrics not rendered", extra={"event": "metrics_render_failed"})
+                    return _text(
+                        start_response, "500 Internal Server Error", b"metrics not rendered\n"
+                    )
                 return body
             if path == "/healthz":
                 return _text(start_response, "200 OK", b"ok\n")

@@ -9,10 +9,14 @@ import logging
 import socket
 import struct
 import time
-from collections.abc import Iterator
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
 from monitor.bridges import ls_http
 from monitor.bridges.ls_http import BridgeMetrics, BridgeServer
@@ -107,3 +111,39 @@ def test_a_server_fault_is_a_warning_with_its_traceback_inside(
     assert event.levelno == logging.WARNING
     assert getattr(event, "error", "").startswith("ValueError")
     assert event.exc_info is not None  # the formatter writes it into the event's "exc" field
+
+
+class _Broken(Collector):
+    def collect(self) -> Iterable[Metric]:
+        msg = "a collector's bug"
+        raise ValueError(msg)
+
+
+def test_a_collector_that_raises_is_a_500_and_one_log_event(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """wsgiref answered 500 too, but printed the traceback on stderr at every scrape."""
+    registry = CollectorRegistry()
+    exp = Exporter(
+        Config(
+            metrics=MetricsConfig(listen_address="127.0.0.1", port=0),
+            models={"fraud": ModelConfig(name="fraud")},
+            default_model="fraud",
+        ),
+        registry=registry,
+    )
+    registry.register(_Broken())
+    exp.start_http()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/healthz", timeout=5) as ok:
+            assert ok.status == 200
+        with pytest.raises(urllib.error.HTTPError) as failed:
+            urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/metrics", timeout=5)
+        assert failed.value.code == 500
+        assert failed.value.read() == b"metrics not rendered\n"
+    finally:
+        exp.stop()
+    (event,) = [r for r in caplog.records if getattr(r, "event", "") == "metrics_render_failed"]
+    assert event.exc_info is not None
+    assert "a collector's bug" in str(event.exc_info[1])
+    assert capfd.readouterr().err == ""
