@@ -15,6 +15,7 @@ firing is sent once with ``endsAt`` = now.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import math
@@ -167,7 +168,8 @@ class AlertmanagerPusher:
                     resp.read()
                 self.delivered += 1
                 return
-            except (urllib.error.URLError, OSError, ValueError) as exc:
+            # HTTPException: a peer that does not answer HTTP (BadStatusLine ended this thread)
+            except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
                 reason = str(exc)
             if attempt < self._retries:
                 with self._cond:

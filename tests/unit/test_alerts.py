@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -386,6 +387,33 @@ def test_push_failures_are_counted_without_blocking_the_caller() -> None:
     pusher.close()
     assert errors == [1]
     assert pusher.delivered == 0
+
+
+def test_a_peer_that_does_not_answer_http_is_a_push_failure() -> None:
+    """An alertmanager_url pointing at another service: BadStatusLine ended the push thread
+    (a traceback on stderr, then no alert was ever pushed or counted as failed)."""
+
+    def serve(listener: socket.socket) -> None:
+        while True:
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        threading.Thread(target=serve, args=(listener,), daemon=True).start()
+        errors: list[int] = []
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        pusher = AlertmanagerPusher(url, on_error=errors.append, retries=1, backoff_s=0.05)
+        for pushes in (1, 2):  # the second push is tried too: the thread lives on
+            pusher.push([AlertStatus("f_below_floor", "m", "", "24h", pushes == 1, 0.5, 0.7, 1.0)])
+            deadline = time.monotonic() + 10
+            while len(errors) < pushes and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert errors == [1] * pushes
+        pusher.close()
 
 
 def test_likelihood_alert_is_a_test_inside_the_false_alarm_budget() -> None:
