@@ -147,6 +147,12 @@ class Store:
         except sqlite3.Error as exc:
             self.close()
             msg = f"cannot open the state store in {self.data_dir}: {exc}"
+            if type(exc) is sqlite3.DatabaseError:  # the file's content, not its access
+                msg += (
+                    f"; {DB_NAME} is damaged: restore the data directory from a backup, or move it"
+                    " aside to start over (the monitor then reads every partition from its start;"
+                    " its windows and labels restart)"
+                )
             raise StoreError(msg) from exc
         except StoreError:
             self.close()

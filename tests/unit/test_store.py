@@ -162,6 +162,21 @@ def test_an_unreadable_row_is_a_store_error_naming_the_fix(
     store.close()
 
 
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_a_damaged_database_file_is_a_store_error_naming_the_fix(
+    tmp_path: Path, damage: str
+) -> None:
+    """It said "file is not a database" or "database disk image is malformed", and no more."""
+    Store(tmp_path / "good").close()
+    written = (tmp_path / "good" / "monitor.sqlite").read_bytes()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "monitor.sqlite").write_bytes(
+        b"not a database " * 100 if damage == "garbage" else written[: len(written) // 2]
+    )
+    with pytest.raises(StoreError, match=r"monitor\.sqlite is damaged: restore the data dir"):
+        Store(tmp_path / "bad")
+
+
 def test_a_store_written_by_a_later_release_is_refused_before_it_is_touched(
     tmp_path: Path,
 ) -> None:
