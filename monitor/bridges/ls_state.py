@@ -111,6 +111,12 @@ class BridgeState:
             self._db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             msg = f"{path}: cannot open the bridge's state file: {exc}"
+            if type(exc) is sqlite3.DatabaseError:  # the file's content, not its access
+                msg += (
+                    "; the file is damaged: restore it from a backup, or move it aside (the"
+                    " bridge rebuilds it from the tasks in Label Studio and publishes the"
+                    " answered ones again, which the daemon counts as duplicate labels)"
+                )
             raise StoreError(msg) from exc
         self.path = path
 

@@ -243,6 +243,13 @@ def test_state_survives_reopening(tmp_path: Path) -> None:
     state.close()
 
 
+def test_a_damaged_state_file_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    path.write_bytes(b"not a database " * 100)
+    with pytest.raises(StoreError, match="the file is damaged: restore it from a backup"):
+        BridgeState(path)
+
+
 class _FreshLabelStudio:
     """A Label Studio whose database was emptied: its task 1 is another request's."""
 
