@@ -16,6 +16,7 @@ cluster instead of starting one; the tests use 2 s consumer sessions, so that cl
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import uuid
@@ -44,6 +45,18 @@ REQUIRE_REAL = UNDER_CI or os.environ.get("MONITOR_REQUIRE_REAL", "") in {"1", "
 settings.register_profile("ci", derandomize=True)
 if UNDER_CI:
     settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """A test that runs the command line (``monitor.logs.setup_logging``) leaves the root logger
+    writing to that test's captured stderr, closed after it: a later test's log event printed
+    "--- Logging error ---" and a traceback. Each test ends with the handlers it began with."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def missing_component(reason: str) -> NoReturn:
