@@ -154,6 +154,10 @@ class Engine:
         self._dirty = True
         self._capped: set[str] = set()  # models whose segment limit was reported
         self._maps_due: set[str] = set()  # role estimator: stored maps not yet on Kafka
+        # records Kafka acknowledged since the last stored step: a step retried after the store
+        # refused it (``rollback``) decides them again, the same bytes, and does not write them
+        # again (once per attempt, every 10 s at most, for as long as a volume stayed full)
+        self._acked: set[tuple[str, bytes | None, bytes]] = set()
         # role estimator: the aggregates topic, read once before the first step (``_recover``)
         self._recover_from = aggregates if role == "estimator" else None
         store.pin(
@@ -482,13 +486,17 @@ class Engine:
             or sampler_changes.controls
         )
         if changed:
-            for req in produced:
-                sink.produce(topics.requests, req.key, req.to_json())
-            for rej in rejects:
-                sink.produce(topics.deadletter, rej.record.key, deadletter_value(rej))
+            out: list[tuple[str, bytes | None, bytes]] = [
+                (topics.requests, req.key, req.to_json()) for req in produced
+            ]
+            out += [(topics.deadletter, r.record.key, deadletter_value(r)) for r in rejects]
+            fresh = [record for record in out if record not in self._acked]
+            for topic, key, value in fresh:
+                sink.produce(topic, key, value)
             if fp is not None:
                 fp.hit("produce")
             sink.flush(FLUSH_TIMEOUT_S)
+            self._acked.update(fresh)
             if fp is not None:
                 fp.hit("flush")
             documents: dict[str, Any] = {}
@@ -497,6 +505,7 @@ class Engine:
             if estimator_changes.first_written:
                 documents[FIRST_WRITTEN_KEY] = self.estimator.first_written
             self.store.commit(sampler_changes, estimator_changes, offsets, feed_changes, documents)
+            self._acked.clear()
             self._dirty = True
             try:
                 source.commit(offsets)

@@ -7,9 +7,9 @@ file beside the store, and the other half is produced: SQLite's transactions fai
 "database or disk is full". The daemon used to exit 2 there and take its exported estimates and
 alert states with it. It must stay up, answer 503 on ``/readyz``, keep the estimates of the
 first half on ``/metrics``, log the state once; and once the file is removed, be ready again and
-end as the engine's undisturbed run: the same requests (the failed attempts send their step's
-requests again, the same bytes) and estimates. The bridge used to stop for good at its first
-refused write, with the tasks of that import in Label Studio and not in its state file.
+end as the engine's undisturbed run: the same requests (each process writes a step's requests
+once, however often the step is retried) and estimates. The bridge used to stop for good at its
+first refused write, with the tasks of that import in Label Studio and not in its state file.
 """
 
 from __future__ import annotations
@@ -161,8 +161,11 @@ def test_a_full_data_volume_is_ridden_out_and_loses_nothing(
     assert half <= stored_while_full < len(w)
     assert len(run.events("store_available")) == 1
     assert not run.events("crashed") and not run.events("broker_down")
-    # nothing lost: every request (replays repeat bytes), estimates as uninterrupted
+    # nothing lost: every request, estimates as uninterrupted; a process writes a request once
+    # however often its step is retried (the restart on the full volume writes its step's again:
+    # 306 for 300, 324 when each retry wrote them)
     assert set(requests) == set(expected)
+    assert max(Counter(requests).values()) <= 2
     assert run.snapshot_repr() == predicted
 
 
