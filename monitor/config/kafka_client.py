@@ -37,10 +37,10 @@ METADATA_MAX_AGE_MS = 10_000
 # connections (a stopped process, a frozen host) loses its leadership and its groups after the
 # controller's 9 s session timeout, and a retry finds the new leader or coordinator
 REQUEST_TIMEOUT_MS = 10_000
-# an offset commit (the daemon's and the bridge's) waits this long at most: what a lost commit
-# leaves to read again is found in what is durable (the store, a sampler's aggregates topic, the
-# bridge's state file), and a commit to a hung coordinator held the loop 24 s (kafka-python) to
-# 60 s
+# an offset commit (the daemon's and the bridge's) waits this long at most: one that fails only
+# makes a restart read again what is durable already (the store, a sampler's aggregates topic,
+# the bridge's state file), and a commit to a hung coordinator held the loop 24 s (kafka-python)
+# to 60 s
 COMMIT_TIMEOUT_S = 5.0
 
 # kafka-python settings the monitor sets itself: not accepted under ``kafka.client``

@@ -41,6 +41,11 @@ from monitor.stats.budget import (
 #: did not check). 2: the alert history names its measure; maps carry their reference scores.
 SCHEMA_VERSION = 2
 DB_NAME = "monitor.sqlite"
+# what to do with a store that cannot be read
+_START_OVER = (
+    "restore the data directory from a backup, or move it aside to start over (the monitor then "
+    "reads every partition from its start; its windows and labels restart)"
+)
 LOCK_NAME = "monitor.lock"
 
 _SCHEMA = """
@@ -148,11 +153,7 @@ class Store:
             self.close()
             msg = f"cannot open the state store in {self.data_dir}: {exc}"
             if type(exc) is sqlite3.DatabaseError:  # the file's content, not its access
-                msg += (
-                    f"; {DB_NAME} is damaged: restore the data directory from a backup, or move it"
-                    " aside to start over (the monitor then reads every partition from its start;"
-                    " its windows and labels restart)"
-                )
+                msg += f"; {DB_NAME} is damaged: {_START_OVER}"
             raise StoreError(msg) from exc
         except StoreError:
             self.close()
@@ -221,9 +222,7 @@ class Store:
     def _unreadable(self, exc: BaseException) -> StoreError:
         msg = (
             f"the state store {self.data_dir / DB_NAME} holds a record that cannot be read "
-            f"({type(exc).__name__}: {str(exc)[:200]}); restore the data directory from a "
-            "backup, or move it aside to start over (the monitor then reads every partition "
-            "from its start; its windows and labels restart)"
+            f"({type(exc).__name__}: {str(exc)[:200]}); {_START_OVER}"
         )
         return StoreError(msg)
 
