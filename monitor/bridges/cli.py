@@ -80,11 +80,14 @@ def run_labelstudio(args: argparse.Namespace) -> int:
     def _on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    # SIGHUP (a closed terminal) ended the bridge at once, as it did the daemon
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     try:
         while not stop.wait(1.0) and bridge.alive:
             pass
     finally:
         bridge.stop()
-    return 1 if bridge.error is not None else 0
+    code = 1 if bridge.error is not None else 0
+    log.info("stopped", extra={"event": "bridge_stopped", "exit_code": code})
+    return code

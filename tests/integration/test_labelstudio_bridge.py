@@ -523,7 +523,9 @@ def test_majority_of_three_annotators(
     assert client.call("GET", f"/api/projects/{project['id']}")["maximum_annotations"] == 1
 
 
-def test_cli_creates_tasks_and_stops_on_sigterm(
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_cli_creates_tasks_and_stops_on_a_signal(
+    stop: signal.Signals,
     broker: EmbeddedBroker,
     make_topics: Callable[..., TopicsConfig],
     labelstudio: LabelStudioServer,
@@ -546,7 +548,7 @@ def test_cli_creates_tasks_and_stops_on_sigterm(
         produce(broker.bootstrap, topics.requests, [request(i) for i in range(3)])
         client = LabelStudioClient(labelstudio.url, labelstudio.token)
         wait_for("3 tasks", lambda: len(project_tasks(client, f"Audit {tag}: default")) == 3)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(stop)
         assert proc.wait(30) == 0
     finally:
         if proc.poll() is None:
@@ -555,6 +557,7 @@ def test_cli_creates_tasks_and_stops_on_sigterm(
     text = log_path.read_text()
     assert '"event": "labelstudio_connected"' in text and '"event": "tasks_created"' in text
     assert labelstudio.token not in text
+    assert '"event": "bridge_stopped"' in text, text[-2000:]  # closed, not killed
     assert (tmp_path / "data" / "bridge.sqlite").exists()
 
 
