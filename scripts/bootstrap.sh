@@ -4,10 +4,10 @@
 # Prometheus, promtool, Alertmanager, Chromium, Java 17, Maven, OpenSSL and Go from Debian's
 # packages when they are missing, fetches Apache Kafka's jars from Maven Central (once; cached in
 # ~/.cache/activeaudit-monitor), builds kustomize into .venv/bin and copies the Compose and
-# Prometheus Operator schemas into .venv/share from the Go module proxy, and installs Label Studio (PyPI) into a virtualenv of its own
-# outside the repository ($MONITOR_LABELSTUDIO_VENV, default
-# ~/.cache/activeaudit-monitor/labelstudio-venv): it pins many packages and must never share the
-# project's .venv.
+# Prometheus Operator schemas into .venv/share from the Go module proxy, and installs Label
+# Studio (PyPI) into a virtualenv of its own outside the repository ($MONITOR_LABELSTUDIO_VENV,
+# default ~/.cache/activeaudit-monitor/labelstudio-venv): it pins many packages and must never
+# share the project's .venv.
 set -euo pipefail
 extra="${1:-demo}"
 python="${PYTHON:-python3}"
