@@ -26,6 +26,12 @@ from monitor.io.exporter import Exporter
 from monitor.io.http_server import OneLineErrors
 
 TIMEOUT_S = 0.3
+# the daemon's metrics server on a free port of 127.0.0.1
+CONFIG = Config(
+    metrics=MetricsConfig(listen_address="127.0.0.1", port=0),
+    models={"fraud": ModelConfig(name="fraud")},
+    default_model="fraud",
+)
 
 
 @pytest.fixture(params=["metrics", "bridge"])
@@ -34,12 +40,7 @@ def port(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Ite
     monkeypatch.setattr(exporter_module._QuietHandler, "timeout", TIMEOUT_S)
     monkeypatch.setattr(ls_http, "REQUEST_TIMEOUT_S", TIMEOUT_S)
     if request.param == "metrics":
-        config = Config(
-            metrics=MetricsConfig(listen_address="127.0.0.1", port=0),
-            models={"fraud": ModelConfig(name="fraud")},
-            default_model="fraud",
-        )
-        exp = Exporter(config, registry=CollectorRegistry())
+        exp = Exporter(CONFIG, registry=CollectorRegistry())
         exp.start_http()
         assert exp.port is not None
         yield exp.port
@@ -124,14 +125,7 @@ def test_a_collector_that_raises_is_a_500_and_one_log_event(
 ) -> None:
     """wsgiref answered 500 too, but printed the traceback on stderr at every scrape."""
     registry = CollectorRegistry()
-    exp = Exporter(
-        Config(
-            metrics=MetricsConfig(listen_address="127.0.0.1", port=0),
-            models={"fraud": ModelConfig(name="fraud")},
-            default_model="fraud",
-        ),
-        registry=registry,
-    )
+    exp = Exporter(CONFIG, registry=registry)
     registry.register(_Broken())
     exp.start_http()
     try:
