@@ -68,7 +68,7 @@ import numpy as np
 
 from monitor.config.schema import Config
 from monitor.core.messages import RawRecord, Reject, decode_reason
-from monitor.core.records import MAX_FUTURE_S
+from monitor.core.records import MAX_FUTURE_S, MIN_TS
 from monitor.core.sampler import OTHER_SEGMENT, PartKey, SamplerChanges, SamplerService
 from monitor.core.windows import GroupKey, TrafficAggregate, bucket_of
 from monitor.errors import RejectReason
@@ -277,15 +277,18 @@ MAX_SUM = 2**62
 
 
 def state_problem(
-    pk: PartKey, state: BucketState | None, config: Config, now: float
+    pk: PartKey, state: BucketState | None, config: Config, written_s: float
 ) -> tuple[RejectReason, str] | None:
-    """Why the estimator must not apply a well-formed state (None: it may); ``now``: Unix s.
+    """Why the estimator must not apply a well-formed state (None: it may).
 
-    A sampler writes only states of configured models, of partitions numbered from 0, with
-    counts and sums that are non-negative integers and event times inside the state's bucket,
-    not ahead of the clock (beyond the samplers' own allowance, twice over for clocks that
-    differ between hosts). Anything else would change or wipe the estimates: an event time far
-    ahead moved the watermark and pruned every request.
+    ``written_s``: the state record's Kafka timestamp in Unix seconds. A sampler writes only
+    states of configured models, of partitions numbered from 0, with counts and sums that are
+    non-negative integers and event times inside the state's bucket, not ahead of the time the
+    state was written (beyond the samplers' own allowance, twice over for clocks that differ
+    between hosts; no bound when the record has no Kafka timestamp after 2000). Anything else
+    would change or wipe the estimates: an event time far ahead moved the watermark and pruned
+    every request. The bound is the record's own time, in the log, so a rebuild from the topic
+    judges every state as the first reading did.
     """
     model, partition, bucket = pk
     if model not in config.models:
@@ -315,10 +318,10 @@ def state_problem(
                 RejectReason.BAD_TIMESTAMP,
                 f"segment {segment!r}: event times outside bucket {bucket}",
             )
-        if agg.ts_max > now + 2 * MAX_FUTURE_S:  # the samplers' allowance + clock skew
+        if written_s >= MIN_TS and agg.ts_max > written_s + 2 * MAX_FUTURE_S:
             return (
                 RejectReason.BAD_TIMESTAMP,
-                f"segment {segment!r}: event times ahead of the clock",
+                f"segment {segment!r}: event times ahead of the time the state was written",
             )
     return None
 
@@ -332,7 +335,7 @@ class DecodedStates:
     written: list[tuple[str, int, int]]  # (model, bucket, Kafka ms) of each state record
 
 
-def decode_states(records: Sequence[RawRecord], config: Config, now: float) -> DecodedStates:
+def decode_states(records: Sequence[RawRecord], config: Config) -> DecodedStates:
     """Bucket states read from the aggregates topic (malformed or implausible ones rejected).
 
     Calibration maps are the estimator's own records: checked (a malformed one is rejected like
@@ -351,7 +354,7 @@ def decode_states(records: Sequence[RawRecord], config: Config, now: float) -> D
         except (ValueError, OverflowError, RecursionError) as exc:
             out.bad.append(Reject(decode_reason(exc), f"not {what}: {exc}"[:200], r))
             continue
-        problem = state_problem(pk, state, config, now)
+        problem = state_problem(pk, state, config, r.timestamp_ms / 1e3)
         if problem is not None:
             out.bad.append(Reject(problem[0], f"not applied: {problem[1]}"[:200], r))
             continue

@@ -419,7 +419,6 @@ class Engine:
         topics = cfg.kafka.topics
         raw = source.poll(cfg.kafka.max_poll_records, cfg.kafka.poll_timeout_ms / 1000.0)
         started = time.monotonic()
-        now = self.clock()
         fp = self.failpoint
         if fp is not None and raw:
             fp.hit("decode")
@@ -433,7 +432,7 @@ class Engine:
         records: dict[str, int] = {}
         requested: dict[str, int] = {}
         if by_topic[topics.scored]:
-            batch, bad = decode_scored(by_topic[topics.scored], cfg, now=now)
+            batch, bad = decode_scored(by_topic[topics.scored], cfg)
             rejects.extend(bad)
             res = self.sampler.process(batch)
             produced, records, requested = res.requests, res.records, res.requested
@@ -453,7 +452,7 @@ class Engine:
             self.estimator.note_scored(batch)
             rejects.extend(self.estimator.upsert_requests(produced))
         if self.feed is not None and by_topic[topics.aggregates]:
-            got = aggregates.decode_states(by_topic[topics.aggregates], cfg, now)
+            got = aggregates.decode_states(by_topic[topics.aggregates], cfg)
             rejects.extend(got.bad)
             self.estimator.apply_traffic(self.feed.apply(got.states))
             self.estimator.note_published(got.written)
@@ -462,7 +461,7 @@ class Engine:
             rejects.extend(bad)
             rejects.extend(self.estimator.upsert_requests(known))
         if by_topic[topics.labels]:
-            labels, bad = decode_labels(by_topic[topics.labels], now=now)
+            labels, bad = decode_labels(by_topic[topics.labels])
             rejects.extend(bad)
             rejects.extend(self.estimator.handle_labels(labels))
         rejects.extend(self.estimator.judge_waiting())

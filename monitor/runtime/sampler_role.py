@@ -325,7 +325,7 @@ class SamplerEngine:
         if fp is not None:
             fp.hit("decode")
         _, first, offsets, _ = split_poll(raw)  # only the scored topic is subscribed
-        batch, rejects = decode_scored(raw, cfg, now=time.time())
+        batch, rejects = decode_scored(raw, cfg)
         res = self.sampler.process(batch)
         starts = {p: o for (_, p), o in first.items()}
         ends = {p: o for (_, p), o in offsets.items()}

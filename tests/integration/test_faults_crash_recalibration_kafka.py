@@ -144,7 +144,7 @@ def test_sigkill_while_the_map_changes_keeps_requests_a_function_of_stored_contr
     source = FakeSource(log, [topics.scored], lambda: {})
     again: dict[str, bytes] = {}
     while raw := source.poll(10_000, 0.0):
-        batch, bad = decode_scored(raw, run.config, now=time.time())
+        batch, bad = decode_scored(raw, run.config)
         assert not bad
         again.update({r.request_id: r.to_json() for r in sampler.process(batch).requests})
     assert again == {rid: next(iter(v)) for rid, v in by_id.items()}

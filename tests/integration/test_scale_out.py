@@ -280,7 +280,7 @@ def _decided_again(run: Run, controls: dict[PartKey, Control]) -> dict[str, byte
     for p, _, value in read_topic(config, config.kafka.topics.scored, range):
         log.append(config.kafka.topics.scored, value, partition=p)
     source = FakeSource(log, [config.kafka.topics.scored], lambda: {})
-    batch, bad = decode_scored(source.poll(10**9, 0.0), config, now=time.time())
+    batch, bad = decode_scored(source.poll(10**9, 0.0), config)
     assert not bad
     sampler = SamplerService(config, PARTITIONS, controls=controls)
     return {r.request_id: r.to_json() for r in sampler.process(batch).requests}

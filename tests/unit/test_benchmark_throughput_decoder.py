@@ -21,8 +21,8 @@ def test_the_json_decoder_variant_decodes_a_batch_like_the_shipped_one() -> None
     longer takes (the benchmark stopped at its first daemon row)."""
     values = [b'{"id": "a", "score": 0.5}', b'{"id": "b", "score": 0.25, "payload": [1e400]}']
     raw = [RawRecord("predictions", 0, i, 1_763_700_000_000, None, v) for i, v in enumerate(values)]
-    shipped = decode_scored(raw, Config(), now=2e9)
+    shipped = decode_scored(raw, Config())
     with throughput.json_decoder("json"):
-        stdlib = decode_scored(raw, Config(), now=2e9)
+        stdlib = decode_scored(raw, Config())
     assert stdlib[0].ids.tolist() == shipped[0].ids.tolist() == ["a"]
     assert [r.reason for r in stdlib[1]] == [r.reason for r in shipped[1]]

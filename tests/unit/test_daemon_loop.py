@@ -62,12 +62,14 @@ def _fill(log: FakeLog, w: Workload, partitions: int = 1) -> None:
 class Harness:
     """An engine over a fake log with a fresh store and registry (restartable)."""
 
-    def __init__(self, log: FakeLog, data_dir: Path) -> None:
+    def __init__(
+        self, log: FakeLog, data_dir: Path, clock: Callable[[], float] = time.time
+    ) -> None:
         self.log = log
         self.config = _config(data_dir)
         self.registry = CollectorRegistry()
         self.store = Store(data_dir)
-        self.engine = Engine(self.config, self.store, Exporter(self.config, self.registry))
+        self.engine = Engine(self.config, self.store, Exporter(self.config, self.registry), clock)
         self.source = FakeSource(
             log, [TOPICS.scored, TOPICS.requests, TOPICS.labels], self.store.offsets
         )
@@ -208,6 +210,39 @@ def test_crash_before_transaction_replays_identically(
     assert _windows(h) == _windows(clean)
     h.close()
     clean.close()
+
+
+def test_a_rebuild_days_later_refuses_the_records_stamped_ahead_that_the_live_run_did(
+    tmp_path: Path, workload: Workload
+) -> None:
+    """Event times ahead are judged against each record's Kafka timestamp, not the clock.
+
+    Every 20th record says it happened an hour after Kafka stamped it (a host whose clock is
+    off). Read live (the clock just after the traffic) and again from the topics two days later
+    (a store moved aside, or a crash's replay), the same records are refused and the same
+    requests made: against the clock, the later reading accepted (and sampled) what the live
+    one had refused.
+    """
+    end = workload.spec.end_ts
+    runs: dict[str, FakeLog] = {}
+    for name, clock_s in (("live", end + 60.0), ("rebuilt", end + 2 * 86_400.0)):
+        log = FakeLog()
+        for t in TOPICS.scored, TOPICS.requests, TOPICS.labels, TOPICS.deadletter:
+            log.create(t)
+        for i, rec in enumerate(workload.records()):
+            written_ms = int(rec["ts"] * 1000) + 50  # the producer's clock (CreateTime)
+            ahead = {**rec, "ts": rec["ts"] + 3600.0} if i % 20 == 0 else rec
+            log.append(TOPICS.scored, json.dumps(ahead).encode(), ts_ms=written_ms)
+        h = Harness(log, tmp_path / name, functools.partial(float, clock_s))
+        h.drain()
+        h.close()
+        runs[name] = log
+    refused = [json.loads(v) for _, v in runs["live"].records(TOPICS.deadletter)]
+    assert len(refused) == len(workload.score[::20])
+    assert {d["reason"] for d in refused} == {"bad_timestamp"}
+    assert "more than 5 minutes after the record's Kafka timestamp" in refused[0]["detail"]
+    for topic in TOPICS.requests, TOPICS.deadletter:
+        assert runs["rebuilt"].records(topic) == runs["live"].records(topic)
 
 
 def test_flush_failure_rolls_back_and_loses_nothing(tmp_path: Path, workload: Workload) -> None:

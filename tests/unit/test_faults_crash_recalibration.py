@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -204,7 +203,7 @@ def test_kills_while_the_map_changes_keep_requests_a_function_of_stored_controls
     source = FakeSource(log, [TOPICS.scored], lambda: {})
     again: dict[str, bytes] = {}
     while raw := source.poll(10_000, 0.0):
-        batch, bad = decode_scored(raw, cfg, now=time.time())
+        batch, bad = decode_scored(raw, cfg)
         assert not bad
         for req in sampler.process(batch).requests:
             again[req.request_id] = req.to_json()

@@ -24,7 +24,7 @@ from monitor.core.records import (
 from monitor.errors import RejectReason
 
 NOW = 1_790_000_000.0  # 2026-09-21
-KAFKA_MS = 1_780_000_000_000
+KAFKA_MS = int(NOW * 1000)  # records written now
 CONFIG = Config(
     models={
         "default": ModelConfig(name="default", threshold=0.5),
@@ -53,14 +53,14 @@ def raw(
 
 
 def one_reject(value: bytes | dict[str, Any] | None) -> Reject:
-    batch, rejects = decode_scored(raw([value]), CONFIG, now=NOW)
+    batch, rejects = decode_scored(raw([value]), CONFIG)
     assert len(batch) == 0
     assert len(rejects) == 1
     return rejects[0]
 
 
 def test_minimal_record_takes_every_default() -> None:
-    batch, rejects = decode_scored(raw([{"id": "a", "score": 0.7}]), CONFIG, now=NOW)
+    batch, rejects = decode_scored(raw([{"id": "a", "score": 0.7}]), CONFIG)
     assert rejects == []
     assert batch.ids.tolist() == ["a"]
     assert batch.score.tolist() == [0.7]
@@ -86,7 +86,7 @@ def test_full_record_keeps_every_field() -> None:
         "payload": {"amount": [1, 2], "who": None},
         "extra": "ignored",
     }
-    batch, rejects = decode_scored(raw([record]), CONFIG, now=NOW)
+    batch, rejects = decode_scored(raw([record]), CONFIG)
     assert rejects == []
     assert batch.pred.tolist() == [1]  # given pred wins over the threshold
     assert batch.ts.tolist() == [1_700_000_000.5]
@@ -105,14 +105,14 @@ def test_default_pred_uses_the_threshold_of_each_records_model() -> None:
         {"id": "f", "score": 0.95, "pred": False, "model": "fraud"},
         {"id": "g", "score": 0.7, "pred": None},
     ]
-    batch, rejects = decode_scored(raw(values), CONFIG, now=NOW)
+    batch, rejects = decode_scored(raw(values), CONFIG)
     assert rejects == []
     assert batch.pred.tolist() == [1, 0, 0, 1, 1, 0, 1]
 
 
 def test_nulls_count_as_absent() -> None:
     value = {"id": "a", "score": 0.3, "ts": None, "model": None, "segment": None, "pred": None}
-    batch, rejects = decode_scored(raw([value]), CONFIG, now=NOW)
+    batch, rejects = decode_scored(raw([value]), CONFIG)
     assert rejects == []
     assert batch.model.tolist() == ["default"] and batch.segment.tolist() == [""]
     assert batch.ts.tolist() == [KAFKA_MS / 1000]
@@ -130,7 +130,7 @@ def test_nulls_count_as_absent() -> None:
 )
 def test_rfc3339_timestamps(text: str, seconds: float) -> None:
     assert parse_timestamp(text) == seconds
-    batch, rejects = decode_scored(raw([{"id": "a", "score": 0.1, "ts": text}]), CONFIG, now=NOW)
+    batch, rejects = decode_scored(raw([{"id": "a", "score": 0.1, "ts": text}]), CONFIG)
     assert rejects == []
     assert batch.ts.tolist() == [seconds]
 
@@ -184,9 +184,9 @@ def test_bad_rfc3339_strings_are_rejected(text: str) -> None:
         ({"id": "a", "score": 0.5, "pred": "1"}, RejectReason.BAD_TYPE, "field 'pred': expected 0 or 1 (or false/true), got '1'"),
         ({"id": "a", "score": 0.5, "ts": 12}, RejectReason.BAD_TIMESTAMP, "field 'ts' 12 is not a time after 2000-01-01T00:00:00Z"),
         ({"id": "a", "score": 0.5, "ts": -1.0}, RejectReason.BAD_TIMESTAMP, "is not a time after 2000-01-01"),
-        ({"id": "a", "score": 0.5, "ts": NOW + 90_000}, RejectReason.BAD_TIMESTAMP, "is more than 5 minutes after now (1790000000)"),
-        ({"id": "a", "score": 0.5, "ts": NOW * 1000}, RejectReason.BAD_TIMESTAMP, "(milliseconds?)"),
-        ({"id": "a", "score": 0.5, "ts": "2030-01-01T00:00:00Z"}, RejectReason.BAD_TIMESTAMP, "more than 5 minutes after now"),
+        ({"id": "a", "score": 0.5, "ts": NOW + 90_000}, RejectReason.BAD_TIMESTAMP, "is more than 5 minutes after the record's Kafka timestamp (1790000000)"),
+        ({"id": "a", "score": 0.5, "ts": NOW * 1000}, RejectReason.BAD_TIMESTAMP, "is not a time before 2100-01-01T00:00:00Z (milliseconds?)"),
+        ({"id": "a", "score": 0.5, "ts": "2030-01-01T00:00:00Z"}, RejectReason.BAD_TIMESTAMP, "more than 5 minutes after the record's Kafka timestamp"),
         ({"id": "a", "score": 0.5, "ts": True}, RejectReason.BAD_TIMESTAMP, "field 'ts': expected seconds since the epoch or an RFC 3339 time, got true"),
         ({"id": "a", "score": 0.5, "ts": {"s": 1}}, RejectReason.BAD_TIMESTAMP, "got an object"),
         (b'{"id": "a", "score": 0.5, "ts": NaN}', RejectReason.BAD_TIMESTAMP, "field 'ts' nan is not a time"),
@@ -220,7 +220,7 @@ def test_large_exponents_that_fit_a_double_are_kept() -> None:
         b'{"id": "a", "score": 0.5, "payload": {"x": 1e300, "y": 2E-0000005}}',
         b'{"id": "b", "score": 0.5, "payload": "model e400 / run 1e999"}',
     ]
-    batch, rejects = decode_scored(raw(values), CONFIG, now=NOW)
+    batch, rejects = decode_scored(raw(values), CONFIG)
     assert rejects == [] and batch.payload[0] == {"x": 1e300, "y": 2e-5}
 
 
@@ -228,7 +228,7 @@ def test_record_just_under_the_size_limit_is_accepted() -> None:
     prefix = b'{"id": "a", "score": 0.5, "payload": "'
     value = prefix + b"x" * (MAX_VALUE_BYTES - len(prefix) - 2) + b'"}'
     assert len(value) == MAX_VALUE_BYTES
-    batch, rejects = decode_scored(raw([value]), CONFIG, now=NOW)
+    batch, rejects = decode_scored(raw([value]), CONFIG)
     assert rejects == [] and len(batch) == 1
     assert one_reject(value[:-2] + b'x"}').reason is RejectReason.TOO_LARGE
 
@@ -236,7 +236,7 @@ def test_record_just_under_the_size_limit_is_accepted() -> None:
 def test_a_payload_as_deep_as_allowed_is_kept_and_its_request_encodes_deep_in_a_stack() -> None:
     """512 levels pass, and their request encodes even 400 frames down the stack."""
     value = json.dumps({"id": "a", "score": 0.5, "payload": _nested(512)}).encode()
-    batch, rejects = decode_scored(raw([value]), CONFIG, now=NOW)
+    batch, rejects = decode_scored(raw([value]), CONFIG)
     assert rejects == [] and len(batch) == 1
 
     def encode_at(frames: int) -> bytes:
@@ -253,20 +253,41 @@ def test_a_payload_that_only_spells_nan_is_kept_and_written_as_json() -> None:
         b'{"id": "b", "score": 0.5, "payload": {"x": NaN}}',
         b'{"id": "c", "score": 0.5, "segment": "NaN"}',
     ]
-    batch, rejects = decode_scored(raw(values), CONFIG, now=NOW)
+    batch, rejects = decode_scored(raw(values), CONFIG)
     assert batch.ids.tolist() == ["a", "c"] and [r.record.offset for r in rejects] == [101]
     assert json.dumps(batch.payload, allow_nan=False) == '[{"NaN": "Infinity", "x": 1e+308}, null]'
 
 
 def test_missing_kafka_timestamp_without_ts_is_rejected() -> None:
     record = RawRecord("p", 0, 7, -1, None, b'{"id": "a", "score": 0.5}')
-    batch, rejects = decode_scored([record], CONFIG, now=NOW)
+    batch, rejects = decode_scored([record], CONFIG)
     assert len(batch) == 0
     assert rejects[0].reason is RejectReason.BAD_TIMESTAMP
     assert rejects[0].detail == "no field 'ts' and no Kafka timestamp"
     record = RawRecord("p", 0, 7, 1000, None, b'{"id": "a", "score": 0.5}')
-    _, rejects = decode_scored([record], CONFIG, now=NOW)
+    _, rejects = decode_scored([record], CONFIG)
     assert rejects[0].detail == "Kafka timestamp 1.0 is not a time after 2000-01-01T00:00:00Z"
+
+
+def test_event_times_ahead_are_judged_against_the_kafka_timestamp_not_the_clock() -> None:
+    hour = 3600.0
+    values = [{"id": "a", "score": 0.5, "ts": NOW + dt} for dt in (0.0, 300.0, 301.0, hour)]
+    records = [
+        RawRecord("p", 0, i, int(NOW * 1000), None, json.dumps(v).encode())
+        for i, v in enumerate(values)
+    ]
+    batch, rejects = decode_scored(records, CONFIG)
+    assert batch.offset.tolist() == [0, 1] and [r.record.offset for r in rejects] == [2, 3]
+    written_later = [r._replace(timestamp_ms=int((NOW + hour) * 1000)) for r in records]
+    batch, rejects = decode_scored(written_later, CONFIG)  # the same records, written later
+    assert batch.offset.tolist() == [0, 1, 2, 3] and not rejects
+    # without a Kafka timestamp (a producer may set 0 or none) only the bound of 2100 holds
+    untimed = [r._replace(timestamp_ms=ms) for ms in (0, -1) for r in records]
+    batch, rejects = decode_scored(untimed, CONFIG)
+    assert len(batch) == 8 and not rejects
+    far = RawRecord("p", 0, 9, 0, None, b'{"id": "a", "score": 0.5, "ts": 4102444800}')
+    _, rejects = decode_scored([far], CONFIG)
+    assert rejects[0].detail == ("field 'ts' 4102444800 is not a time before 2100-01-01T00:00:00Z")
 
 
 def test_first_failing_field_decides_the_reason() -> None:
@@ -285,7 +306,7 @@ def test_order_is_kept_and_every_record_lands_once() -> None:
         else:
             values.append({"id": f"r{i}", "score": (i % 10) / 10, "segment": f"s{i % 3}"})
     records = raw(values)
-    batch, rejects = decode_scored(records, CONFIG, now=NOW)
+    batch, rejects = decode_scored(records, CONFIG)
     accepted = batch.offset.tolist()
     rejected = [r.record.offset for r in rejects]
     assert accepted == sorted(accepted) and rejected == sorted(rejected)
@@ -296,14 +317,14 @@ def test_order_is_kept_and_every_record_lands_once() -> None:
 
 
 def test_empty_batch() -> None:
-    batch, rejects = decode_scored([], CONFIG, now=NOW)
+    batch, rejects = decode_scored([], CONFIG)
     assert len(batch) == 0 and rejects == []
     assert batch.ids.shape == (0,) and batch.payload == []
 
 
 def test_unicode_ids_round_trip() -> None:
     ids = ["é", "日本語", "emoji-🙂", "tab\there", "quote\"'", " "]
-    batch, rejects = decode_scored(raw([{"id": i, "score": 0.5} for i in ids]), CONFIG, now=NOW)
+    batch, rejects = decode_scored(raw([{"id": i, "score": 0.5} for i in ids]), CONFIG)
     assert rejects == []
     assert batch.ids.tolist() == ids
 
@@ -328,7 +349,6 @@ def test_labels_by_request_id_and_by_record_id() -> None:
                 {"request_id": RID2, "id": "x", "label": 0, "ts": 1_709_294_400},
             ]
         ),
-        now=NOW,
     )  # fmt: skip
     assert rejects == []
     first, second, third = results
@@ -362,14 +382,14 @@ def test_labels_by_request_id_and_by_record_id() -> None:
         ({"id": "a\x00", "label": 1}, RejectReason.OUT_OF_RANGE, "field 'id': contains a NUL"),
         ({"id": "a", "label": 1, "ts": "later"}, RejectReason.BAD_TIMESTAMP, "field 'ts': expected seconds"),
         ({"id": "a", "label": 1, "ts": 5}, RejectReason.BAD_TIMESTAMP, "field 'ts' 5 is not a time after 2000"),
-        ({"id": "a", "label": 1, "ts": NOW + 200_000}, RejectReason.BAD_TIMESTAMP, "more than 5 minutes after now"),
+        ({"id": "a", "label": 1, "ts": NOW + 200_000}, RejectReason.BAD_TIMESTAMP, "more than 5 minutes after the record's Kafka timestamp"),
         (b"{" + b" " * MAX_VALUE_BYTES + b"}", RejectReason.TOO_LARGE, "more than 65536"),
     ],
 )  # fmt: skip
 def test_each_label_reject_reason(
     value: bytes | dict[str, Any] | None, reason: RejectReason, detail: str
 ) -> None:
-    results, rejects = decode_labels(labels([value]), now=NOW)
+    results, rejects = decode_labels(labels([value]))
     assert results == []
     assert [r.reason for r in rejects] == [reason]
     assert detail in rejects[0].detail, rejects[0].detail

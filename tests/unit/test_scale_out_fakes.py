@@ -295,9 +295,10 @@ def test_estimator_dead_letters_a_forged_state_and_keeps_its_estimate(
     # the watermark and pruned every request)
     ahead = {**stale, "through": stale["through"] + 1}
     (segment, agg), *_ = stale["segments"].items()
+    far = stale["bucket"] + 1000  # a bucket 1,000 hours after the traffic the state was written at
     forged: list[dict[str, Any]] = [
         {"model": "ghost"},
-        {"segments": {segment: [*agg[:9], 1e11, *agg[10:]]}},  # event time ahead
+        {"bucket": far, "segments": {segment: [*agg[:8], far * 3600.0, far * 3600.0, *agg[10:]]}},
         {"segments": {segment: [10**30, *agg[1:]]}},
         {"segments": {segment: [agg[0], -1, *agg[2:]]}},
         {"partition": -1},
@@ -309,7 +310,7 @@ def test_estimator_dead_letters_a_forged_state_and_keeps_its_estimate(
     for change in forged:
         body = {**ahead, **change}
         k = json.dumps([body["model"], body["partition"], body["bucket"]]).encode()
-        log.append(TOPICS.aggregates, json.dumps(body).encode(), k)
+        log.append(TOPICS.aggregates, json.dumps(body).encode(), k, ts_ms=int(agg[9] * 1000))
     _drain(est, est_source, FakeSink(log))
     assert _estimates(est.estimator.snapshot()) == before
     reasons = [json.loads(v)["reason"] for _, v in log.records(TOPICS.deadletter)]
@@ -326,7 +327,9 @@ def test_estimator_dead_letters_a_forged_state_and_keeps_its_estimate(
         "bad_timestamp",
         "bad_type",
     ]
-    problems = [json.loads(v)["detail"] for _, v in log.records(TOPICS.deadletter)][-5:-1]
+    details = [json.loads(v)["detail"] for _, v in log.records(TOPICS.deadletter)]
+    assert details[3].endswith("event times ahead of the time the state was written")
+    problems = details[-5:-1]
     assert [problem.split(": ", 2)[-1] for problem in problems] == [
         "a state of partition -1",
         "counts that do not add up",

@@ -21,7 +21,6 @@ import dataclasses
 import itertools
 import json
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -119,7 +118,7 @@ def _decided_again(log: FakeLog, cfg: Config, controls: dict[PartKey, Control]) 
     """The whole scored log decided from scratch by a sampler holding only ``controls``."""
     sampler = SamplerService(cfg, PARTITIONS, controls=controls)
     source = FakeSource(log, [TOPICS.scored], lambda: {})
-    batch, bad = decode_scored(source.poll(10**9, 0.0), cfg, now=time.time())
+    batch, bad = decode_scored(source.poll(10**9, 0.0), cfg)
     assert not bad
     return {r.request_id: r.to_json() for r in sampler.process(batch).requests}
 
@@ -260,7 +259,7 @@ def test_a_rebuilt_sampler_takes_the_published_control_not_its_newer_map(
         svc = aggregates.BucketStates(rebuilt.states, ahead).service(cfg, PARTITIONS)
         svc.calibration = dict(rebuilt.maps)
         source = FakeSource(log, [TOPICS.scored], lambda: {(TOPICS.scored, p): at[p] for p in at})
-        batch, _ = decode_scored(source.poll(10**9, 0.0), cfg, now=time.time())
+        batch, _ = decode_scored(source.poll(10**9, 0.0), cfg)
         return {r.request_id: r.to_json() for r in svc.process(batch).requests}
 
     naive = replay({})
