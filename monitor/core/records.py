@@ -553,9 +553,9 @@ def _check_ts(
         return f"field 'ts' {_show(values[i])}"
 
     with np.errstate(invalid="ignore"):
-        early = ~(ts >= MIN_TS) & ~(missing & (not fallback))
+        unset = np.zeros(n, np.bool_) if fallback else missing  # a label may have no time
         rej.add(
-            early,
+            ~(ts >= MIN_TS) & ~unset,
             RejectReason.BAD_TIMESTAMP,
             lambda i: f"{source(i)} is not a time after 2000-01-01T00:00:00Z",
         )
@@ -586,11 +586,11 @@ def decode_scored(records: Sequence[RawRecord], config: Config) -> tuple[ScoredB
     finite; booleans are not numbers); ``pred`` 0/1 or false/true (default
     ``score >= threshold`` of the model); ``ts`` seconds since the epoch or an RFC 3339 time
     with offset (default the Kafka timestamp; from 2000-01-01 to 5 min after the Kafka
-    timestamp); ``model``
-    string naming a configured model (default ``config.default_model``); ``segment`` string
-    of at most 128 characters (default ""); ``payload`` any JSON (no NaN or Infinity, at most
-    ``MAX_PAYLOAD_DEPTH`` levels deep), passed to auditors. Values over 64 KiB are rejected
-    ``too_large``. Strings must not hold NUL or unpaired surrogates.
+    timestamp, before 2100); ``model`` string naming a configured model (default
+    ``config.default_model``); ``segment`` string of at most 128 characters (default "");
+    ``payload`` any JSON (no NaN or Infinity, at most ``MAX_PAYLOAD_DEPTH`` levels deep),
+    passed to auditors. Values over 64 KiB are rejected ``too_large``. Strings must not hold
+    NUL or unpaired surrogates.
 
     Accepted rows and rejects keep the input order; each input is in exactly one of them.
     Never raises for any record content.
@@ -693,7 +693,8 @@ def decode_labels(records: Sequence[RawRecord]) -> tuple[list[LabelResult], list
     Schema (JSON object; null means absent): ``request_id`` string, or ``id`` string plus an
     optional ``model`` string (one of the two is required; both may be given); ``label`` 0 or 1
     (false/true accepted); optional ``labeler`` and ``token`` strings; optional ``ts`` (seconds
-    or RFC 3339 with offset, after 2000-01-01 and at most 5 min after the Kafka timestamp).
+    or RFC 3339 with offset, after 2000-01-01, before 2100 and at most 5 min after the Kafka
+    timestamp).
     Strings are 1-256 characters without NUL or unpaired surrogates. A ``request_id`` that is not
     32 lowercase hex characters (the form of every id ``request_id_for`` makes) is
     ``unknown_request`` at once; whether a well-formed one's request exists is decided later by
