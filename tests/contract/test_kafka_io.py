@@ -4,6 +4,7 @@ Apache Kafka."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -21,10 +22,12 @@ from kafka.admin import (
     NewPartitions,
     NewTopic,
 )
+from kafka.errors import InvalidTimestampError
 
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.core.messages import RawRecord
-from monitor.errors import BrokerUnavailable, TopicsNotReady
+from monitor.core.records import decode_scored
+from monitor.errors import BrokerUnavailable, RejectReason, TopicsNotReady
 from monitor.io.confluent_io import ConfluentSink, ConfluentSource
 from monitor.io.kafka_io import (
     KafkaSink,
@@ -429,6 +432,65 @@ def test_records_deleted_before_they_were_read_are_logged_and_counted(
     assert skipped == {tp: 4}
     (record,) = [r for r in caplog.records if getattr(r, "event", "") == "records_skipped"]
     assert (record.expected_offset, record.records) == (2, 4)  # type: ignore[attr-defined]
+
+
+@pytest.mark.integration
+@pytest.mark.brokers("kafka")  # Tansu keeps no topic configuration
+@pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
+def test_a_producer_clock_ahead_is_refused_by_kafka_or_judged_by_the_brokers_clock(
+    library: str, broker: Broker, make_topics: Callable[..., TopicsConfig]
+) -> None:
+    """What the README's advice on producer clocks rests on (event times are judged against each
+    record's Kafka timestamp). Kafka 4 refuses a record its producer stamped 2 hours ahead
+    (``message.timestamp.after.max.ms``, 1 hour by default). Stamped 30 minutes ahead, with
+    ``ts`` from the same clock: on a CreateTime topic (Kafka's default) the record's Kafka
+    timestamp is that clock's and the record passes; on a LogAppendTime topic it is the
+    broker's, and the record is refused as ``bad_timestamp``."""
+    topics = make_topics()
+    appended = f"{topics.scored}-appended"
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        by_broker = {"message.timestamp.type": "LogAppendTime"}
+        admin.create_topics([NewTopic(appended, 1, 1, topic_configs=by_broker)])
+    finally:
+        admin.close()
+
+    def stamped(ahead_s: float) -> tuple[bytes, int]:
+        ahead = time.time() + ahead_s
+        return json.dumps({"id": "a", "score": 0.5, "ts": ahead}).encode(), int(ahead * 1000)
+
+    value, ms = stamped(7200.0)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    try:
+        with pytest.raises(InvalidTimestampError):
+            producer.send(topics.scored, value, timestamp_ms=ms).get(timeout=30)
+    finally:
+        producer.close()  # here, a producer whose first record was refused refused the next
+    value, ms = stamped(1800.0)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    try:
+        before = time.time()
+        for topic in (topics.scored, appended):
+            producer.send(topic, value, timestamp_ms=ms).get(timeout=30)
+        after = time.time()
+    finally:
+        producer.close()
+    config = _config(broker.bootstrap, topics, library, _client_for(broker))
+    src = CLASSES[library][0](config, dict, topics=[topics.scored, appended])
+    try:
+        got: list[RawRecord] = []
+        deadline = time.monotonic() + 20.0
+        while len(got) < 2 and time.monotonic() < deadline:
+            got.extend(src.poll(100, 0.2))
+        records = {r.topic: r for r in got}
+    finally:
+        src.close()
+    assert records[topics.scored].timestamp_ms == ms  # the producer's clock
+    assert before - 1 <= records[appended].timestamp_ms / 1000 <= after + 1  # the broker's
+    batch, rejects = decode_scored([records[topics.scored], records[appended]], config)
+    assert batch.offset.tolist() == [0] and batch.ts.tolist() == [json.loads(value)["ts"]]
+    assert [(r.record.topic, r.reason) for r in rejects] == [(appended, RejectReason.BAD_TIMESTAMP)]
+    assert "more than 5 minutes after the record's Kafka timestamp" in rejects[0].detail
 
 
 @pytest.mark.integration
