@@ -224,6 +224,7 @@ def _show(value: Any) -> str:
 
 
 _VALUE_OF = operator.attrgetter("value")
+_TIMESTAMP_MS = operator.attrgetter("timestamp_ms")
 _NOT_OPENING = bytes(b for b in range(256) if b not in b"[{")
 
 
@@ -502,17 +503,22 @@ def _check_flag(rej: _Rejections, values: list[Any], field: str) -> npt.NDArray[
     return out
 
 
+def _written_ms(records: Sequence[RawRecord]) -> npt.NDArray[np.int64]:
+    """Each record's Kafka timestamp (ms; -1 when it has none)."""
+    return np.fromiter(map(_TIMESTAMP_MS, records), np.int64, count=len(records))
+
+
 def _check_ts(
-    rej: _Rejections, values: list[Any], records: Sequence[RawRecord], *, fallback: bool
+    rej: _Rejections, values: list[Any], written_ms: npt.NDArray[np.int64], *, fallback: bool
 ) -> npt.NDArray[np.float64]:
     """Event times in seconds: numbers, RFC 3339 strings, else (``fallback``) the Kafka time.
 
     A time before 2000-01-01 or from 2100-01-01 on is refused, and one more than
-    ``MAX_FUTURE_S`` after the record's Kafka timestamp (when it has one after 2000: a producer
-    may leave it at 0 or -1).
+    ``MAX_FUTURE_S`` after the record's Kafka timestamp ``written_ms`` (when it has one after
+    2000: a producer may leave it at 0 or -1).
     """
     n = len(values)
-    kafka = np.fromiter((r.timestamp_ms for r in records), np.float64, count=n) / 1e3
+    kafka = written_ms / 1e3
     types = set(map(type, values))
     missing = _none_mask(values)
     is_num = _is_number(values) if types - {type(None)} else np.zeros(n, dtype=np.bool_)
@@ -620,7 +626,8 @@ def decode_scored(records: Sequence[RawRecord], config: Config) -> tuple[ScoredB
         )
 
     pred_given = _check_flag(rej, [d.get("pred") for d in rows], "pred")
-    ts = _check_ts(rej, [d.get("ts") for d in rows], records, fallback=True)
+    written_ms = _written_ms(records)
+    ts = _check_ts(rej, [d.get("ts") for d in rows], written_ms, fallback=True)
 
     models: list[Any] = [d.get("model") for d in rows]
     model_types = set(map(type, models))
@@ -682,7 +689,7 @@ def decode_scored(records: Sequence[RawRecord], config: Config) -> tuple[ScoredB
         payload=[rows[i].get("payload") for i in kept],
         partition=np.array([records[i].partition for i in kept], dtype=np.int32),
         offset=np.array([records[i].offset for i in kept], dtype=np.int64),
-        written_ms=np.array([records[i].timestamp_ms for i in kept], dtype=np.int64),
+        written_ms=written_ms if every else written_ms[keep],
     )
     return batch, rej.rejects(records)
 
@@ -739,7 +746,7 @@ def decode_labels(records: Sequence[RawRecord]) -> tuple[list[LabelResult], list
     )
     label = _check_flag(rej, raw_label, "label")
     raw_ts = [d.get("ts") for d in rows]
-    ts = _check_ts(rej, raw_ts, records, fallback=False)
+    ts = _check_ts(rej, raw_ts, _written_ms(records), fallback=False)
     results = [
         LabelResult(
             request_id=request_ids[i],

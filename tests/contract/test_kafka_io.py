@@ -162,11 +162,11 @@ def _config(
     )
 
 
-def _drain(src: Source, n: int, topic: str, timeout_s: float = 20.0) -> list[RawRecord]:
+def _drain(src: Source, n: int, *topics: str, timeout_s: float = 20.0) -> list[RawRecord]:
     out: list[RawRecord] = []
     deadline = time.monotonic() + timeout_s
     while len(out) < n and time.monotonic() < deadline:
-        out.extend(r for r in src.poll(100, 0.2) if r.topic == topic)
+        out.extend(r for r in src.poll(100, 0.2) if r.topic in topics)
     return out
 
 
@@ -478,11 +478,7 @@ def test_a_producer_clock_ahead_is_refused_by_kafka_or_judged_by_the_brokers_clo
     config = _config(broker.bootstrap, topics, library, _client_for(broker))
     src = CLASSES[library][0](config, dict, topics=[topics.scored, appended])
     try:
-        got: list[RawRecord] = []
-        deadline = time.monotonic() + 20.0
-        while len(got) < 2 and time.monotonic() < deadline:
-            got.extend(src.poll(100, 0.2))
-        records = {r.topic: r for r in got}
+        records = {r.topic: r for r in _drain(src, 2, topics.scored, appended)}
     finally:
         src.close()
     assert records[topics.scored].timestamp_ms == ms  # the producer's clock
