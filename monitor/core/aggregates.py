@@ -7,7 +7,8 @@ consumer group and keep no local state. After each step a sampler produces, for 
     key   = ["model", partition, bucket]                        (JSON)
     value = {"v": 1, "model": ..., "partition": p, "bucket": b, "through": T, "opened": O,
              "control": [g, kappa, mean_q*(, calibration)] | null,
-             ("refresh": [[offset, g, kappa, mean_q*(, calibration)], ...],)
+             ("refresh": [[offset, g, kappa, mean_q*(, calibration)], ...],
+              "refresh_at": [event time | null, ...],)
              "segments": {segment: aggregate}}
 
 ``through`` is the partition's next offset after the step: the aggregates count every record of
@@ -16,7 +17,9 @@ created the state. ``control`` is the bucket's frozen sampling
 control (seed 000, Cor. 2 via ``monitor.stats.budget``), with a fourth element
 ``[version, a, b, lam]`` when it took a calibration map fitted from labels. ``refresh`` (present
 only when the bucket has one) lists the controls that replaced it inside the bucket, each in
-force from the record at ``offset`` on (``monitor.core.sampler``); an aggregate is
+force from the record at ``offset`` on (``monitor.core.sampler``), and ``refresh_at`` the event
+time the bucket had reached at each (``monitor.stats.budget.Refresh``; beside the list, so that
+an estimator of an earlier release, which ignores it, still reads the state); an aggregate is
 ``TrafficAggregate.to_list``. A record goes to the aggregates partition of its scored
 partition's number (the topic has at least as many), so one scored partition's history is read
 from one place. The topic is compacted (a key keeps its
@@ -78,6 +81,7 @@ from monitor.stats.budget import (
     Control,
     control_from_list,
     control_to_list,
+    refresh_times,
     refreshes_to_list,
     with_refreshes,
 )
@@ -154,6 +158,7 @@ def encode(state: BucketState) -> bytes:
     }
     if ctl is not None and ctl.refreshes:
         body["refresh"] = refreshes_to_list(ctl)
+        body["refresh_at"] = refresh_times(ctl)
     return json.dumps(body, separators=(",", ":"), sort_keys=True).encode("utf-8")
 
 
@@ -184,7 +189,7 @@ def decode(key: bytes | None, value: bytes | None) -> tuple[PartKey, BucketState
         segments = obj["segments"]
         control = None if ctl is None else control_from_list(ctl)
         if control is not None and "refresh" in obj:
-            control = with_refreshes(control, obj["refresh"])
+            control = with_refreshes(control, obj["refresh"], obj.get("refresh_at"))
         state = BucketState(
             model=str(obj["model"]),
             partition=_int(obj["partition"], "partition"),

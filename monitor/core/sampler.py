@@ -77,6 +77,7 @@ from monitor.stats.budget import (
     Surge,
     cap_ratio,
     control_for_bucket,
+    rate_origin,
     selection_weights,
     stage_bases,
     surge_pace,
@@ -571,11 +572,12 @@ class SamplerService:
         From the latest earlier bucket within the horizon plus the bucket's records so far, over
         the time they span (``control_for_bucket`` with ``covered_s``; ``_next_stage`` for the
         map and ``mean_q*``); kappa re-solved from the share of uncapped requests so far in the
-        bucket under the map in force. In a surge (``budget.surge_pace``: the bucket's own rate
-        outruns that blend) kappa spreads the bucket's budget left over the records its own rate
-        expects in the rest of it. The refresh records the bucket's ``(n, sum q*, sum pi)``
-        so far as its base. A refresh published beyond the resume point at ``offset`` is taken
-        as it is.
+        bucket under the map in force. In a surge (``budget.surge_pace``: the bucket's current
+        rate, since the latest refresh, ``budget.rate_origin``, outruns that blend) kappa spreads
+        the bucket's budget left over the records that rate expects in the rest of it. The
+        refresh records the bucket's ``(n, sum q*, sum pi)`` so far as its base and the event
+        time the bucket has reached as its ``at``. A refresh published beyond the resume point
+        at ``offset`` is taken as it is.
         """
         key = (model, p, bucket)
         ctl = self._controls[key]
@@ -584,14 +586,15 @@ class SamplerService:
         base: Base = (cur.n, cur.sum_qstar, cur.sum_pi, cur.sum_uncapped)
         stored = self._stored(key, offset)
         if isinstance(stored, Refresh):
-            self._controls[key] = ctl.refreshed(offset, stored.control, stored.base or base)
-            self._changes.controls[key] = self._controls[key]
+            taken = ctl.refreshed(offset, stored.control, stored.base or base, stored.at)
+            self._controls[key] = taken
+            self._changes.controls[key] = taken
             return
         bucket_s = self.config.windows.bucket_s
         start = float(bucket * bucket_s)
         now = min(max(cur.ts_max, start), start + bucket_s)
-        own_span = max(0.0, now - max(start, cur.ts_min))
-        span = own_span
+        opened = max(start, cur.ts_min)
+        span = max(0.0, now - opened)
         agg = cur
         segs: list[tuple[Control | None, TrafficAggregate]] = [(ctl, cur)]
         earlier = [b for b in history if horizon <= b < bucket]
@@ -606,9 +609,10 @@ class SamplerService:
             agg = pagg + cur
             segs.append((self._controls.get((model, p, prev)), pagg))
             hists = (pagg.hist, cur.hist)
+            n0, t0 = rate_origin(ctl, offset, opened=opened, now=now)
             surge = surge_pace(
-                n=cur.n,
-                covered_s=own_span,
+                n=cur.n - n0,
+                covered_s=max(0.0, now - t0),
                 blended_n=agg.n,
                 blended_s=span,
                 spent=cur.pi_total,
@@ -618,7 +622,7 @@ class SamplerService:
         new = self._next_stage(
             model, cfg, agg, segs, prev_bucket=bucket, covered_s=span, hists=hists, surge=surge
         )
-        self._controls[key] = ctl.refreshed(offset, new, base)
+        self._controls[key] = ctl.refreshed(offset, new, base, now)
         self._changes.controls[key] = self._controls[key]
 
     def _aggregate(

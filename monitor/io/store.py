@@ -31,6 +31,7 @@ from monitor.errors import StoreError
 from monitor.stats.budget import (
     Control,
     maps_to_list,
+    refresh_times,
     refreshes_to_list,
     with_maps,
     with_refreshes,
@@ -66,6 +67,9 @@ CREATE TABLE IF NOT EXISTS control_maps (
 CREATE TABLE IF NOT EXISTS control_refreshes (
     model TEXT NOT NULL, partition INTEGER NOT NULL, bucket INTEGER NOT NULL,
     refreshes TEXT NOT NULL, PRIMARY KEY (model, partition, bucket));
+CREATE TABLE IF NOT EXISTS control_refresh_times (
+    model TEXT NOT NULL, partition INTEGER NOT NULL, bucket INTEGER NOT NULL,
+    times TEXT NOT NULL, PRIMARY KEY (model, partition, bucket));
 CREATE TABLE IF NOT EXISTS segments (
     model TEXT NOT NULL, segment TEXT NOT NULL, PRIMARY KEY (model, segment));
 CREATE TABLE IF NOT EXISTS segment_traffic (
@@ -239,10 +243,14 @@ class Store:
             key = (m, int(p), int(b))
             ctl = Control(float(g), float(k), math.nan if mq is None else float(mq))
             st.controls[key] = ctl if key not in maps else with_maps(ctl, maps[key])
+        times = {
+            (m, int(p), int(b)): json.loads(t)
+            for m, p, b, t in db.execute("SELECT * FROM control_refresh_times")
+        }
         for m, p, b, r in db.execute("SELECT * FROM control_refreshes"):
             key = (m, int(p), int(b))
             if key in st.controls:
-                st.controls[key] = with_refreshes(st.controls[key], json.loads(r))
+                st.controls[key] = with_refreshes(st.controls[key], json.loads(r), times.get(key))
         for m, s, b, agg in db.execute("SELECT model, segment, bucket, agg FROM segment_traffic"):
             st.segment_traffic[(m, s, int(b))] = TrafficAggregate.from_list(json.loads(agg))
         latest: dict[tuple[str, str], int] = {}
@@ -353,13 +361,14 @@ class Store:
                 if (maps := maps_to_list(c)) is not None
             ],
         )
+        refreshed = [(k, c) for k, c in sampler.controls.items() if c.refreshes]
         db.executemany(
             "INSERT OR REPLACE INTO control_refreshes VALUES (?, ?, ?, ?)",
-            [
-                (m, p, b, json.dumps(refreshes_to_list(c)))
-                for (m, p, b), c in sampler.controls.items()
-                if c.refreshes
-            ],
+            [(m, p, b, json.dumps(refreshes_to_list(c))) for (m, p, b), c in refreshed],
+        )
+        db.executemany(  # beside the refreshes: an earlier release reads those without them
+            "INSERT OR REPLACE INTO control_refresh_times VALUES (?, ?, ?, ?)",
+            [(m, p, b, json.dumps(refresh_times(c))) for (m, p, b), c in refreshed],
         )
         db.executemany("DELETE FROM segments WHERE model=? AND segment=?", sorted(sampler.dropped))
         db.executemany("INSERT OR IGNORE INTO segments VALUES (?, ?)", sorted(sampler.segments))
@@ -372,6 +381,9 @@ class Store:
             db.execute("DELETE FROM control_maps WHERE model=? AND partition=? AND bucket<?", args)
             db.execute(
                 "DELETE FROM control_refreshes WHERE model=? AND partition=? AND bucket<?", args
+            )
+            db.execute(
+                "DELETE FROM control_refresh_times WHERE model=? AND partition=? AND bucket<?", args
             )
         db.executemany(
             "INSERT OR REPLACE INTO segment_traffic VALUES (?, ?, ?, ?)",

@@ -31,11 +31,11 @@ Without history (first records of a partition) q = 1 (uniform) and
 (``monitor.core.sampler``, :class:`Refresh`): at the partition's ``N``-th, ``2N``-th, ``4N``-th ...
 record of the bucket a new control is computed by the same formula from the latest earlier bucket
 plus the bucket's records so far (``covered_s`` then the time they span), so a new deployment
-leaves uniform sampling after ``N`` records. In a surge (:func:`surge_pace`: the bucket's own
-rate above ``SURGE_RATIO`` times that blend) a refresh takes the bucket's own rate and spreads
-what is left of its budget over the records that rate expects in the rest of the bucket. Any
-kappa keeps the Horvitz-Thompson estimate unbiased; the controller only decides how many labels
-are spent.
+leaves uniform sampling after ``N`` records. In a surge (:func:`surge_pace`: the bucket's current
+rate, that of its records since the latest refresh (:func:`rate_origin`), above ``SURGE_RATIO``
+times that blend) a refresh takes the current rate and spreads what is left of its budget over
+the records that rate expects in the rest of the bucket. Any kappa keeps the Horvitz-Thompson
+estimate unbiased; the controller only decides how many labels are spent.
 
 Recalibration (DESIGN.md, "Learning from the labels"): a control may carry a versioned calibration
 map (:class:`Calibration`: the Platt map of ``monitor.stats.calibration`` or the beta map of
@@ -124,12 +124,17 @@ MIN_CAP_RATIO = 0.01
 OTHER_MAP_CAP_RATIO = 0.8
 # the span of records a refresh extrapolates from is at least this long (seconds)
 MIN_REFRESH_SPAN_S = 1.0
-# a surge: at a refresh the bucket's own rate is more than SURGE_RATIO times the rate of the
+# a surge: at a refresh the bucket's current rate is more than SURGE_RATIO times the rate of the
 # earlier bucket and the bucket together (``surge_pace``); the bucket's budget then follows what
 # is left of it, at least SURGE_MIN_BUDGET of it per refresh, over at least MIN_COVERAGE of a
 # bucket still to come
 SURGE_RATIO = 1.25
 SURGE_MIN_BUDGET = 0.1
+# the current rate is that of the records since the latest refresh when they span at least this
+# much event time (seconds); over less, that of the bucket's records so far. Event times are
+# only roughly in log order (producers' clocks and batches), so a shorter stretch says little
+# about a rate, and one whose records all precede the refresh's time (a late batch) spans none
+MIN_STAGE_SPAN_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -320,15 +325,17 @@ class Control:
         """The control :meth:`in_force` numbers ``j``."""
         return self if j == 0 else self.refreshes[j - 1].control
 
-    def refreshed(self, offset: int, control: Control, base: Base | None = None) -> Control:
-        """This control with ``control`` in force from ``offset`` on (``base``: see Refresh).
+    def refreshed(
+        self, offset: int, control: Control, base: Base | None = None, at: float | None = None
+    ) -> Control:
+        """This control with ``control`` in force from ``offset`` on (``base``, ``at``: Refresh).
 
         Refreshes at ``offset`` or beyond are dropped first: the partition's log restarted
         below them (a topic deleted and recreated, or truncated), so they no longer mark
         positions of it, and the refreshes stay in increasing offset order (``in_force``).
         """
         kept = tuple(r for r in self.refreshes if r.offset < offset)
-        return replace(self, refreshes=(*kept, Refresh(offset, control, base)))
+        return replace(self, refreshes=(*kept, Refresh(offset, control, base, at)))
 
 
 #: ``(n, sum_qstar, sum_pi, sum_uncapped)`` of a bucket's aggregate (fixed point,
@@ -343,12 +350,16 @@ class Refresh:
 
     ``base`` is the bucket's ``(n, sum_qstar, sum_pi, sum_uncapped)`` on the partition just before
     ``offset`` (None in a store written before it existed): the records decided under this
-    stage are the bucket's aggregate minus ``base`` (up to the next refresh's base).
+    stage are the bucket's aggregate minus ``base`` (up to the next refresh's base). ``at`` is
+    the event time the bucket had reached there (its records' latest ``ts``, at least the
+    bucket's start; None where it was not recorded): the next refresh measures the stage's rate
+    from it (``surge_pace``).
     """
 
     offset: int
     control: Control
     base: Base | None = None
+    at: float | None = None
 
 
 def stage_bases(ctl: Control) -> list[tuple[Control, Base | None]]:
@@ -445,29 +456,75 @@ def refreshes_to_list(ctl: Control) -> list[object]:
     return [[r.offset, *control_to_list(r.control, r.base)] for r in ctl.refreshes]
 
 
-def with_refreshes(ctl: Control, v: object) -> Control:
+def refresh_times(ctl: Control) -> list[float | None]:
+    """The refreshes' ``at`` (``Refresh``), in the order of :func:`refreshes_to_list`.
+
+    Kept beside that list, not in it, so that a release that does not know them still reads the
+    refreshes (the aggregates topic's states and the store carry the two side by side).
+    """
+    return [r.at for r in ctl.refreshes]
+
+
+def with_refreshes(ctl: Control, v: object, at: object = None) -> Control:
     """``ctl`` with the refreshes written by :func:`refreshes_to_list`; ``ValueError`` if bad.
 
-    A list out of offset order (a recreated topic's, as earlier versions stored it) reads as it
-    is written now: each refresh replaces those at or beyond its offset (``Control.refreshed``).
+    ``at``: their times as :func:`refresh_times` wrote them (None: not recorded, each refresh's
+    ``at`` None). A list out of offset order (a recreated topic's, as earlier versions stored
+    it) reads as it is written now: each refresh replaces those at or beyond its offset
+    (``Control.refreshed``).
     """
     if not isinstance(v, list):
         msg = "a control's refreshes are a list of [offset, g, kappa, mean_q*(, ...)]"
         raise ValueError(msg)
+    times = [None] * len(v) if at is None else at
+    if not (
+        isinstance(times, list)
+        and len(times) == len(v)
+        and all(t is None or (type(t) in (int, float) and math.isfinite(t)) for t in times)
+    ):
+        msg = f"a control's refresh times are a list of {len(v)} numbers or nulls, got {at!r:.80}"
+        raise ValueError(msg)
     out = ctl
-    for r in v:
+    for r, t in zip(v, times, strict=True):
         if not isinstance(r, list) or not r or type(r[0]) is not int:
             msg = "a refresh is [offset, g, kappa, mean_q*(, calibration(, extra))]"
             raise ValueError(msg)
         control, base = _control_and_base(r[1:])
-        out = out.refreshed(r[0], control, base)
+        out = out.refreshed(r[0], control, base, None if t is None else float(t))
     return out
+
+
+def rate_origin(ctl: Control, offset: int, *, opened: float, now: float) -> tuple[int, float]:
+    """Where a refresh at ``offset`` measures the bucket's current rate from: ``(n, ts)``.
+
+    The latest earlier refresh's base record count and ``at`` (``Refresh``) when it recorded
+    both and its records span at least ``MIN_STAGE_SPAN_S`` of event time by ``now``; else
+    ``(0, opened)``, the bucket's own records from the time they start (``surge_pace``). A
+    rate over all of the bucket's records lags a surge that starts late in it: one 45 times
+    as fast from minute 45 of an hour spent 2.8x its budget that way, 1.3x measured from the
+    latest refresh (``tests/unit/test_refresh.py``).
+
+    Examples:
+        >>> plain = Control(g=0.5, kappa=0.01, mean_qstar=0.2)
+        >>> ctl = plain.refreshed(1000, plain, (1000, 0, 0, 0), at=2000.0)
+        >>> rate_origin(ctl, 2000, opened=0.0, now=2100.0)
+        (1000, 2000.0)
+        >>> rate_origin(ctl, 2000, opened=0.0, now=2030.0)  # 30 s: too short a span
+        (0, 0.0)
+    """
+    earlier = [r for r in ctl.refreshes if r.offset < offset]
+    latest = earlier[-1] if earlier else None
+    if latest is None or latest.base is None or latest.at is None:
+        return 0, opened
+    if now - latest.at < MIN_STAGE_SPAN_S:
+        return 0, opened
+    return latest.base[0], latest.at
 
 
 class Surge(NamedTuple):
     """A bucket whose traffic outruns the traffic a refresh blends it with (``surge_pace``)."""
 
-    n_hat: float  # the bucket's own records so far, extrapolated to a whole bucket
+    n_hat: float  # the bucket's current rate, extrapolated to a whole bucket
     spent: float  # the bucket's expected requests so far (its sum of pi)
     remaining_s: float  # the time left in the bucket, at least MIN_COVERAGE of one
 
@@ -482,16 +539,17 @@ def surge_pace(
     remaining_s: float,
     bucket_s: int,
 ) -> Surge | None:
-    """The bucket's own pace at a refresh, when it is more than ``SURGE_RATIO`` times the blend.
+    """The bucket's current pace at a refresh, when it is more than ``SURGE_RATIO`` times the blend.
 
-    A refresh extrapolates the rate from the earlier bucket and the bucket's ``n`` records so
-    far together (``blended_n`` over ``blended_s``), which smooths the rate of a steady stream
-    but lags a surge: a stream 45 times as fast from the hour's start spent 6x its budget in that
-    hour, each doubling of its records spending about the budget again. When the bucket's own
-    rate (``n`` over ``covered_s``) is above ``SURGE_RATIO`` times the blend (a steady stream's
-    rates differ by their noise, a few percent at ``refresh_records`` records), the control
-    spends what is left of the bucket's budget over the records its own rate expects in the
-    ``remaining_s`` still to come (``control_for_bucket``). None otherwise.
+    A refresh extrapolates the rate from the earlier bucket and the bucket's records so far
+    together (``blended_n`` over ``blended_s``), which smooths the rate of a steady stream but
+    lags a surge: a stream 45 times as fast from the hour's start spent 6x its budget in that
+    hour, each doubling of its records spending about the budget again. When the bucket's
+    current rate (``n`` records over the ``covered_s`` they span: those since the latest
+    refresh, or all of the bucket's, :func:`rate_origin`) is above ``SURGE_RATIO`` times the
+    blend (a steady stream's rates differ by their noise, a few percent at ``refresh_records``
+    records), the control spends what is left of the bucket's budget over the records that
+    rate expects in the ``remaining_s`` still to come (``control_for_bucket``). None otherwise.
 
     Examples:
         An earlier hour of 2,000 records, then 1,000 in the first half of this one (steady),
@@ -559,7 +617,7 @@ def control_for_bucket(
     share of the traffic (module docstring); otherwise it is split equally over
     ``n_partitions``.
 
-    ``surge`` (a refresh in a surge, :func:`surge_pace`): the rate is the bucket's own, and
+    ``surge`` (a refresh in a surge, :func:`surge_pace`): the rate is the bucket's current one, and
     ``kappa = max(budget - spent, SURGE_MIN_BUDGET budget) / (n_hat remaining_s / bucket_s)``,
     the budget left over the records still expected.
     """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,14 +16,18 @@ from hypothesis import strategies as st
 
 from monitor.config.load import parse_config
 from monitor.config.schema import Config, ModelConfig
+from monitor.core.estimator import EstimatorService
 from monitor.core.messages import AuditRequest
-from monitor.core.sampler import SamplerService
+from monitor.core.sampler import PartKey, SamplerService
 from monitor.core.windows import GroupKey, TrafficAggregate, bucket_of
 from monitor.errors import ConfigError
+from monitor.io.store import Store
 from monitor.stats.budget import (
     MIN_REFRESH_SPAN_S,
+    Control,
     Surge,
     control_for_bucket,
+    refresh_times,
     refreshes_to_list,
     with_refreshes,
 )
@@ -135,8 +140,24 @@ def _spent(traffic: dict[GroupKey, TrafficAggregate]) -> dict[int, float]:
     return out
 
 
+def _surge(rng: np.random.Generator, minute: int, partitions: int = 1) -> Stream:
+    """Three hours of 2,000 records, then 45 times as many from minute ``minute`` of the fourth
+    hour to the end of the fifth, in event-time order."""
+    base, factor, hours = 2000, 45, 5
+    rates = [base] * 3 * 60 + [base] * minute + [base * factor] * (2 * 60 - minute)  # per hour
+    counts = [r // 60 for r in rates]  # records per minute
+    s = make_stream(rng, sum(counts), start=HOUR0, span_s=hours * 3600.0, partitions=partitions)
+    minutes = np.repeat(np.arange(len(counts)), counts)
+    s.ts = HOUR0 + 60.0 * np.sort(minutes + rng.random(len(minutes)))
+    return s
+
+
+SURGE_CONFIG = _config(1000, labels=100.0, expected=2000.0)
+
+
 @pytest.mark.parametrize(
-    ("minute", "partitions", "most"), [(0, 1, 1.1), (30, 1, 2.0), (55, 1, 3.0), (0, 4, 0.0)]
+    ("minute", "partitions", "most"),
+    [(0, 1, 1.1), (30, 1, 1.5), (45, 1, 1.5), (55, 1, 2.3), (0, 4, 0.0)],
 )
 def test_a_surge_spends_about_its_hours_budget(
     rng: np.random.Generator, minute: int, partitions: int, most: float
@@ -145,20 +166,18 @@ def test_a_surge_spends_about_its_hours_budget(
     hour on. A refresh extrapolated the rate of the earlier hour and the hour so far together,
     which lagged the surge: each doubling of the hour's records spent about its budget again,
     6.0x the hour's budget from minute 0, 6.4x from minute 30 (and 1.6x in the hour after), 3.6x
-    from minute 55 (and 3.6x after), 19.6x over four partitions. Now the hour's own rate, once it
-    outruns the blend, and the budget it has left set kappa; a surge late in the hour raises the
-    hour's own rate late too, hence ``most``. (Four partitions then spend 4x in every hour of
-    the new traffic, the surge's too: each one's share is its traffic against
-    ``expected_records_per_hour``, at most 1, and 2,000 is no longer the model's traffic.)"""
-    base, factor, hours = 2000, 45, 5
-    rates = [base] * 3 * 60 + [base] * minute + [base * factor] * (2 * 60 - minute)  # per hour
-    counts = [r // 60 for r in rates]  # records per minute
-    s = make_stream(rng, sum(counts), start=HOUR0, span_s=hours * 3600.0, partitions=partitions)
-    minutes = np.repeat(np.arange(len(counts)), counts)
-    s.ts = HOUR0 + 60.0 * np.sort(minutes + rng.random(len(minutes)))
-    cfg = _config(1000, labels=100.0, expected=float(base))
+    from minute 55 (and 3.6x after), 19.6x over four partitions. Then the hour's own rate, once
+    it outran the blend, and the budget it had left set kappa: 1.0x from minute 0, but a surge
+    late in the hour raised the hour's own rate late too: 1.74x from minute 30, 2.76x from
+    minute 45, 2.47x from minute 55. Now the rate of the records since the latest refresh:
+    1.29x, 1.33x and 2.04x (the stage the surge starts in is decided at the earlier rate, hence
+    ``most``). (Four partitions then spend 4x in every hour of the new traffic, the surge's
+    too: each one's share is its traffic against ``expected_records_per_hour``, at most 1, and
+    2,000 is no longer the model's traffic.)"""
+    hours = 5
+    s = _surge(rng, minute, partitions)
     order = np.argsort(s.ts, kind="stable")
-    _, requests, traffic = _run(cfg, s, [order], n_partitions=partitions)
+    _, requests, traffic = _run(SURGE_CONFIG, s, [order], n_partitions=partitions)
     spent = _spent(traffic)
     first = int(bucket_of(np.array([HOUR0]), 3600)[0])
     hourly = [spent[first + h] / 100.0 for h in range(hours)]
@@ -169,8 +188,40 @@ def test_a_surge_spends_about_its_hours_budget(
     else:  # no more than the steady hour after it
         assert hourly[3] < 1.05 * hourly[4], hourly
     # a function of the stream: other batch boundaries make the same requests
-    _, again, _ = _run(cfg, s, np.array_split(order, 37), n_partitions=partitions)
+    _, again, _ = _run(SURGE_CONFIG, s, np.array_split(order, 37), n_partitions=partitions)
     assert sorted(r.to_json() for r in again) == sorted(r.to_json() for r in requests)
+
+
+def test_a_sampler_resumed_from_its_store_in_a_surge_decides_the_same(
+    rng: np.random.Generator, tmp_path: Path
+) -> None:
+    """Stopped between two refreshes of a surge's hour and resumed from its store, a sampler
+    measures the surge's rate from the time the latest refresh recorded (``Refresh.at``) and
+    makes the requests of a run without the stop; read back without those times it measured
+    the hour's own rate and made other requests."""
+    s = _surge(rng, 45)
+    whole = SamplerService(SURGE_CONFIG).process(s.batch(slice(None))).requests
+    hour = int(bucket_of(np.array([HOUR0]), 3600)[0]) + 3
+    start = int(np.searchsorted(bucket_of(s.ts, 3600), hour))
+    cut = start + 5000  # between the hour's refreshes at its 4,000th and 8,000th records
+    first = SamplerService(SURGE_CONFIG)
+    got = first.process(s.batch(slice(0, cut))).requests
+    store = Store(tmp_path)
+    store.commit(first.take_changes(), EstimatorService(SURGE_CONFIG).take_changes(), {})
+    st = store.load()
+    store.close()
+    ctl = st.controls[("default", 0, hour)]
+    assert [r.offset - start for r in ctl.refreshes] == [1000, 2000, 4000]
+    assert all(r.at is not None for r in ctl.refreshes)
+
+    def resumed(controls: dict[PartKey, Control]) -> list[bytes]:
+        sampler = SamplerService(SURGE_CONFIG, traffic=st.sampler_traffic, controls=controls)
+        rest = sampler.process(s.batch(slice(cut, None))).requests
+        return [r.to_json() for r in [*got, *rest]]
+
+    assert resumed(st.controls) == [r.to_json() for r in whole]
+    untimed = replace(ctl, refreshes=tuple(replace(r, at=None) for r in ctl.refreshes))
+    assert resumed({**st.controls, ("default", 0, hour): untimed}) != [r.to_json() for r in whole]
 
 
 def test_budget_is_spent_when_partitions_have_unequal_traffic(rng: np.random.Generator) -> None:
@@ -292,8 +343,9 @@ def test_a_log_that_restarts_mid_bucket_keeps_the_refreshes_in_order(
     # a store written before, with the new log's refresh after the old ones, reads the same
     stored = [*refreshes_to_list(replace(ctl, refreshes=ctl.refreshes[:1])), [400, 0.5, 0.1, 1.0]]
     stored.append(refreshes_to_list(ctl)[1])
-    assert with_refreshes(replace(ctl, refreshes=()), stored) == ctl
-    assert with_refreshes(replace(ctl, refreshes=()), refreshes_to_list(ctl)) == ctl
+    at = refresh_times(ctl)
+    assert with_refreshes(replace(ctl, refreshes=()), stored, [at[0], None, at[1]]) == ctl
+    assert with_refreshes(replace(ctl, refreshes=()), refreshes_to_list(ctl), at) == ctl
 
 
 def test_scores_of_exactly_0_and_1_are_sampled_uniformly_at_the_budget(
@@ -313,3 +365,14 @@ def test_scores_of_exactly_0_and_1_are_sampled_uniformly_at_the_budget(
         ts_min=HOUR0, prev_bucket=HOUR0 // 3600, alpha=0.5, labels_per_hour=60.0,
         bucket_s=3600, n_partitions=1,
     ).uniform  # fmt: skip
+
+
+def test_refresh_times_are_read_and_checked() -> None:
+    plain = Control(g=0.5, kappa=0.01, mean_qstar=0.2)
+    ctl = plain.refreshed(1000, plain, (1000, 0, 0, 0), at=5.0)
+    written = refreshes_to_list(ctl)
+    assert with_refreshes(plain, written, refresh_times(ctl)) == ctl
+    assert with_refreshes(plain, written).refreshes[0].at is None  # written before they were
+    for bad in ([], [5.0, 6.0], ["5"], [math.inf], [True], {"at": 5.0}):
+        with pytest.raises(ValueError, match="refresh times are a list of 1 numbers or nulls"):
+            with_refreshes(plain, written, bad)

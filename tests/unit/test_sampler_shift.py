@@ -27,6 +27,7 @@ from monitor.stats.budget import (
     control_from_list,
     control_to_list,
     maps_to_list,
+    refresh_times,
     refreshes_to_list,
     with_maps,
     with_refreshes,
@@ -188,6 +189,7 @@ def test_a_sampler_resumed_from_stored_state_decides_the_same(cut: int) -> None:
             if maps_to_list(c) is not None
             else Control(c.g, c.kappa, c.mean_qstar),
             json.loads(json.dumps(refreshes_to_list(c))),
+            json.loads(json.dumps(refresh_times(c))),
         )
         for k, c in changes.controls.items()
     }

@@ -252,7 +252,18 @@ def test_bucket_state_round_trip(workload: Workload, tmp_path: Path) -> None:
         pk, state = aggregates.decode(key, value)
         assert state is not None and state.key == pk
         assert aggregates.encode_key(pk) == key and aggregates.encode(state) == value
-        refreshed += state.control is not None and len(state.control.refreshes) > 0
+        if state.control is None or not state.control.refreshes:
+            continue
+        refreshed += 1
+        assert all(r.at is not None for r in state.control.refreshes)
+        # as the previous release wrote it, without the refreshes' times: they read as unknown
+        body = json.loads(value)
+        del body["refresh_at"]
+        _, earlier = aggregates.decode(key, json.dumps(body).encode())
+        assert earlier is not None and earlier.control == dataclasses.replace(
+            state.control,
+            refreshes=tuple(dataclasses.replace(r, at=None) for r in state.control.refreshes),
+        )
     assert refreshed > 0  # the hand-over tests below cross refresh points inside buckets
     # every scored partition's states are on its own aggregates partition
     for p, part in enumerate(log.topics[TOPICS.aggregates]):
