@@ -73,14 +73,14 @@ from monitor.stats.budget import (
     Base,
     Calibration,
     Control,
+    Pace,
     Refresh,
-    Surge,
     cap_ratio,
     control_for_bucket,
+    pace_change,
     rate_origin,
     selection_weights,
     stage_bases,
-    surge_pace,
     uniform_control,
 )
 from monitor.stats.drift import SHIFT_MAX, shift_share
@@ -262,7 +262,7 @@ class SamplerService:
         prev_bucket: int,
         covered_s: float | None = None,
         hists: tuple[Hist, Hist] | None = None,
-        surge: Surge | None = None,
+        pace: Pace | None = None,
     ) -> Control:
         """The control that follows the latest stage of ``segs`` (traffic ``window``).
 
@@ -274,7 +274,7 @@ class SamplerService:
         older than the newest durable one leaves the newest pending (``accumulate``). The cap
         re-solve of kappa counts the records decided and summed under the adopted map.
         ``hists`` (reference, current score histograms) give the score shift's share
-        (:func:`_shift`). ``surge``: a refresh in a surge (``budget.surge_pace``).
+        (:func:`_shift`). ``pace``: a refresh in a surge or a lull (``budget.pace_change``).
         """
         newest = self.calibration.get(model, NO_CALIBRATION)
         latest = segs[0][0].latest if segs[0][0] is not None else None
@@ -288,7 +288,7 @@ class SamplerService:
                 prev_bucket=prev_bucket,
                 ratio=1.0,
                 covered_s=covered_s,
-                surge=surge,
+                pace=pace,
             )
             return replace(new, shift=_shift(cfg.defensive, hists, newest, None))
         summed = latest.summed
@@ -318,7 +318,7 @@ class SamplerService:
             prev_bucket=prev_bucket,
             ratio=ratio,
             covered_s=covered_s,
-            surge=surge,
+            pace=pace,
         )
         new = replace(new, shift=_shift(cfg.defensive, hists, chosen, latest))
         if not adopt:
@@ -338,7 +338,7 @@ class SamplerService:
         prev_bucket: int,
         ratio: float,
         covered_s: float | None,
-        surge: Surge | None = None,
+        pace: Pace | None = None,
     ) -> Control:
         """``control_for_bucket`` from the traffic ``agg`` (``covered_s``: the time it spans)."""
         return control_for_bucket(
@@ -357,7 +357,7 @@ class SamplerService:
             cap_ratio=ratio,
             covered_s=covered_s,
             expected_records_per_hour=cfg.expected_records_per_hour,
-            surge=surge,
+            pace=pace,
         )
 
     def _prune(self, model: str, partition: int, horizon: int) -> None:
@@ -572,9 +572,9 @@ class SamplerService:
         From the latest earlier bucket within the horizon plus the bucket's records so far, over
         the time they span (``control_for_bucket`` with ``covered_s``; ``_next_stage`` for the
         map and ``mean_q*``); kappa re-solved from the share of uncapped requests so far in the
-        bucket under the map in force. In a surge (``budget.surge_pace``: the bucket's current
-        rate, since the latest refresh, ``budget.rate_origin``, outruns that blend) kappa spreads
-        the bucket's budget left over the records that rate expects in the rest of it. The
+        bucket under the map in force. In a surge or a lull (``budget.pace_change``: the bucket's
+        current rate, since the latest refresh, ``budget.rate_origin``, is off that blend) kappa
+        spreads the bucket's budget left over the records that rate expects in the rest of it. The
         refresh records the bucket's ``(n, sum q*, sum pi)`` so far as its base and the event
         time the bucket has reached as its ``at``. A refresh published beyond the resume point
         at ``offset`` is taken as it is.
@@ -599,7 +599,7 @@ class SamplerService:
         segs: list[tuple[Control | None, TrafficAggregate]] = [(ctl, cur)]
         earlier = [b for b in history if horizon <= b < bucket]
         hists = None
-        surge = None
+        pace = None
         if earlier:
             prev = max(earlier)
             pagg = history[prev]
@@ -610,7 +610,7 @@ class SamplerService:
             segs.append((self._controls.get((model, p, prev)), pagg))
             hists = (pagg.hist, cur.hist)
             n0, t0 = rate_origin(ctl, offset, opened=opened, now=now)
-            surge = surge_pace(
+            pace = pace_change(
                 n=cur.n - n0,
                 covered_s=max(0.0, now - t0),
                 blended_n=agg.n,
@@ -620,7 +620,7 @@ class SamplerService:
                 bucket_s=bucket_s,
             )
         new = self._next_stage(
-            model, cfg, agg, segs, prev_bucket=bucket, covered_s=span, hists=hists, surge=surge
+            model, cfg, agg, segs, prev_bucket=bucket, covered_s=span, hists=hists, pace=pace
         )
         self._controls[key] = ctl.refreshed(offset, new, base, now)
         self._changes.controls[key] = self._controls[key]

@@ -31,11 +31,12 @@ Without history (first records of a partition) q = 1 (uniform) and
 (``monitor.core.sampler``, :class:`Refresh`): at the partition's ``N``-th, ``2N``-th, ``4N``-th ...
 record of the bucket a new control is computed by the same formula from the latest earlier bucket
 plus the bucket's records so far (``covered_s`` then the time they span), so a new deployment
-leaves uniform sampling after ``N`` records. In a surge (:func:`surge_pace`: the bucket's current
-rate, that of its records since the latest refresh (:func:`rate_origin`), above ``SURGE_RATIO``
-times that blend) a refresh takes the current rate and spreads what is left of its budget over
-the records that rate expects in the rest of the bucket. Any kappa keeps the Horvitz-Thompson
-estimate unbiased; the controller only decides how many labels are spent.
+leaves uniform sampling after ``N`` records. In a surge or a lull (:func:`pace_change`: the
+bucket's current rate, that of its records since the latest refresh (:func:`rate_origin`), more
+than ``PACE_RATIO`` times that blend or less than its ``1 / PACE_RATIO``) a refresh takes the
+current rate and spreads what is left of its budget over the records that rate expects in the
+rest of the bucket. Any kappa keeps the Horvitz-Thompson estimate unbiased; the controller only
+decides how many labels are spent.
 
 Recalibration (DESIGN.md, "Learning from the labels"): a control may carry a versioned calibration
 map (:class:`Calibration`: the Platt map of ``monitor.stats.calibration`` or the beta map of
@@ -124,12 +125,12 @@ MIN_CAP_RATIO = 0.01
 OTHER_MAP_CAP_RATIO = 0.8
 # the span of records a refresh extrapolates from is at least this long (seconds)
 MIN_REFRESH_SPAN_S = 1.0
-# a surge: at a refresh the bucket's current rate is more than SURGE_RATIO times the rate of the
-# earlier bucket and the bucket together (``surge_pace``); the bucket's budget then follows what
-# is left of it, at least SURGE_MIN_BUDGET of it per refresh, over at least MIN_COVERAGE of a
-# bucket still to come
-SURGE_RATIO = 1.25
-SURGE_MIN_BUDGET = 0.1
+# a surge (a lull): at a refresh the bucket's current rate is more than PACE_RATIO times (less
+# than 1 / PACE_RATIO of) the rate of the earlier bucket and the bucket together
+# (``pace_change``); the bucket's budget then follows what is left of it, at least
+# PACE_MIN_BUDGET of it per refresh, over at least MIN_COVERAGE of a bucket still to come
+PACE_RATIO = 1.25
+PACE_MIN_BUDGET = 0.1
 # the current rate is that of the records since the latest refresh when they span at least this
 # much event time (seconds); over less, that of the bucket's records so far. Event times are
 # only roughly in log order (producers' clocks and batches), so a shorter stretch says little
@@ -353,7 +354,7 @@ class Refresh:
     stage are the bucket's aggregate minus ``base`` (up to the next refresh's base). ``at`` is
     the event time the bucket had reached there (its records' latest ``ts``, at least the
     bucket's start; None where it was not recorded): the next refresh measures the stage's rate
-    from it (``surge_pace``).
+    from it (``pace_change``).
     """
 
     offset: int
@@ -497,12 +498,12 @@ def with_refreshes(ctl: Control, v: object, at: object = None) -> Control:
 def rate_origin(ctl: Control, offset: int, *, opened: float, now: float) -> tuple[int, float]:
     """Where a refresh at ``offset`` measures the bucket's current rate from: ``(n, ts)``.
 
-    The latest earlier refresh's base record count and ``at`` (``Refresh``) when it recorded
-    both and its records span at least ``MIN_STAGE_SPAN_S`` of event time by ``now``; else
-    ``(0, opened)``, the bucket's own records from the time they start (``surge_pace``). A
-    rate over all of the bucket's records lags a surge that starts late in it: one 45 times
-    as fast from minute 45 of an hour spent 2.8x its budget that way, 1.3x measured from the
-    latest refresh (``tests/unit/test_refresh.py``).
+    The base record count and ``at`` (``Refresh``) of the latest earlier refresh whose records
+    span at least ``MIN_STAGE_SPAN_S`` of event time by ``now``; ``(0, opened)``, the bucket's
+    records from the time they start (``pace_change``), when none does or a later one did not
+    record them (written before they were). A rate over all of the bucket's records lags a
+    surge that starts late in it: one 45 times as fast from minute 45 of an hour spent 2.8x
+    its budget that way, 1.3x measured from the latest refresh (``tests/unit/test_refresh.py``).
 
     Examples:
         >>> plain = Control(g=0.5, kappa=0.01, mean_qstar=0.2)
@@ -511,25 +512,27 @@ def rate_origin(ctl: Control, offset: int, *, opened: float, now: float) -> tupl
         (1000, 2000.0)
         >>> rate_origin(ctl, 2000, opened=0.0, now=2030.0)  # 30 s: too short a span
         (0, 0.0)
+        >>> ctl = ctl.refreshed(2000, plain, (2000, 0, 0, 0), at=2090.0)
+        >>> rate_origin(ctl, 4000, opened=0.0, now=2100.0)  # from the refresh before it
+        (1000, 2000.0)
     """
-    earlier = [r for r in ctl.refreshes if r.offset < offset]
-    latest = earlier[-1] if earlier else None
-    if latest is None or latest.base is None or latest.at is None:
-        return 0, opened
-    if now - latest.at < MIN_STAGE_SPAN_S:
-        return 0, opened
-    return latest.base[0], latest.at
+    for r in reversed([r for r in ctl.refreshes if r.offset < offset]):
+        if r.base is None or r.at is None:
+            break
+        if now - r.at >= MIN_STAGE_SPAN_S:
+            return r.base[0], r.at
+    return 0, opened
 
 
-class Surge(NamedTuple):
-    """A bucket whose traffic outruns the traffic a refresh blends it with (``surge_pace``)."""
+class Pace(NamedTuple):
+    """A bucket whose traffic is off the traffic a refresh blends it with (``pace_change``)."""
 
     n_hat: float  # the bucket's current rate, extrapolated to a whole bucket
     spent: float  # the bucket's expected requests so far (its sum of pi)
     remaining_s: float  # the time left in the bucket, at least MIN_COVERAGE of one
 
 
-def surge_pace(
+def pace_change(
     *,
     n: int,
     covered_s: float,
@@ -538,35 +541,41 @@ def surge_pace(
     spent: float,
     remaining_s: float,
     bucket_s: int,
-) -> Surge | None:
-    """The bucket's current pace at a refresh, when it is more than ``SURGE_RATIO`` times the blend.
+) -> Pace | None:
+    """The bucket's current pace at a refresh, when it is off the blend by over ``PACE_RATIO``.
 
     A refresh extrapolates the rate from the earlier bucket and the bucket's records so far
     together (``blended_n`` over ``blended_s``), which smooths the rate of a steady stream but
-    lags a surge: a stream 45 times as fast from the hour's start spent 6x its budget in that
-    hour, each doubling of its records spending about the budget again. When the bucket's
-    current rate (``n`` records over the ``covered_s`` they span: those since the latest
-    refresh, or all of the bucket's, :func:`rate_origin`) is above ``SURGE_RATIO`` times the
-    blend (a steady stream's rates differ by their noise, a few percent at ``refresh_records``
-    records), the control spends what is left of the bucket's budget over the records that
-    rate expects in the ``remaining_s`` still to come (``control_for_bucket``). None otherwise.
+    lags a change of pace: a stream 45 times as fast from the hour's start spent 6x its budget
+    in that hour, each doubling of its records spending about the budget again, and the hour
+    after an hour of such a surge spent 0.03x its budget (the blend still held the surge).
+    When the bucket's current rate (``n`` records over the ``covered_s`` they span: those since
+    the latest refresh, or all of the bucket's, :func:`rate_origin`) is more than
+    ``PACE_RATIO`` times the blend or less than its ``1 / PACE_RATIO`` (a steady stream's rates
+    differ by their noise, a few percent at ``refresh_records`` records), the control spends
+    what is left of the bucket's budget over the records that rate expects in the
+    ``remaining_s`` still to come (``control_for_bucket``). None otherwise.
 
     Examples:
         An earlier hour of 2,000 records, then 1,000 in the first half of this one (steady),
-        or in its first 6 minutes (a surge):
+        in its first 6 minutes (a surge) or in its first 50 minutes after an hour of 20,000 (a
+        lull):
 
-        >>> surge_pace(n=1000, covered_s=1800.0, blended_n=3000, blended_s=5400.0,
-        ...            spent=50.0, remaining_s=1800.0, bucket_s=3600) is None
+        >>> pace_change(n=1000, covered_s=1800.0, blended_n=3000, blended_s=5400.0,
+        ...             spent=50.0, remaining_s=1800.0, bucket_s=3600) is None
         True
-        >>> surge_pace(n=1000, covered_s=360.0, blended_n=3000, blended_s=3960.0,
-        ...            spent=50.0, remaining_s=3240.0, bucket_s=3600)
-        Surge(n_hat=10000.0, spent=50.0, remaining_s=3240.0)
+        >>> pace_change(n=1000, covered_s=360.0, blended_n=3000, blended_s=3960.0,
+        ...             spent=50.0, remaining_s=3240.0, bucket_s=3600)
+        Pace(n_hat=10000.0, spent=50.0, remaining_s=3240.0)
+        >>> pace_change(n=1000, covered_s=3000.0, blended_n=21000, blended_s=6600.0,
+        ...             spent=5.0, remaining_s=600.0, bucket_s=3600)
+        Pace(n_hat=1200.0, spent=5.0, remaining_s=900.0)
     """
     own = n / max(covered_s, MIN_REFRESH_SPAN_S)
     blended = blended_n / max(blended_s, MIN_REFRESH_SPAN_S)
-    if own <= SURGE_RATIO * blended:
+    if blended / PACE_RATIO <= own <= PACE_RATIO * blended:
         return None
-    return Surge(own * bucket_s, spent, max(remaining_s, MIN_COVERAGE * bucket_s))
+    return Pace(own * bucket_s, spent, max(remaining_s, MIN_COVERAGE * bucket_s))
 
 
 def uniform_control(labels_per_hour: float, expected_records_per_hour: float) -> Control:
@@ -592,7 +601,7 @@ def control_for_bucket(
     cap_ratio: float = 1.0,
     covered_s: float | None = None,
     expected_records_per_hour: float | None = None,
-    surge: Surge | None = None,
+    pace: Pace | None = None,
 ) -> Control:
     """The control of the next bucket from the aggregate of the latest earlier bucket.
 
@@ -617,8 +626,9 @@ def control_for_bucket(
     share of the traffic (module docstring); otherwise it is split equally over
     ``n_partitions``.
 
-    ``surge`` (a refresh in a surge, :func:`surge_pace`): the rate is the bucket's current one, and
-    ``kappa = max(budget - spent, SURGE_MIN_BUDGET budget) / (n_hat remaining_s / bucket_s)``,
+    ``pace`` (a refresh in a surge or a lull, :func:`pace_change`): the rate is the bucket's
+    current one, and
+    ``kappa = max(budget - spent, PACE_MIN_BUDGET budget) / (n_hat remaining_s / bucket_s)``,
     the budget left over the records still expected.
     """
     g = intrinsic_falpha_from_sums(pred_score_total, float(n_pred), score_total, alpha)
@@ -633,14 +643,14 @@ def control_for_bucket(
         covered = max(covered, MIN_COVERAGE * bucket_s if few else MIN_REFRESH_SPAN_S)
     else:
         covered = max(covered_s, MIN_REFRESH_SPAN_S)
-    n_hat = n * bucket_s / covered if surge is None else surge.n_hat
+    n_hat = n * bucket_s / covered if pace is None else pace.n_hat
     share = 1.0 / max(1, n_partitions)
     if n_partitions > 1 and expected_records_per_hour is not None and expected_records_per_hour > 0:
         share = min(1.0, n_hat / (expected_records_per_hour * bucket_s / 3600.0))
     budget = labels_per_hour * bucket_s / 3600.0 * share
-    if surge is not None:
-        left = max(budget - surge.spent, SURGE_MIN_BUDGET * budget)
-        budget, n_hat = left, n_hat * surge.remaining_s / bucket_s
+    if pace is not None:
+        left = max(budget - pace.spent, PACE_MIN_BUDGET * budget)
+        budget, n_hat = left, n_hat * pace.remaining_s / bucket_s
     kappa = budget / n_hat if n_hat > 0 else 1.0
     if math.isfinite(cap_ratio) and 0.0 < cap_ratio < 1.0 - CAP_TOLERANCE:
         kappa /= max(cap_ratio, MIN_CAP_RATIO)

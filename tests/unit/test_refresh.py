@@ -25,7 +25,7 @@ from monitor.io.store import Store
 from monitor.stats.budget import (
     MIN_REFRESH_SPAN_S,
     Control,
-    Surge,
+    Pace,
     control_for_bucket,
     refresh_times,
     refreshes_to_list,
@@ -140,11 +140,14 @@ def _spent(traffic: dict[GroupKey, TrafficAggregate]) -> dict[int, float]:
     return out
 
 
-def _surge(rng: np.random.Generator, minute: int, partitions: int = 1) -> Stream:
+def _surge(
+    rng: np.random.Generator, minute: int, partitions: int = 1, *, one_hour: bool = False
+) -> Stream:
     """Three hours of 2,000 records, then 45 times as many from minute ``minute`` of the fourth
-    hour to the end of the fifth, in event-time order."""
+    hour to the end of the fifth (``one_hour``: of the fourth), in event-time order."""
     base, factor, hours = 2000, 45, 5
-    rates = [base] * 3 * 60 + [base] * minute + [base * factor] * (2 * 60 - minute)  # per hour
+    after = [base] * 60 if one_hour else [base * factor] * 60
+    rates = [base] * (3 * 60 + minute) + [base * factor] * (60 - minute) + after  # per hour
     counts = [r // 60 for r in rates]  # records per minute
     s = make_stream(rng, sum(counts), start=HOUR0, span_s=hours * 3600.0, partitions=partitions)
     minutes = np.repeat(np.arange(len(counts)), counts)
@@ -190,6 +193,25 @@ def test_a_surge_spends_about_its_hours_budget(
     # a function of the stream: other batch boundaries make the same requests
     _, again, _ = _run(SURGE_CONFIG, s, np.array_split(order, 37), n_partitions=partitions)
     assert sorted(r.to_json() for r in again) == sorted(r.to_json() for r in requests)
+
+
+@pytest.mark.parametrize("minute", [0, 40])
+def test_the_hour_after_a_surge_spends_about_its_budget(
+    rng: np.random.Generator, minute: int
+) -> None:
+    """An hour of 45 times the traffic from minute ``minute`` on, then the traffic before it:
+    the hour after it began at the surge's rate, and its refreshes blended that hour in, so
+    they saw no surge and it spent 0.03x (from minute 0) and 0.08x (from minute 40) its budget.
+    A lull (the current rate below the blend's ``1 / PACE_RATIO``) now spreads the budget left
+    as a surge does: 1.02x."""
+    s = _surge(rng, minute, one_hour=True)
+    _, requests, traffic = _run(SURGE_CONFIG, s, [np.arange(len(s))])
+    first = int(bucket_of(np.array([HOUR0]), 3600)[0])
+    hourly = [_spent(traffic)[first + h] / 100.0 for h in range(5)]
+    assert hourly[4] == pytest.approx(1.0, abs=0.1), hourly
+    assert hourly[3] < 1.5, hourly
+    _, again, _ = _run(SURGE_CONFIG, s, np.array_split(np.arange(len(s)), 29))
+    assert [r.to_json() for r in again] == [r.to_json() for r in requests]
 
 
 def test_a_sampler_resumed_from_its_store_in_a_surge_decides_the_same(
@@ -318,11 +340,11 @@ def test_a_refresh_extrapolates_from_the_span_of_its_records() -> None:
         control_for_bucket(**kw, covered_s=0.0).kappa, 20.0 / (1000 * 3600 / MIN_REFRESH_SPAN_S)
     )
     # a surge: the budget left (20 - 5) over the records of the half hour left at 60,000 an hour
-    surge = Surge(n_hat=60_000.0, spent=5.0, remaining_s=1800.0)
-    assert math.isclose(control_for_bucket(**kw, covered_s=60.0, surge=surge).kappa, 15 / 30_000)
+    surge = Pace(n_hat=60_000.0, spent=5.0, remaining_s=1800.0)
+    assert math.isclose(control_for_bucket(**kw, covered_s=60.0, pace=surge).kappa, 15 / 30_000)
     # overspent already: a tenth of the budget
     spent = surge._replace(spent=25.0)
-    assert math.isclose(control_for_bucket(**kw, covered_s=60.0, surge=spent).kappa, 2 / 30_000)
+    assert math.isclose(control_for_bucket(**kw, covered_s=60.0, pace=spent).kappa, 2 / 30_000)
 
 
 def test_a_log_that_restarts_mid_bucket_keeps_the_refreshes_in_order(
