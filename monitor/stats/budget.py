@@ -131,9 +131,9 @@ MIN_REFRESH_SPAN_S = 1.0
 # PACE_MIN_BUDGET of it per refresh, over at least MIN_COVERAGE of a bucket still to come
 PACE_RATIO = 1.25
 PACE_MIN_BUDGET = 0.1
-# the current rate is that of the records since the latest refresh when they span at least this
-# much event time (seconds); over less, that of the bucket's records so far. Event times are
-# only roughly in log order (producers' clocks and batches), so a shorter stretch says little
+# the current rate is that of the records since the latest refresh at least this much event time
+# (seconds) back (``rate_origin``); without one, that of the bucket's records so far. Event times
+# are only roughly in log order (producers' clocks and batches), so a shorter stretch says little
 # about a rate, and one whose records all precede the refresh's time (a late batch) spans none
 MIN_STAGE_SPAN_S = 60.0
 
@@ -353,8 +353,8 @@ class Refresh:
     ``offset`` (None in a store written before it existed): the records decided under this
     stage are the bucket's aggregate minus ``base`` (up to the next refresh's base). ``at`` is
     the event time the bucket had reached there (its records' latest ``ts``, at least the
-    bucket's start; None where it was not recorded): the next refresh measures the stage's rate
-    from it (``pace_change``).
+    bucket's start; None where it was not recorded): later refreshes measure the current rate
+    from it (``rate_origin``).
     """
 
     offset: int
@@ -550,7 +550,7 @@ def pace_change(
     in that hour, each doubling of its records spending about the budget again, and the hour
     after an hour of such a surge spent 0.03x its budget (the blend still held the surge).
     When the bucket's current rate (``n`` records over the ``covered_s`` they span: those since
-    the latest refresh, or all of the bucket's, :func:`rate_origin`) is more than
+    a recent refresh, or all of the bucket's, :func:`rate_origin`) is more than
     ``PACE_RATIO`` times the blend or less than its ``1 / PACE_RATIO`` (a steady stream's rates
     differ by their noise, a few percent at ``refresh_records`` records), the control spends
     what is left of the bucket's budget over the records that rate expects in the
