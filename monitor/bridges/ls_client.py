@@ -94,8 +94,9 @@ class LabelStudioClient:
             msg = f"{where}: HTTP {exc.code} {text}"
             raise cls(msg) from None
         # HTTPException: the server went away mid-response (IncompleteRead), which stopped the
-        # bridge's loop for good when Label Studio was stopped under a task listing
-        except (TimeoutError, urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        # bridge's loop for good when Label Studio was stopped under a task listing; URLError
+        # and TimeoutError are OSErrors
+        except (OSError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", exc)
             msg = f"{where}: Label Studio is unreachable: {reason}"
             raise LabelStudioUnavailable(msg) from None

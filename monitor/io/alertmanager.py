@@ -21,7 +21,6 @@ import logging
 import math
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -168,8 +167,9 @@ class AlertmanagerPusher:
                     resp.read()
                 self.delivered += 1
                 return
-            # HTTPException: a peer that does not answer HTTP (BadStatusLine ended this thread)
-            except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+            # HTTPException: a peer that does not answer HTTP (BadStatusLine ended this thread);
+            # URLError is an OSError
+            except (OSError, http.client.HTTPException, ValueError) as exc:
                 reason = str(exc)
             if attempt < self._retries:
                 with self._cond:

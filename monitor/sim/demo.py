@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -117,7 +116,7 @@ def scrape(port: int, timeout_s: float = 2.0) -> Metrics | None:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as resp:
             return Metrics(parse_metrics(resp.read().decode("utf-8", "replace")))
-    except (OSError, urllib.error.URLError):
+    except OSError:  # URLError is one
         return None
 
 
@@ -125,7 +124,7 @@ def _ready(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1.0) as resp:
             return int(resp.status) == 200
-    except (OSError, urllib.error.URLError):
+    except OSError:  # URLError is one
         return False
 
 
