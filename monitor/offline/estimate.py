@@ -50,18 +50,21 @@ def plan_sample(plan: Plan) -> LabeledSample:
 
     Poisson: pending rows are a second phase of sampling (``rounds.answered_sample``). With
     replacement every draw is already weighted as one of n (fpc 1): the labelled draws are a
-    random subsample of them when a row is not pending because of its label.
+    random subsample of them when a row is not pending because of its label; a prediction whose
+    rows are all pending has no labelled draw to stand for them (``unanswered_strata``).
     """
     lab = plan.labelled
     if plan.design == "poisson":
         return answered_sample(plan)
     rep = plan.draws[lab]
-    return LabeledSample.with_replacement(
+    sample = LabeledSample.with_replacement(
         np.repeat(plan.score[lab], rep),
         np.repeat(plan.pred[lab], rep),
         np.repeat(plan.label[lab], rep),
         np.repeat(plan.prob[lab], rep),
     )
+    silent = frozenset(np.setdiff1d(plan.pred[~lab], plan.pred[lab]).tolist())
+    return replace(sample, unanswered_strata=silent)
 
 
 def _meta_int(plan: Plan, key: str, path: str) -> int | None:
@@ -140,10 +143,25 @@ def estimate_plan(
     warnings = []
     pending = int(np.count_nonzero(~plan.labelled))
     if pending:
+        within = (
+            "within each prediction and band of selection probability"
+            if plan.design == "poisson"
+            else "as a random subsample of the draws"
+        )
+        why = "its label" if plan.design == "poisson" else "its label or its prediction"
         warnings.append(
             f"{pending} of {len(plan)} plan items are still pending; the labelled ones stand "
-            "for them within each prediction and band of selection probability, which assumes "
-            "an item is not left pending because of its label"
+            f"for them {within}, which assumes an item is not left pending because of {why}"
+        )
+    for f in sorted(sample.unanswered_strata, reverse=True):
+        which, needs = (
+            ("positive", "every measure is")
+            if f
+            else ("negative", "recall and F_alpha (alpha < 1) are")
+        )
+        warnings.append(
+            f"no predicted-{which} row is labelled yet, so none stands for the pending ones: "
+            f"{needs} undefined until one is"
         )
     zero = _meta_int(plan, "zero_probability_items", path) or 0
     if zero:

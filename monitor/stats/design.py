@@ -239,5 +239,7 @@ def rounds_mixture(rounds: Sequence[LabeledSample], shares: Sequence[float]) -> 
         own = share * sample.v
         v = own + rest
         fpc = sample.fpc * (own / v) ** 2
-        parts.append(LabeledSample(sample.score, sample.pred, sample.label, v, fpc))
+        # a round counted exactly by the later ones (share 0) estimates none of the rest
+        silent = sample.unanswered_strata if share > 0.0 else frozenset()
+        parts.append(LabeledSample(sample.score, sample.pred, sample.label, v, fpc, None, silent))
     return LabeledSample.concat(parts)

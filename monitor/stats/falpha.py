@@ -190,7 +190,10 @@ def estimate_falpha(
     of :mod:`monitor.stats.interval`, "Unseen events"), so the interval does not collapse when
     every predicted positive was audited with certainty. Equals ``falpha_exact`` (scikit-learn's
     F_beta) when every item is labeled with pi = 1. Missing (NaN) when no labeled item has a
-    weight, e.g. precision before any predicted positive was audited.
+    weight, e.g. precision before any predicted positive was audited, and when a stratum it
+    counts has requests but no answer to stand for them (``sample.unanswered_strata``: the
+    predicted positives, or the predicted negatives for alpha < 1, whose false negatives they
+    hold), e.g. recall while every predicted negative's request is pending, which read 1.
 
     Args:
         sample: The labeled sample.
@@ -203,9 +206,12 @@ def estimate_falpha(
     Returns:
         The estimate.
     """
+    weight = falpha_weight(sample.pred, sample.label, alpha)
+    if 1 in sample.unanswered_strata or (alpha < 1.0 and 0 in sample.unanswered_strata):
+        return Estimate.missing(level, n_labels=int(np.count_nonzero(weight > 0.0)))
     return ratio_estimate(
         falpha_gain(sample.pred, sample.label),
-        falpha_weight(sample.pred, sample.label, alpha),
+        weight,
         sample.v,
         sample.fpc,
         level,

@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import estimate_falpha
 from monitor.stats.likelihood import effective_sample_size, log_likelihood_se, model_likelihood
@@ -31,16 +34,19 @@ class Measures:
 
 
 def confusion_estimate(sample: LabeledSample) -> Confusion:
-    """Horvitz-Thompson confusion counts: tp = sum(v f y), fp = sum(v f (1-y)), ... ."""
+    """Horvitz-Thompson confusion counts: tp = sum(v f y), fp = sum(v f (1-y)), ... .
+
+    NaN for the cells of a stratum whose requests have no answer to stand for them
+    (``sample.unanswered_strata``), not 0.
+    """
     f = sample.pred.astype(bool)
     y = sample.label.astype(bool)
     v = sample.v
-    return Confusion(
-        tp=float(v[f & y].sum()),
-        fp=float(v[f & ~y].sum()),
-        fn=float(v[~f & y].sum()),
-        tn=float(v[~f & ~y].sum()),
-    )
+
+    def cell(mask: npt.NDArray[np.bool_], stratum: int) -> float:
+        return math.nan if stratum in sample.unanswered_strata else float(v[mask].sum())
+
+    return Confusion(tp=cell(f & y, 1), fp=cell(f & ~y, 1), fn=cell(~f & y, 0), tn=cell(~f & ~y, 0))
 
 
 def measure_all(

@@ -208,7 +208,8 @@ def response_sample(
         min_answers: See :func:`answer_classes`.
 
     Returns:
-        The sample of the answered requests (empty when none is).
+        The sample of the answered requests (empty when none is), with the predictions of the
+        classes none of whose requests is answered as its ``unanswered_strata``.
     """
     y = np.asarray(label).reshape(-1)
     answered = y >= 0
@@ -217,6 +218,7 @@ def response_sample(
     s = np.asarray(score, dtype=np.float64).reshape(-1)
     f = np.asarray(pred).reshape(-1)
     p = np.asarray(pi, dtype=np.float64).reshape(-1)
+    silent = ~answered & ~np.isin(group, group[answered])  # in a class without an answer
     return LabeledSample.two_phase(
         s[answered],
         f[answered],
@@ -226,6 +228,7 @@ def response_sample(
         group=group[answered],
         unanswered_pi=p[~answered],
         unanswered_group=group[~answered],
+        unanswered_strata=frozenset(np.unique(f[silent]).tolist()),
     )
 
 

@@ -107,6 +107,12 @@ class LabeledSample:
         fpc: Finite-population corrections in [0, 1] (float64).
         answers: For a two-phase sample, the answer class and rate of each item (None: every
             request was answered, a one-phase sample).
+        unanswered_strata: Predictions (0, 1) with requests of which none in their answer
+            class was answered (every audit request of the predicted negatives still pending):
+            no label carries those requests' weight, so a measure that counts their stratum is
+            missing (NaN), as before any label (:func:`monitor.stats.falpha.estimate_falpha`),
+            not the value of the other stratum alone (recall 1 with every predicted negative
+            pending).
     """
 
     score: FloatArray
@@ -115,6 +121,7 @@ class LabeledSample:
     v: FloatArray
     fpc: FloatArray
     answers: AnswerGroups | None = None
+    unanswered_strata: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         n = self.score.shape[0]
@@ -185,6 +192,7 @@ class LabeledSample:
         group: npt.ArrayLike,
         unanswered_pi: npt.ArrayLike = (),
         unanswered_group: npt.ArrayLike = (),
+        unanswered_strata: frozenset[int] = frozenset(),
     ) -> LabeledSample:
         """Answered requests of a Poisson sample: v = 1/(pi r), fpc = 1 - pi r.
 
@@ -203,6 +211,8 @@ class LabeledSample:
             unanswered_pi: Inclusion probabilities of the sample's requests without a label
                 (for the jackknife of :mod:`monitor.stats.two_phase`; optional).
             unanswered_group: Their class ids.
+            unanswered_strata: The predictions of the classes without an answer
+                (:attr:`LabeledSample.unanswered_strata`).
 
         Returns:
             The sample, with :attr:`answers` set.
@@ -224,7 +234,7 @@ class LabeledSample:
             1.0 / q,
         )
         base = cls.create(score, pred, label, 1.0 / (p * r), 1.0 - p * r)
-        return cls(base.score, base.pred, base.label, base.v, base.fpc, answers)
+        return cls(base.score, base.pred, base.label, base.v, base.fpc, answers, unanswered_strata)
 
     @classmethod
     def with_replacement(
@@ -283,6 +293,7 @@ class LabeledSample:
             np.concatenate([s.v for s in samples]),
             np.concatenate([s.fpc for s in samples]),
             answers,
+            frozenset().union(*(s.unanswered_strata for s in samples)),
         )
 
     def __len__(self) -> int:

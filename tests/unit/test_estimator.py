@@ -9,6 +9,7 @@ from monitor.core.estimator import EstimatorService, _TrafficTable
 from monitor.core.messages import AuditRequest, LabelResult, RawRecord
 from monitor.core.recalibration import label_window_buckets
 from monitor.core.sampler import SamplerResult, SamplerService
+from monitor.core.snapshot import WindowEstimate
 from monitor.core.windows import TrafficAggregate
 from monitor.errors import RejectReason
 from monitor.stats.measures import measure_all
@@ -88,6 +89,31 @@ def test_no_labels_means_missing_not_zero(rng: np.random.Generator) -> None:
     est.upsert_requests(res.requests)
     row = est.snapshot().windows[0]
     assert math.isnan(row.f.value) and row.labels == 0 and row.pending == row.requests > 0
+
+
+def test_recall_is_missing_while_every_predicted_negative_is_pending(
+    rng: np.random.Generator,
+) -> None:
+    """Auditors answer the predicted positives first: with every predicted negative's request
+    still pending, the window read recall 1.0 [1.0, 1.0] (their false negatives left out); it is
+    missing until one is answered, while precision and the worst-case bounds stay."""
+    s, res, est, _ = _setup(rng)
+    est.upsert_requests(res.requests)
+    truth = dict(zip(s.ids.tolist(), s.label.tolist(), strict=True))
+    positives = [r for r in res.requests if r.pred == 1]
+    est.handle_labels([_label(r.request_id, truth[r.id], i) for i, r in enumerate(positives)])
+
+    def day() -> WindowEstimate:
+        return next(w for w in est.snapshot().windows if w.window == "24h" and w.segment == "")
+
+    row = day()
+    assert row.precision.defined and not row.recall.defined and not row.f.defined
+    assert row.labels == len(positives) and math.isnan(row.confusion.fn)
+    lo, hi = row.worst.recall
+    assert 0.0 <= lo < hi == 1.0  # what the pending labels could still make of it
+    negative = next(r for r in res.requests if r.pred == 0)
+    est.handle_labels([_label(negative.request_id, truth[negative.id], len(positives))])
+    assert day().recall.defined and day().f.defined
 
 
 def test_duplicate_conflicting_unknown_and_expired(rng: np.random.Generator) -> None:

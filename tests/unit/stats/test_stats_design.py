@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import itertools
 import math
@@ -128,6 +129,18 @@ def test_known_rows_count_exactly_and_the_latest_round_as_drawn() -> None:
     np.testing.assert_allclose(both.v, [1.0, 1.0, 10.0])
     np.testing.assert_allclose(both.fpc, [0.0, 0.0, 0.9])
     assert both.label.tolist() == [0, 1, 1]
+
+
+def test_a_round_that_estimates_the_rest_keeps_its_silent_strata() -> None:
+    """A round whose predicted negatives are all pending cannot estimate the rest of the pool's
+    (recall missing); a round counted exactly by a later one (share 0) can leave them pending."""
+    silent = dataclasses.replace(
+        LabeledSample.poisson([0.9], [1], [1], [0.5]), unanswered_strata=frozenset({0})
+    )
+    other = LabeledSample.poisson([0.2, 0.8], [0, 1], [0, 1], [0.5, 0.5])
+    assert rounds_mixture([silent, other], [0.0, 1.0]).unanswered_strata == frozenset()
+    assert rounds_mixture([other, silent], [0.0, 1.0]).unanswered_strata == frozenset({0})
+    assert rounds_mixture([silent, other], [1.0, 1.0]).unanswered_strata == frozenset({0})
 
 
 def test_rounds_mixture_refuses_shares_that_do_not_fit() -> None:

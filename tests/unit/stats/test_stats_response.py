@@ -8,6 +8,7 @@ import pytest
 from monitor.sim.simulate import calibrated_pool
 from monitor.stats.falpha import estimate_falpha, falpha_exact
 from monitor.stats.interval import second_phase_variance
+from monitor.stats.measures import measure_all
 from monitor.stats.response import (
     answer_classes,
     answer_rates,
@@ -104,6 +105,40 @@ def test_pending_certainty_stratum_is_a_sample_not_a_census() -> None:
         LabeledSample.poisson(np.full(80, 0.9), np.ones(80), y[:80], np.ones(80)), 1.0, 0.95
     )
     assert census.lower == census.upper
+
+
+@pytest.mark.parametrize("answered_negatives", [0, 1])
+def test_a_stratum_with_every_request_pending_is_missing_not_left_out(
+    answered_negatives: int,
+) -> None:
+    """30 predicted positives answered (24 true), 100 predicted negatives at pi = 0.05 pending:
+    recall and F1 read 1.0 and 0.889 with a point interval, the predicted negatives' weight
+    simply gone; they are missing (NaN) until one predicted negative is answered, precision is
+    not, and the confusion counts of the predicted negatives are NaN, not 0."""
+    pred = np.array([1] * 30 + [0] * 100)
+    label = np.array([1] * 24 + [0] * 6 + [-1] * 100)
+    label[30 : 30 + answered_negatives] = 1
+    pi = np.where(pred == 1, 1.0, 0.05)
+    s = response_sample(np.where(pred == 1, 0.9, 0.05), pred, label, pi, np.zeros(130))
+    m = measure_all(s, 0.5, 0.95)
+    assert m.precision.value == pytest.approx(0.8)
+    if answered_negatives:
+        assert s.unanswered_strata == frozenset()
+        assert m.recall.defined and m.f.defined
+        assert m.recall.upper < 1.0  # the one false negative stands for the 99 pending
+        assert m.confusion.fn > 0.0
+    else:
+        assert s.unanswered_strata == frozenset({0})
+        assert not m.recall.defined and not m.f.defined
+        assert m.recall.n_labels == 24  # the labels it has, as before any answer
+        assert math.isnan(m.confusion.fn) and math.isnan(m.confusion.tn)
+        assert m.confusion.tp == pytest.approx(24.0)
+    # the mirror: every predicted positive pending, so every measure counts a silent stratum
+    mirror = np.where(pred == 1, -1, 0)
+    mirror[30:35] = 1
+    m = measure_all(response_sample(np.full(130, 0.5), pred, mirror, pi, np.zeros(130)), 0.5, 0.95)
+    assert not (m.f.defined or m.precision.defined or m.recall.defined)
+    assert math.isnan(m.confusion.tp) and m.confusion.fn > 0.0
 
 
 def test_second_phase_variance_single_answer_uses_its_square() -> None:

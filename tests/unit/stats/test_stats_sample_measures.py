@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 
 from monitor.sim.simulate import calibrated_pool, logit_mean_for_rate
@@ -57,8 +57,8 @@ def test_sample_validation() -> None:
 
 
 def test_two_phase_validation() -> None:
-    def two_phase(**changes: npt.ArrayLike) -> LabeledSample:
-        args: dict[str, npt.ArrayLike] = {"pi": [0.5, 0.5], "rate": [0.5, 1.0], "group": [0, 1]}
+    def two_phase(**changes: Any) -> LabeledSample:
+        args: dict[str, Any] = {"pi": [0.5, 0.5], "rate": [0.5, 1.0], "group": [0, 1]}
         return LabeledSample.two_phase([0.5, 0.4], [1, 0], [1, 0], **{**args, **changes})
 
     assert two_phase().answers is not None
