@@ -31,6 +31,7 @@ from monitor.offline.estimate import (
 from monitor.offline.plan import DEFAULT_DEFENSIVE, make_plan, measure_name
 from monitor.offline.poolfile import (
     DESIGNS,
+    SIDECAR_SUFFIX,
     Plan,
     Pool,
     label_count,
@@ -65,7 +66,9 @@ def _check_out(out: str, inputs: dict[str, str]) -> None:
     """Refuse an ``--out`` that names a directory, or whose plan or sidecar is an input's file.
 
     ``--out r1`` writes its sidecar to ``r1.meta.json``, the sidecar of ``r1.csv``: the plan and
-    its sidecar are compared with each input file and its sidecar.
+    its sidecar are compared with each input file and its sidecar, and with any other plan of
+    that sidecar (an ``r1.csv`` being filled in lost its sidecar to ``--out r1``). A sidecar's
+    name, or a plan holding labels, is refused too.
     """
     if out.endswith(("/", os.sep)) or Path(out).is_dir():
         msg = f"--out {out}: a directory; give the plan's file name, e.g. {Path(out) / 'plan.csv'}"
@@ -84,6 +87,10 @@ def _check_out(out: str, inputs: dict[str, str]) -> None:
                         "another --out"
                     )
                     raise InputFileError(msg)
+    if out.lower().endswith(SIDECAR_SUFFIX):
+        plan = out[: -len(SIDECAR_SUFFIX)] + ".csv"
+        msg = f"--out {out}: the name of a plan's sidecar; give the plan's name, e.g. {plan}"
+        raise InputFileError(msg)
     labels = label_count(out)
     if labels:
         msg = (
@@ -92,9 +99,36 @@ def _check_out(out: str, inputs: dict[str, str]) -> None:
             "or move the file away first"
         )
         raise InputFileError(msg)
+    side = sidecar_path(out)
+    for sibling in _sharing_sidecar(side):
+        if not _same_path(sibling, Path(out)):
+            msg = (
+                f"--out {out}: its sidecar {side} is that of the plan {sibling} too, which would "
+                "be left with another plan's sidecar: pick another --out"
+            )
+            raise InputFileError(msg)
+
+
+def _sharing_sidecar(side: Path) -> list[Path]:
+    """The files whose sidecar is ``side``: ``NAME`` and ``NAME.csv`` (``.CSV`` ...)."""
+    name = side.name[: -len(SIDECAR_SUFFIX)]
+    if not side.parent.is_dir():
+        return []
+    return [
+        p
+        for p in side.parent.iterdir()
+        if p.is_file() and (p.name == name or (p.stem == name and p.suffix.lower() == ".csv"))
+    ]
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    if args.labelled and args.defensive == 0.0:
+        msg = (
+            "--defensive 0 with --labelled: a later round raises the share of uniform sampling "
+            "from it where its labels reject the scores, so it must be above 0 (default "
+            f"{DEFAULT_DEFENSIVE}); only a first round can leave items no chance"
+        )
+        raise InputFileError(msg)
     inputs = {p: "a labelled plan given to --labelled" for p in args.labelled}
     _check_out(args.out, {**inputs, args.pool: "the pool"})
     pool = read_pool(args.pool, args.threshold)

@@ -137,6 +137,19 @@ def estimate_plan(
     measures = measure_all(sample, a, level)
     n_pos = _meta_int(plan, "pool_predicted_positives", path)
     size = _meta_int(plan, "pool_size", path)
+    if size is not None:
+        what = ""
+        if size < len(plan):
+            what = f"the plan's {len(plan)} rows"
+        elif n_pos is not None and n_pos > size:
+            what = f"pool_predicted_positives={n_pos}"
+        if what:
+            msg = (
+                f"{path}: plan meta 'pool_size={size}' cannot hold {what}; the sidecar "
+                f"{sidecar_path(path).name} was edited or is another plan's: put back the one "
+                "monitor plan wrote"
+            )
+            raise InputFileError(msg)
     confusion = None
     if n_pos is not None and size is not None:
         confusion = post_stratified_confusion(sample, n_pos, size - n_pos)

@@ -114,8 +114,12 @@ def make_plan(
             "defensive_used": repr(lam),
         }
     # every round draws its own uniforms: with round 1's, an item round 1 skipped (u >= pi_1)
-    # would be chosen again with probability (pi_2 - pi_1) / (1 - pi_1), not the pi_2 it records
-    salt = f"plan:{seed}" if known is None else f"plan:{seed}:round:{extra['round']}"
+    # would be chosen again with probability (pi_2 - pi_1) / (1 - pi_1), not the pi_2 it records;
+    # and every pool its own: a pool of a plan's rows (u < pi_1) planned with the same seed
+    # chose an item with probability min(1, pi / pi_1), not pi (32 items for a budget of 10)
+    salt = f"plan:{seed}:pool:{ids_digest(pool.ids)[:16]}"
+    if known is not None:
+        salt += f":round:{extra['round']}"
     meta: dict[str, str] = {
         "design": design,
         "alpha": repr(alpha),

@@ -197,6 +197,8 @@ def _planned_from(plan: Plan, path: str, known: Known | None) -> tuple[str, bool
             ", with the labels they held then (a label added to an earlier round after this "
             "round was planned)"
         )
+    elif known is not None:
+        msg += " (a label cleared from an earlier round since it was planned, or a round left out)"
     return msg, have > want
 
 

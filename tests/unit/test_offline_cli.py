@@ -190,6 +190,40 @@ def test_undefined_measures_are_null_in_json(
     assert result["estimate"] is None and result["labels"] == 0 and result["pending"] == 1
 
 
+@pytest.mark.parametrize("design", ["poisson", "with-replacement"])
+def test_recall_is_undefined_while_every_predicted_negative_is_pending(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], design: str
+) -> None:
+    """Labelling the predicted positives first read recall 1.0 [1.0, 1.0] (Poisson) or
+    [0.73, 1.0] (with replacement): the pending predicted negatives were left out."""
+    pool, truth, _ = _pool(tmp_path, 4000, 0.05, seed=5)
+    plan, labelled = tmp_path / "plan.csv", tmp_path / "labelled.csv"
+    argv = ["plan", "--pool", str(pool), "--budget", "120", "--alpha", "0.5", "--out", str(plan)]
+    assert main([*argv, "--design", design]) == 0
+    _fill(plan, labelled, truth)
+    rows = labelled.read_text().splitlines()
+    negatives = [i for i, r in enumerate(rows) if i and r.split(",")[2] == "0"]
+    for keep in (0, 1):  # no predicted negative labelled, then one
+        cleared = set(negatives[keep:])
+        labelled.write_text(
+            "".join(
+                (r[: r.rfind(",") + 1] if i in cleared else r) + "\n" for i, r in enumerate(rows)
+            )
+        )
+        result = _estimate_json(capsys, "--labels", str(labelled))
+        warnings = result["warnings"]
+        assert isinstance(warnings, list) and isinstance(result["precision"], float)
+        silent = [w for w in warnings if "no predicted-negative row is labelled" in w]
+        if keep:
+            assert isinstance(result["recall"], float) and isinstance(result["estimate"], float)
+            assert not silent
+        else:
+            assert result["recall"] is None and result["estimate"] is None
+            assert result["recall_ci_low"] is None and len(silent) == 1
+            confusion = result["confusion"]
+            assert isinstance(confusion, dict) and confusion["fn"] is None
+
+
 def test_table_format_is_readable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "plan.csv"
     path.write_text(
@@ -503,3 +537,58 @@ def test_plan_refuses_to_erase_the_labels_of_an_existing_plan(
     assert f"--out {one}: holds {labels} labels already" in err
     assert "pick another --out, or move the file away first" in err
     assert one.read_bytes() == before
+
+
+def test_plan_refuses_an_out_that_would_take_another_plans_sidecar(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--out r1`` (no suffix), ``--out r1.CSV`` or ``--out r1.meta.json`` wrote over the
+    sidecar of ``r1.csv``, a plan being filled in, and estimate then refused it."""
+    pool, truth, _ = _pool(tmp_path, 3000, 0.05, seed=19)
+    one = tmp_path / "r1.csv"
+    base = ["plan", "--pool", str(pool), "--budget", "60", "--alpha", "0.5"]
+    assert main([*base, "--out", str(one)]) == 0
+    _fill(one, one, truth, keep_pending=5)
+    before = (one.read_bytes(), sidecar_path(one).read_bytes())
+    for out in (tmp_path / "r1", tmp_path / "r1.CSV"):
+        capsys.readouterr()
+        assert main([*base, "--seed", "3", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"--out {out}: its sidecar {sidecar_path(one)} is that of the plan {one} too" in err
+        assert not out.exists()
+    assert main([*base, "--out", str(sidecar_path(one))]) == 2
+    assert "the name of a plan's sidecar; give the plan's name, e.g." in capsys.readouterr().err
+    assert (one.read_bytes(), sidecar_path(one).read_bytes()) == before
+    assert main([*base, "--seed", "3", "--out", str(tmp_path / "r2")]) == 0  # a name of its own
+    # a later round cannot start its defensive share at 0 (a traceback before)
+    later = [*base, "--labelled", str(one), "--defensive", "0", "--out", str(tmp_path / "r3.csv")]
+    capsys.readouterr()
+    assert main(later) == 2
+    assert "--defensive 0 with --labelled: a later round raises" in capsys.readouterr().err
+
+
+def test_a_sidecar_whose_pool_cannot_hold_the_plan_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hand-edited pool_size printed negative confusion counts (fn -0.8, tn -10.2)."""
+    pool, truth, _ = _pool(tmp_path, 3000, 0.05, seed=20)
+    plan, done = tmp_path / "plan.csv", tmp_path / "done.csv"
+    assert (
+        main(["plan", "--pool", str(pool), "--budget", "60", "--alpha", "0.5", "--out", str(plan)])
+        == 0
+    )
+    _fill(plan, done, truth)
+    side = sidecar_path(done)
+    original = json.loads(side.read_text())
+    rows = len(read_plan(plan))
+    for key, value, what in (
+        ("pool_size", 10, f"cannot hold the plan's {rows} rows"),
+        ("pool_predicted_positives", 5000, "cannot hold pool_predicted_positives=5000"),
+    ):
+        doc = json.loads(json.dumps(original))
+        doc["meta"][key] = value
+        side.write_text(json.dumps(doc))
+        capsys.readouterr()
+        assert main(["estimate", "--labels", str(done)]) == 2
+        err = capsys.readouterr().err
+        assert what in err and "was edited or is another plan's" in err, err

@@ -16,7 +16,7 @@ from monitor.cli import main
 from monitor.errors import InputFileError
 from monitor.offline.estimate import estimate_plan
 from monitor.offline.plan import make_plan
-from monitor.offline.poolfile import Plan, Pool, read_plan, sidecar_path
+from monitor.offline.poolfile import Plan, Pool, ids_digest, read_plan, sidecar_path
 from monitor.offline.rounds import known_labels, rounds_sample
 from monitor.sim.simulate import calibrated_pool
 from monitor.stats.falpha import falpha_exact
@@ -150,10 +150,19 @@ def test_a_label_added_to_an_earlier_round_later_is_refused_with_the_reason(
     assert main([*base, "--budget", "60", "--labelled", str(one_done), "--out", str(two)]) == 0
     two_done = tmp_path / "r2-done.csv"
     _fill(two, two_done, truth)
+    kept = one_done.read_bytes()
     _answer_a_pending_row(one_done, read_plan(two), truth, chosen_again=False)
     assert main(["estimate", "--labels", str(one_done), str(two_done)]) == 2
     err = capsys.readouterr().err
     assert "planned with" in err and "a label added to an earlier round after" in err, err
+    # and a label cleared: the message said only "pass exactly the files it was planned from"
+    rows = kept.decode().splitlines()
+    cleared = next(i for i, r in enumerate(rows) if i and not r.endswith(","))
+    rows[cleared] = rows[cleared][: rows[cleared].rfind(",") + 1]
+    one_done.write_text("\n".join(rows) + "\n")
+    assert main(["estimate", "--labels", str(one_done), str(two_done)]) == 2
+    err = capsys.readouterr().err
+    assert "(a label cleared from an earlier round since it was planned, or a round left" in err
 
 
 def test_a_label_added_before_a_middle_round_counts_that_round_exactly(
@@ -273,6 +282,19 @@ def test_rounds_refuse_with_replacement_and_duplicates(tmp_path: Path) -> None:
         rounds_sample([("a.csv", p1), ("b.csv", p1)])
 
 
+def test_a_pool_of_a_plans_rows_draws_its_own_uniforms() -> None:
+    """A plan's rows taken as the pool of a new plan with the same seed: its items were chosen
+    by u < pi_1, so with the same uniforms each was chosen again with probability
+    min(1, pi / pi_1) instead of pi (about 3x the budget, a biased estimate)."""
+    pool, _ = _pool(20_000, seed=9)
+    first = make_plan(pool, alpha=0.5, budget=2000)
+    sub = Pool(first.ids, first.score, first.pred, pred_given=True)
+    again = make_plan(sub, alpha=0.5, budget=100)
+    expected = float(again.meta["expected_labels"])
+    assert abs(len(again) - expected) < 4 * math.sqrt(expected), (len(again), expected)
+    assert again.meta["salt"] != first.meta["salt"]
+
+
 def test_each_round_draws_its_own_uniforms_whatever_the_seed() -> None:
     """Rounds planned with the same --seed: round 2 draws as many items as its pi say.
 
@@ -284,7 +306,8 @@ def test_each_round_draws_its_own_uniforms_whatever_the_seed() -> None:
     truth = dict(zip(pool.ids.tolist(), label.tolist(), strict=True))
     r1 = _answer(make_plan(pool, alpha=0.5, budget=2000, defensive=1.0), truth)  # uniform
     r2 = make_plan(pool, alpha=0.5, budget=2000, known=known_labels([("r1", r1)]))
-    assert (r1.meta["salt"], r2.meta["salt"]) == ("plan:0", "plan:0:round:2")
+    pool_salt = f"plan:0:pool:{ids_digest(pool.ids)[:16]}"
+    assert (r1.meta["salt"], r2.meta["salt"]) == (pool_salt, f"{pool_salt}:round:2")
     expected = float(r2.meta["expected_labels"])
     sd = math.sqrt(expected)  # of a Poisson-sampling count: variance sum pi (1 - pi) <= mean
     assert abs(len(r2) - expected) < 4 * sd, (len(r2), expected)
