@@ -69,6 +69,13 @@ _RESERVED_CLIENT: Mapping[str, str] = {
 }
 
 
+# kafka-python drops idempotence (and refuses it when asked, as the monitor does) outside these
+_IDEMPOTENT_RANGE: Mapping[str, tuple[int, int | None]] = {
+    "retries": (1, None),
+    "max_in_flight_requests_per_connection": (1, 5),
+}
+
+
 class ClientSettings(Mapping[str, Any]):
     """Read-only kafka-python settings whose secrets never show in ``repr`` or ``str``.
 
@@ -215,6 +222,15 @@ def client_settings(problems: Problems, value: Any) -> ClientSettings:
             continue
         if key == "compression_type" and checked not in _CODECS:
             problems.add(where, f"expected one of {', '.join(_CODECS)}, {got(checked)}")
+            continue
+        low, high = _IDEMPOTENT_RANGE.get(key, (None, None))
+        if low is not None and (checked < low or (high is not None and checked > high)):
+            bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+            problems.add(
+                where,
+                f"expected an integer {bound}, {got(checked)}: the monitor's producer is "
+                "idempotent (a retried batch is written once), which needs it",
+            )
             continue
         out[key] = checked
     _check_tls_files(problems, out, secret)

@@ -577,11 +577,20 @@ def _reference_lag(
 ) -> None:
     """A ``reference_lag_s`` shorter than every alerted window turns f_dropped off everywhere.
 
+    Beside a ``baseline`` it was ignored (the baseline is the reference): refused too.
+
     The alert compares a window with itself a lag earlier only when the two do not overlap
     (``AlertEvaluator._reference``); a shorter lag left it silently off while it still took its
     share of the false-alarm budget from the other alerts.
     """
-    if alerts.reference_lag_s <= 0 or alerts.baseline is not None:
+    if alerts.reference_lag_s <= 0:
+        return
+    if alerts.baseline is not None:
+        problems.add(
+            f"models.{model}.alerts.reference_lag_s",
+            f"{alerts.reference_lag_s} s beside baseline {alerts.baseline}: f_dropped compares "
+            "with one reference, the baseline or the same window a lag earlier; set one of them",
+        )
         return
     alerted = [(n, s) for n, s in windows.report if not alerts.windows or n in alerts.windows]
     if alerted and all(alerts.reference_lag_s < span for _, span in alerted):

@@ -188,6 +188,7 @@ default_model: fraud
         ({"storage": {"data_dir": "a\x00b"}}, r"^storage\.data_dir: expected a directory path \(no NUL\)"),
         ({"models": {"m": {"alerts": {"reference_lag_s": "30m"}}}}, r"^models\.m\.alerts\.reference_lag_s: 1800 s is shorter than every alerted window \(1h 3600 s, 24h 86400 s, 7d 604800 s\): .* use at least 3600 or 0"),
         ({"models": {"m": {"alerts": {"reference_lag_s": "2h", "windows": ["24h"]}}}}, r"^models\.m\.alerts\.reference_lag_s: 7200 s is shorter than every alerted window \(24h 86400 s\)"),
+        ({"models": {"m": {"alerts": {"reference_lag_s": "1d", "baseline": 0.8}}}}, r"^models\.m\.alerts\.reference_lag_s: 86400 s beside baseline 0\.8: f_dropped compares with one reference, .*; set one of them$"),
     ],
 )  # fmt: skip
 def test_each_bad_value_is_named_by_its_key_path(data: Any, pattern: str) -> None:
@@ -696,18 +697,26 @@ def test_the_audit_request_producer_is_idempotent_with_acks_all() -> None:
         sink.close()
 
 
-@pytest.mark.parametrize("setting", [{"retries": 0}, {"max_in_flight_requests_per_connection": 6}])
-def test_a_setting_that_would_end_the_producers_idempotence_stops_the_start(
-    setting: dict[str, int],
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ({"retries": 0}, "an integer >= 1, got 0"),
+        ({"max_in_flight_requests_per_connection": 6}, r"an integer in \[1, 5\], got 6"),
+    ],
+)
+def test_a_setting_that_would_end_the_producers_idempotence_is_refused_by_the_check(
+    setting: dict[str, int], expected: str
 ) -> None:
     """kafka-python turned idempotence off for these with a warning in its own log: a batch
-    retried after a leader change could then write audit requests twice."""
+    retried after a leader change could then write audit requests twice. The producer refused
+    them at the first connection, which ``check-config`` had passed as OK."""
     kafka = {**_OFFLINE, "client": {**_OFFLINE["client"], **setting}}  # type: ignore[dict-item]
-    with pytest.raises(
-        ConfigError,
-        match=r"^kafka\.client: .*refused the producer settings: .*enable_idempotence=True is incom",
-    ):
-        KafkaSink(parse_config({"kafka": kafka}, "t"))
+    (key,) = setting
+    with pytest.raises(ConfigError, match=rf"\n  kafka\.client\.{key}: expected {expected}: the"):
+        parse_config({"kafka": kafka}, "t")
+    fine = {**_OFFLINE, "client": {**_OFFLINE["client"], key: 5}}  # type: ignore[dict-item]
+    sink = KafkaSink(parse_config({"kafka": fine}, "t"))
+    sink.close()
 
 
 def test_compression_none_is_each_librarys_own_spelling() -> None:
