@@ -609,13 +609,19 @@ def create_topics(config: Config, scored_partitions: int = 1) -> list[str]:
 
     The requests and labels topics keep their records for 30 days or twice the label deadline,
     whichever is longer (``monitor.io.topics.keep_ms``). Each topic gets
-    ``kafka.replication_factor`` replicas (the broker's default when unset).
+    ``kafka.replication_factor`` replicas (the broker's default when unset). The admin client
+    gives up on a broker that does not answer as the daemon's other clients do (kafka-python's
+    own 30 s held a SIGTERM at the start of ``--create-topics`` for 26 s).
     """
+    timeouts = {
+        "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
+        "request_timeout_ms": REQUEST_TIMEOUT_MS,
+    }
     return ensure_topics(
         list(config.kafka.bootstrap_servers),
         config.kafka.topics,
         scored_partitions,
-        kafka_client_options(config.kafka, "admin"),
+        {**timeouts, **kafka_client_options(config.kafka, "admin")},
         retention_ms=keep_ms(config),
         replication_factor=config.kafka.replication_factor,
     )

@@ -48,6 +48,32 @@ def _status(port: int, path: str) -> int:
         return 0
 
 
+def test_create_topics_without_a_broker_retries_soon_and_stops_at_once(tmp_path: Path) -> None:
+    """``--create-topics`` with no broker: the admin client waited kafka-python's 30 s to
+    bootstrap, so the first ``topics_retry`` line came 30 s after the start and a SIGTERM in
+    that wait took 26 s; it gives up after the daemon's 5 s now."""
+    config = tmp_path / "monitor.yaml"
+    config.write_text(
+        f"kafka: {{bootstrap_servers: ['127.0.0.1:{free_port()}']}}\n"
+        f"metrics: {{port: {free_port()}}}\nstorage: {{data_dir: '{tmp_path / 'data'}'}}\n"
+    )
+    log_path = tmp_path / "run.log"
+    cmd = [sys.executable, "-m", "monitor", "run", "--config", str(config), "--create-topics"]
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(cmd, stderr=log_file, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20  # 30 s and more before
+        while '"topics_retry"' not in log_path.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, log_path.read_text()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, log_path.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_unreachable_broker_waits_not_ready_and_a_second_daemon_is_refused(
     tmp_path: Path,
 ) -> None:
