@@ -546,6 +546,7 @@ class Engine:
     def shutdown(self, source: Source | None, sink: Sink | None) -> None:
         """Before closing: log the pending batch summary, publish the last state (if changed)."""
         self._batch_log.flush()
+        self._reject_log.flush()
         self.maybe_publish(force=True)
 
     def maybe_publish(self, force: bool = False) -> Snapshot | None:

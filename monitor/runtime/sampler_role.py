@@ -275,6 +275,7 @@ class SamplerEngine:
         The flush and commit need the broker: without it the next owner replays those steps.
         """
         self._batch_log.flush()
+        self._reject_log.flush()
         if source is None or sink is None:
             return
         try:
@@ -319,6 +320,7 @@ class SamplerEngine:
         if not raw:
             self._flush(source, sink)  # idle: make everything durable now
             self._batch_log.tick()
+            self._reject_log.note(())  # the rejects held back, once their minute has passed
             return 0
         started = time.monotonic()
         fp = self.failpoint
