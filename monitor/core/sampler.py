@@ -77,6 +77,8 @@ from monitor.stats.budget import (
     Refresh,
     cap_ratio,
     control_for_bucket,
+    most_budget,
+    overspend_point,
     pace_change,
     rate_origin,
     selection_weights,
@@ -467,14 +469,23 @@ class SamplerService:
                     model, p, cols, rows[pos:hi], cfg=cfg, cb=b[pos:hi], horizon=horizon
                 )
                 stop = hi if cut is None else pos + cut[0]
+                overspent = False
                 if stop > pos:
                     self._decide(
                         model, p, cols, rows[pos:stop], cfg=cfg, cb=b[pos:stop], horizon=horizon
                     )
+                    over = self._overspend_cut(
+                        model, p, cols, rows[pos:stop], cfg=cfg, cb=b[pos:stop], horizon=horizon
+                    )
+                    if over is not None:  # decided again after the refresh
+                        cut, stop, overspent = over, pos + over[0], True
+                if stop > pos:
                     self._aggregate(model, p, cols, rows[pos:stop], horizon, result=result)
                 if cut is not None:
                     at = int(cols.offset[rows[stop]])
-                    self._refresh(model, p, cut[1], cfg=cfg, offset=at, horizon=horizon)
+                    self._refresh(
+                        model, p, cut[1], cfg=cfg, offset=at, horizon=horizon, force=overspent
+                    )
                 pos = stop
             if self._max_bucket.get((model, p)) != running:
                 self._max_bucket[(model, p)] = running
@@ -564,8 +575,63 @@ class SamplerService:
                 best = (int(sel[need]), int(bk))
         return best
 
+    def _overspend_cut(
+        self,
+        model: str,
+        p: int,
+        cols: _Cols,
+        chunk: npt.NDArray[np.intp],
+        *,
+        cfg: ModelConfig,
+        cb: npt.NDArray[np.int64],
+        horizon: int,
+    ) -> tuple[int, int] | None:
+        """The first record of ``chunk`` (decided) after its bucket's spend crossed a point.
+
+        ``budget.overspend_point`` above the latest stage's base: (position in the chunk,
+        bucket) of the bucket's next record once ``sum pi`` (fixed point, so exact whatever the
+        batches) reaches it, or of its first record here when an earlier chunk's last record
+        did. None when no bucket of the chunk crosses one, or a stage has no base (an old store).
+        """
+        hist = self._traffic.get((model, p), {})
+        counted = self._counted.get((model, p))
+        most = most_budget(
+            cfg.labels_per_hour,
+            self.config.windows.bucket_s,
+            self.n_partitions,
+            cfg.expected_records_per_hour,
+        )
+        best: tuple[int, int] | None = None
+        for bk in np.unique(cb).tolist():
+            ctl = self._controls.get((model, p, int(bk)))
+            base = None if ctl is None else stage_bases(ctl)[-1][1]
+            if bk < horizon or base is None:
+                continue
+            sel = np.flatnonzero(cb == bk)
+            if counted:  # records a replay brings again are not counted again
+                sel = sel[cols.offset[chunk[sel]] >= counted.get(int(bk), -1)]
+            agg = hist.get(int(bk))
+            spent = 0 if agg is None else agg.sum_pi
+            point = overspend_point(most * FIXED_ONE, float(base[2]))
+            if spent >= point:  # crossed by the last record counted: refresh at the next
+                j = 0
+            else:
+                total = spent + np.cumsum(to_fixed(cols.pi[chunk[sel]]))
+                j = int(np.searchsorted(total, point, side="left")) + 1
+            if j < len(sel) and (best is None or int(sel[j]) < best[0]):
+                best = (int(sel[j]), int(bk))
+        return best
+
     def _refresh(
-        self, model: str, p: int, bucket: int, *, cfg: ModelConfig, offset: int, horizon: int
+        self,
+        model: str,
+        p: int,
+        bucket: int,
+        *,
+        cfg: ModelConfig,
+        offset: int,
+        horizon: int,
+        force: bool = False,
     ) -> None:
         """Refresh the control of (model, p, bucket) from the record at ``offset`` on.
 
@@ -577,7 +643,8 @@ class SamplerService:
         spreads the bucket's budget left over the records that rate expects in the rest of it. The
         refresh records the bucket's ``(n, sum q*, sum pi)`` so far as its base and the event
         time the bucket has reached as its ``at``. A refresh published beyond the resume point
-        at ``offset`` is taken as it is.
+        at ``offset`` is taken as it is. ``force``: at an overspend point
+        (``_overspend_cut``), the budget left is spread whatever the rate.
         """
         key = (model, p, bucket)
         ctl = self._controls[key]
@@ -618,6 +685,7 @@ class SamplerService:
                 spent=cur.pi_total,
                 remaining_s=start + bucket_s - now,
                 bucket_s=bucket_s,
+                force=force,
             )
         new = self._next_stage(
             model, cfg, agg, segs, prev_bucket=bucket, covered_s=span, hists=hists, pace=pace

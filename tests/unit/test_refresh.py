@@ -160,7 +160,7 @@ SURGE_CONFIG = _config(1000, labels=100.0, expected=2000.0)
 
 @pytest.mark.parametrize(
     ("minute", "partitions", "most"),
-    [(0, 1, 1.1), (30, 1, 1.5), (45, 1, 1.5), (55, 1, 2.3), (0, 4, 0.0)],
+    [(0, 1, 1.1), (30, 1, 1.5), (45, 1, 1.5), (55, 1, 1.6), (0, 4, 0.0)],
 )
 def test_a_surge_spends_about_its_hours_budget(
     rng: np.random.Generator, minute: int, partitions: int, most: float
@@ -172,9 +172,11 @@ def test_a_surge_spends_about_its_hours_budget(
     from minute 55 (and 3.6x after), 19.6x over four partitions. Then the hour's own rate, once
     it outran the blend, and the budget it had left set kappa: 1.0x from minute 0, but a surge
     late in the hour raised the hour's own rate late too: 1.74x from minute 30, 2.76x from
-    minute 45, 2.47x from minute 55. Now the rate of the records since the latest refresh:
+    minute 45, 2.47x from minute 55. Then the rate of the records since the latest refresh:
     1.29x, 1.33x and 2.04x (the stage the surge starts in is decided at the earlier rate, hence
-    ``most``). (Four partitions then spend 4x in every hour of the new traffic, the surge's
+    ``most``); now also a refresh once the hour has spent 1.25x its budget
+    (``budget.overspend_point``): 1.29x, 1.33x, 1.46x. (Four partitions then spend 4x in every
+    hour of the new traffic, the surge's
     too: each one's share is its traffic against ``expected_records_per_hour``, at most 1, and
     2,000 is no longer the model's traffic.)"""
     hours = 5
@@ -193,6 +195,52 @@ def test_a_surge_spends_about_its_hours_budget(
     # a function of the stream: other batch boundaries make the same requests
     _, again, _ = _run(SURGE_CONFIG, s, np.array_split(order, 37), n_partitions=partitions)
     assert sorted(r.to_json() for r in again) == sorted(r.to_json() for r in requests)
+
+
+def _hourly(rng: np.random.Generator, rates: Sequence[int]) -> Stream:
+    """One partition, ``rates[h]`` records (Poisson per minute) in hour h, in event-time order."""
+    counts = rng.poisson([r / 60 for r in rates for _ in range(60)])
+    s = make_stream(rng, int(counts.sum()), start=HOUR0, span_s=len(rates) * 3600.0)
+    minutes = np.repeat(np.arange(len(counts)), counts)
+    s.ts = HOUR0 + 60.0 * np.sort(minutes + rng.random(len(minutes)))
+    return s
+
+
+@pytest.mark.parametrize(
+    ("rates", "most"),
+    [
+        ((5000, 200, 20000, 20000), 1.7),
+        ((300, 300, 3000, 3000), 1.6),
+        ((500, 500, 1000, 1000), 1.5),
+    ],
+)
+def test_an_hour_busier_than_the_one_before_it_spends_about_its_budget(
+    rng: np.random.Generator, rates: tuple[int, ...], most: float
+) -> None:
+    """An hour starts at the rate of the hour before it, and refreshes at its 1,000th record:
+    after a quiet hour (200 records, then 20,000; 300 then 3,000; 500 then 1,000) that many
+    records were decided at the quiet hour's rate and the hour spent 4.63x, 3.72x and 1.89x its
+    budget. Its spend crossing 1.25x the budget now refreshes the control at the next record,
+    which spreads what is left (``budget.overspend_point``): 1.51x, 1.42x, 1.35x."""
+    s = _hourly(rng, rates)
+    cfg = _config(1000, labels=100.0, expected=float(rates[0]))
+    order = np.argsort(s.ts, kind="stable")
+    sampler, requests, traffic = _run(cfg, s, [order])
+    first = int(bucket_of(np.array([HOUR0]), 3600)[0])
+    hourly = [_spent(traffic)[first + h] / 100.0 for h in range(len(rates))]
+    assert hourly[0] == pytest.approx(1.0, abs=0.1), hourly
+    assert 1.0 < hourly[2] < most, hourly
+    assert hourly[3] == pytest.approx(1.0, abs=0.1), hourly
+    ctl = sampler.control("default", 0, first + 2)
+    assert ctl is not None and ctl.refreshes
+    crossed = ctl.refreshes[0].offset  # the record after the one that crossed the point
+    opened = int(s.offset[bucket_of(s.ts, 3600) == first + 2].min())
+    assert crossed - opened < 1000  # before the first refresh point by count
+    # batches cut right after the crossing record, or anywhere: the same requests
+    at = int(np.flatnonzero(s.offset[order] == crossed)[0])
+    for cuts in ([order[:at], order[at:]], np.array_split(order, 29)):
+        _, again, _ = _run(cfg, s, cuts)
+        assert sorted(r.to_json() for r in again) == sorted(r.to_json() for r in requests)
 
 
 @pytest.mark.parametrize("minute", [0, 40])
