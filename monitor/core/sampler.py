@@ -23,7 +23,8 @@ A sampler rebuilt from published bucket states (``monitor.core.aggregates``) is 
 the offset below which the bucket's records are already counted: records a replay brings again
 are decided again (the same requests) but not aggregated twice.
 Records older than the retention horizon (``2 k`` buckets behind the partition's newest bucket,
-``k`` the longest reported window) are counted but never audited.
+``k`` the longest reported window) are counted but never audited, and so are those further behind
+it than both ``k`` and the label deadline (``audit_span``): no label could come back in time.
 
 ``calibration`` holds, per model, the newest durable calibration map (DESIGN.md, "Learning
 from the labels"). It is fitted from labels, so the caller sets it only once it is durable; a
@@ -96,9 +97,24 @@ Hist = npt.NDArray[np.int64]  # a score histogram (``monitor.stats.drift.score_h
 
 def retention_buckets(config: Config) -> int:
     """Buckets kept behind the newest: twice the longest window (window + PSI reference)."""
+    return 2 * _longest_window(config)
+
+
+def _longest_window(config: Config) -> int:
     bucket_s = config.windows.bucket_s
-    k = max([math.ceil(w / bucket_s) for _, w in config.windows.report] + [1])
-    return 2 * k
+    return max([math.ceil(w / bucket_s) for _, w in config.windows.report] + [1])
+
+
+def audit_span(config: Config) -> int:
+    """Buckets behind the newest whose records are still audited.
+
+    Beyond both the longest window and the label deadline a request could never be answered
+    in time (its deadline is behind the newest record, so the estimator counts it missing at
+    once) and no window would count its label: a backfill of records 8 days old made 159
+    requests whose labels were all refused (``expired_request``) and no metric showed them.
+    """
+    deadline = math.ceil(config.label_deadline_s / config.windows.bucket_s)
+    return max(deadline, _longest_window(config))
 
 
 @dataclass
@@ -459,6 +475,7 @@ class SamplerService:
             head = int(b[lo])
             running = head if running is None else max(running, head)
             horizon = running - self.retention + 1
+            audited = max(horizon, running - audit_span(self.config))
             if (model, p, head) not in self._controls and head >= horizon:
                 ctl = self._new_control(model, p, head, horizon)
                 self._controls[(model, p, head)] = ctl
@@ -472,7 +489,7 @@ class SamplerService:
                 overspent = False
                 if stop > pos:
                     self._decide(
-                        model, p, cols, rows[pos:stop], cfg=cfg, cb=b[pos:stop], horizon=horizon
+                        model, p, cols, rows[pos:stop], cfg=cfg, cb=b[pos:stop], horizon=audited
                     )
                     over = self._overspend_cut(
                         model, p, cols, rows[pos:stop], cfg=cfg, cb=b[pos:stop], horizon=horizon

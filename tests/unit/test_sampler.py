@@ -170,3 +170,23 @@ def test_records_beyond_retention_are_counted_not_audited(rng: np.random.Generat
     res = sampler.process(old.batch(slice(None)))
     assert res.records["default"] == 200 and res.requested["default"] == 0
     assert res.requests == []
+
+
+@pytest.mark.parametrize(("days", "audited"), [(8, False), (6, True)])
+def test_records_whose_labels_could_never_count_are_not_audited(
+    rng: np.random.Generator, days: int, audited: bool
+) -> None:
+    """A backfill 8 days behind the newest records (windows up to 7 d, label deadline 7 d):
+    its requests were past their deadline when issued, so every label was refused
+    (``expired_request``) and no window counted them; counted now, never audited. 6 days
+    behind, inside the 7 d window and the deadline: audited as ever."""
+    cfg = _config()
+    s = make_stream(rng, 1000, span_s=600)
+    sampler = SamplerService(cfg)
+    sampler.process(s.batch(slice(None)))
+    old = make_stream(rng, 300, start=float(s.ts[0]) - days * 86_400, span_s=600)
+    old.offset += 1000
+    res = sampler.process(old.batch(slice(None)))
+    assert res.records["default"] == 300
+    assert (res.requested["default"] > 0) is audited
+    assert sum(a.n for a in res.traffic.values()) == 300  # counted either way
