@@ -614,7 +614,11 @@ def overspend_point(most: float, spent: float) -> float:
     Examples:
         >>> overspend_point(100.0, 0.0), overspend_point(100.0, 125.0), overspend_point(8.0, 31.0)
         (125.0, 250.0, 40.0)
+        >>> overspend_point(0.0, 3.0)
+        inf
     """
+    if not most > 0.0:
+        return math.inf  # no budget to overspend
     point = most * OVERSPEND_RATIO
     while point <= spent:
         point *= 2.0
