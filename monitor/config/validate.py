@@ -114,6 +114,15 @@ def got(value: Any, *, secret: bool = False) -> str:
     return f"got {with_article(type_name(value))}"
 
 
+def _yaml_text_number(text: str) -> bool:
+    """Whether ``text`` is a number YAML 1.1 reads as a string (``1e3``: no dot before e)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return "e" in text.lower()
+
+
 def with_article(noun: str) -> str:
     """``a noun`` or ``an noun``."""
     return f"an {noun}" if noun[:1] in "aeiou" else f"a {noun}"
@@ -230,7 +239,12 @@ class Section:
             return default
         value = self.values[key]
         if isinstance(value, bool) or not isinstance(value, int | float):
-            self.problems.add(self.where(key), f"expected a number, {got(value)}")
+            hint = ""
+            if isinstance(value, str) and _yaml_text_number(value):
+                hint = (
+                    f" (YAML reads {value} as text: write {float(value):g} or {float(value):.1e})"
+                )
+            self.problems.add(self.where(key), f"expected a number, {got(value)}{hint}")
             return default
         where = self.where(key)
         ok = in_range(self.problems, where, value, lo, hi, lo_open=lo_open, hi_open=hi_open)

@@ -121,7 +121,19 @@ def _sharing_sidecar(side: Path) -> list[Path]:
     ]
 
 
+#: Draws a with-replacement plan makes at most (one uniform each: 10 million is 160 MB); a budget
+#: of 10 billion ended in a MemoryError, one of 1e20 in "Maximum allowed dimension exceeded"
+MAX_DRAWS = 10_000_000
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
+    if args.design == "with-replacement" and args.budget > MAX_DRAWS:
+        msg = (
+            f"--budget {args.budget}: a with-replacement plan makes one draw per label, at most "
+            f"{MAX_DRAWS:,}; for more use the Poisson design (the default), which labels each "
+            "item at most once"
+        )
+        raise InputFileError(msg)
     if args.labelled and args.defensive == 0.0:
         msg = (
             "--defensive 0 with --labelled: a later round raises the share of uniform sampling "
@@ -270,9 +282,13 @@ def unit_interval(text: str) -> float:
 
 def open_unit_interval(text: str) -> float:
     """Argparse type: a number strictly between 0 and 1 (a confidence level, a rate)."""
-    value = unit_interval(text)
-    if value in (0.0, 1.0):
-        msg = f"expected a number strictly between 0 and 1, got '{text}'"
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 < value < 1.0:
+        hint = f" (a percentage? {value / 100:g})" if 1.0 < value < 100.0 else ""
+        msg = f"expected a number strictly between 0 and 1, got '{text}'{hint}"
         raise argparse.ArgumentTypeError(msg)
     return value
 

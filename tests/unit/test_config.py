@@ -171,6 +171,7 @@ default_model: fraud
         ({"kafka": {"client": {"sasl_plain_pasword": "x"}}}, r"^kafka\.client\.sasl_plain_pasword: unknown key \(did you mean 'sasl_plain_password'\?\)$"),
         ({"kafka": {"client": {"group_id": "g"}}}, r"^kafka\.client\.group_id: not allowed here: set it with kafka\.group_id$"),
         ({"kafka": {"client": {"enable_auto_commit": True}}}, r"^kafka\.client\.enable_auto_commit: not allowed here"),
+        ({"models": {"m": {"labels_per_hour": "1e3"}}}, r"^models\.m\.labels_per_hour: expected a number, got '1e3' \(a string\) \(YAML reads 1e3 as text: write 1000 or 1\.0e\+03\)$"),
         ({"kafka": {"client": {"acks": 1}}}, r"^kafka\.client\.acks: not allowed here: the monitor's producer waits for every in-sync replica"),
         ({"kafka": {"client": {"enable_idempotence": False}}}, r"^kafka\.client\.enable_idempotence: not allowed here: the monitor's producer is idempotent"),
         ({"kafka": {"client": {"session_timeout_ms": "2s"}}}, r"^kafka\.client\.session_timeout_ms: expected an integer, got '2s'"),

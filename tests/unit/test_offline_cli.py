@@ -312,6 +312,10 @@ def test_plan_input_error_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[s
             ["estimate", "--labels", "l.csv", "--level", "1"],
             "--level: expected a number strictly between 0 and 1",
         ),
+        (
+            ["estimate", "--labels", "l.csv", "--level", "95"],
+            "--level: expected a number strictly between 0 and 1, got '95' (a percentage? 0.95)",
+        ),
         (["estimate", "--labels", "l.csv", "--format", "xml"], "--format: invalid choice"),
     ],
 )
@@ -592,3 +596,17 @@ def test_a_sidecar_whose_pool_cannot_hold_the_plan_is_refused(
         assert main(["estimate", "--labels", str(done)]) == 2
         err = capsys.readouterr().err
         assert what in err and "was edited or is another plan's" in err, err
+
+
+def test_a_with_replacement_budget_beyond_its_draws_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """10 billion draws ended in a MemoryError (1e20: "Maximum allowed dimension exceeded")."""
+    pool, _, _ = _pool(tmp_path, 100, 0.05, seed=21)
+    argv = ["plan", "--pool", str(pool), "--budget", "10000000000", "--alpha", "0.5"]
+    assert main([*argv, "--design", "with-replacement", "--out", str(tmp_path / "o.csv")]) == 2
+    assert (
+        "a with-replacement plan makes one draw per label, at most 10,000,000; for more use "
+        in (capsys.readouterr().err)
+    )
+    assert main([*argv, "--out", str(tmp_path / "p.csv")]) == 0  # Poisson: a census
