@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -115,6 +115,18 @@ def audit_span(config: Config) -> int:
     """
     deadline = math.ceil(config.label_deadline_s / config.windows.bucket_s)
     return max(deadline, _longest_window(config))
+
+
+def _earliest(
+    best: tuple[int, int] | None, sel: npt.NDArray[np.intp], j: int, bucket: int
+) -> tuple[int, int] | None:
+    """``best`` or (``sel[j]``, ``bucket``), whichever comes first in the chunk.
+
+    ``j`` beyond ``sel``: the bucket has no point in this chunk.
+    """
+    if j < len(sel) and (best is None or int(sel[j]) < best[0]):
+        return int(sel[j]), bucket
+    return best
 
 
 @dataclass
@@ -566,17 +578,8 @@ class SamplerService:
         n_ref = cfg.refresh_records
         if n_ref <= 0:
             return None
-        hist = self._traffic.get((model, p), {})
-        counted = self._counted.get((model, p))
         best: tuple[int, int] | None = None
-        for bk in np.unique(cb).tolist():
-            ctl = self._controls.get((model, p, int(bk)))
-            if bk < horizon or ctl is None:
-                continue
-            sel = np.flatnonzero(cb == bk)
-            if counted:  # records a replay brings again are not counted again
-                sel = sel[cols.offset[chunk[sel]] >= counted.get(int(bk), -1)]
-            agg = hist.get(int(bk))
+        for bk, ctl, sel, agg in self._counted_parts(model, p, cols, chunk, cb=cb, horizon=horizon):
             n = 0 if agg is None else agg.n
             last, base = stage_bases(ctl)[-1]
             if base is None:  # a refresh stored without its base
@@ -587,10 +590,35 @@ class SamplerService:
                 threshold = n_ref << (base[0] // n_ref).bit_length()
             if threshold < n:
                 threshold = n_ref << max(len(ctl.refreshes), (n // n_ref).bit_length())
-            need = threshold - n
-            if need < len(sel) and (best is None or int(sel[need]) < best[0]):
-                best = (int(sel[need]), int(bk))
+            best = _earliest(best, sel, threshold - n, bk)
         return best
+
+    def _counted_parts(
+        self,
+        model: str,
+        p: int,
+        cols: _Cols,
+        chunk: npt.NDArray[np.intp],
+        *,
+        cb: npt.NDArray[np.int64],
+        horizon: int,
+    ) -> Iterator[tuple[int, Control, npt.NDArray[np.intp], TrafficAggregate | None]]:
+        """The buckets of ``chunk`` a refresh point can fall in (``_next_refresh``, overspend).
+
+        Per bucket within the horizon with a control: the bucket, its control, the positions in
+        ``chunk`` of its records the aggregate will count (not those a replay brings again) and
+        its aggregate so far.
+        """
+        hist = self._traffic.get((model, p), {})
+        counted = self._counted.get((model, p))
+        for bk in np.unique(cb).tolist():
+            ctl = self._controls.get((model, p, int(bk)))
+            if bk < horizon or ctl is None:
+                continue
+            sel = np.flatnonzero(cb == bk)
+            if counted:  # records a replay brings again are not counted again
+                sel = sel[cols.offset[chunk[sel]] >= counted.get(int(bk), -1)]
+            yield int(bk), ctl, sel, hist.get(int(bk))
 
     def _overspend_cut(
         self,
@@ -610,8 +638,6 @@ class SamplerService:
         batches) reaches it, or of its first record here when an earlier chunk's last record
         did. None when no bucket of the chunk crosses one, or a stage has no base (an old store).
         """
-        hist = self._traffic.get((model, p), {})
-        counted = self._counted.get((model, p))
         most = most_budget(
             cfg.labels_per_hour,
             self.config.windows.bucket_s,
@@ -619,15 +645,10 @@ class SamplerService:
             cfg.expected_records_per_hour,
         )
         best: tuple[int, int] | None = None
-        for bk in np.unique(cb).tolist():
-            ctl = self._controls.get((model, p, int(bk)))
-            base = None if ctl is None else stage_bases(ctl)[-1][1]
-            if bk < horizon or base is None:
+        for bk, ctl, sel, agg in self._counted_parts(model, p, cols, chunk, cb=cb, horizon=horizon):
+            base = stage_bases(ctl)[-1][1]
+            if base is None:
                 continue
-            sel = np.flatnonzero(cb == bk)
-            if counted:  # records a replay brings again are not counted again
-                sel = sel[cols.offset[chunk[sel]] >= counted.get(int(bk), -1)]
-            agg = hist.get(int(bk))
             spent = 0 if agg is None else agg.sum_pi
             point = overspend_point(most * FIXED_ONE, float(base[2]))
             if spent >= point:  # crossed by the last record counted: refresh at the next
@@ -635,8 +656,7 @@ class SamplerService:
             else:
                 total = spent + np.cumsum(to_fixed(cols.pi[chunk[sel]]))
                 j = int(np.searchsorted(total, point, side="left")) + 1
-            if j < len(sel) and (best is None or int(sel[j]) < best[0]):
-                best = (int(sel[j]), int(bk))
+            best = _earliest(best, sel, j, bk)
         return best
 
     def _refresh(

@@ -268,12 +268,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _float(text: str) -> float:
+    """The number ``text`` spells, NaN when it spells none (every range check then fails)."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def unit_interval(text: str) -> float:
     """Argparse type: a number in [0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _float(text)
     if not 0.0 <= value <= 1.0:
         msg = f"expected a number in [0, 1], got '{text}'"
         raise argparse.ArgumentTypeError(msg)
@@ -282,10 +287,7 @@ def unit_interval(text: str) -> float:
 
 def open_unit_interval(text: str) -> float:
     """Argparse type: a number strictly between 0 and 1 (a confidence level, a rate)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
+    value = _float(text)
     if not 0.0 < value < 1.0:
         hint = f" (a percentage? {value / 100:g})" if 1.0 < value < 100.0 else ""
         msg = f"expected a number strictly between 0 and 1, got '{text}'{hint}"

@@ -35,8 +35,9 @@ leaves uniform sampling after ``N`` records. In a surge or a lull (:func:`pace_c
 bucket's current rate, that of its records since the latest refresh (:func:`rate_origin`), more
 than ``PACE_RATIO`` times that blend or less than its ``1 / PACE_RATIO``) a refresh takes the
 current rate and spreads what is left of its budget over the records that rate expects in the
-rest of the bucket. Any kappa keeps the Horvitz-Thompson estimate unbiased; the controller only
-decides how many labels are spent.
+rest of the bucket; so does a refresh at the record after the bucket's spend crosses an
+overspend point (:func:`overspend_point`), whatever the rate. Any kappa keeps the
+Horvitz-Thompson estimate unbiased; the controller only decides how many labels are spent.
 
 Recalibration (DESIGN.md, "Learning from the labels"): a control may carry a versioned calibration
 map (:class:`Calibration`: the Platt map of ``monitor.stats.calibration`` or the beta map of

@@ -575,13 +575,7 @@ def test_a_sidecar_whose_pool_cannot_hold_the_plan_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A hand-edited pool_size printed negative confusion counts (fn -0.8, tn -10.2)."""
-    pool, truth, _ = _pool(tmp_path, 3000, 0.05, seed=20)
-    plan, done = tmp_path / "plan.csv", tmp_path / "done.csv"
-    assert (
-        main(["plan", "--pool", str(pool), "--budget", "60", "--alpha", "0.5", "--out", str(plan)])
-        == 0
-    )
-    _fill(plan, done, truth)
+    _, _, plan, done = _small_audit(tmp_path, seed=20)
     side = sidecar_path(done)
     original = json.loads(side.read_text())
     rows = len(read_plan(plan))
