@@ -325,8 +325,9 @@ def run_daemon_rep(
     passes them, in ``CHUNKS`` steps; after each step its requests are answered with probability
     ``answer_rate`` (at random: the rest stay pending), labels as ``LabelResult`` records, and
     the map new controls take is refitted from the estimator's labels of the last
-    ``case.fit_buckets`` buckets, so the refreshes inside a bucket (record 1000, 2000, 4000) take
-    maps fitted on labels of the same bucket and the bucket's p_hat mixes several maps. The
+    ``case.fit_buckets`` buckets, so the refreshes inside a bucket (record 1000, 2000, 4000,
+    and by age) take maps fitted on labels of the same bucket and the bucket's p_hat mixes
+    several maps. The
     window "1h" of the snapshot after each bucket is that bucket: its exported (model-assisted
     where usable) and ratio estimates against the bucket's true F_alpha. With ``recalibrate``
     False the model is configured ``recalibrate: false`` and no map is fitted: q* at the raw

@@ -141,7 +141,7 @@ class ModelConfig:
     recalibrate: bool = True  # q* at scores recalibrated from the labels (DESIGN.md, round 2)
     segment_maps: bool = True  # segments whose labels reject the model's map get their own
     keep_calibrated_scores: bool = True  # labels that do not reject the scores keep them
-    refresh_records: int = 1000  # controls also refresh at record N, 2N, 4N.. of a bucket; 0: off
+    refresh_records: int = 1000  # refresh at record N, 2N, 4N.. of a bucket and by age; 0: off
     # ratio | model_assisted: GREG with p_hat over all traffic (monitor.stats.greg) where usable
     estimator: str = "ratio"
     alerts: AlertConfig = field(default_factory=AlertConfig)  # floors, baseline, error control

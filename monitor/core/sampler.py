@@ -11,8 +11,9 @@ the estimator can pair each label with what the traffic aggregates summed for it
 Controls are frozen at the first record of a bucket on a partition from that partition's
 aggregate of earlier buckets, and refreshed inside the bucket at its ``N``-th, ``2N``-th,
 ``4N``-th ... record on the partition (``refresh_records``; ``_next_refresh``; ``N`` records
-after a stage with a pending map, below) from the latest earlier bucket plus the bucket's
-records so far. A batch is cut at those records, so the
+after a stage with a pending map, below), and at the record after its event time passes a
+quarter of a bucket beyond the latest stage (``budget.stage_due``), from the latest earlier
+bucket plus the bucket's records so far. A batch is cut at those records, so the
 aggregate used is exactly the traffic that preceded the record on its partition, wherever
 batches were cut. A refresh is stored with the bucket's control (``Control.refreshes``, each
 with the offset it is in force from): a sampler rebuilt from the state at committed offset C
@@ -69,6 +70,7 @@ from monitor.core.windows import (
 )
 from monitor.stats.budget import (
     MIN_COVERAGE,
+    MIN_EXTRAPOLATED_RECORDS,
     NO_CALIBRATION,
     OTHER_MAP_CAP_RATIO,
     Base,
@@ -84,6 +86,7 @@ from monitor.stats.budget import (
     rate_origin,
     selection_weights,
     stage_bases,
+    stage_due,
     uniform_control,
 )
 from monitor.stats.drift import SHIFT_MAX, shift_share
@@ -302,13 +305,14 @@ class SamplerService:
         window or at least ``refresh_records`` (then ``mean_q*`` is theirs); otherwise the
         latest stage's map, g and ``mean_q*`` stay (module docstring). An adopted map that is
         older than the newest durable one leaves the newest pending (``accumulate``). The cap
-        re-solve of kappa counts the records decided and summed under the adopted map.
-        ``hists`` (reference, current score histograms) give the score shift's share
-        (:func:`_shift`). ``pace``: a refresh in a surge or a lull (``budget.pace_change``).
+        re-solve of kappa counts the records decided and summed under the adopted map, and
+        the largest kappa they were decided at (``cap_kappa``). ``hists`` (reference, current score
+        histograms) give the score shift's share (:func:`_shift`). ``pace``: a refresh in a
+        surge or a lull (``budget.pace_change``).
         """
         newest = self.calibration.get(model, NO_CALIBRATION)
-        latest = segs[0][0].latest if segs[0][0] is not None else None
-        if latest is None:  # the earlier bucket's control is gone: no map to match
+        head = segs[0][0]
+        if head is None:  # the earlier bucket's control is gone: no map to match
             new = self._control_from(
                 model,
                 cfg,
@@ -321,6 +325,7 @@ class SamplerService:
                 pace=pace,
             )
             return replace(new, shift=_shift(cfg.defensive, hists, newest, None))
+        latest = head.latest
         summed = latest.summed
         run = _trailing(segs, lambda c: c.summed.version == summed.version)
         adopt = run is None or run.whole or run.n >= max(1, cfg.refresh_records)
@@ -329,7 +334,8 @@ class SamplerService:
         cap = _trailing(segs[:1], lambda c: c.calibration.version == decided)
         if cap is None:  # a store without refresh bases: the whole bucket, as it was
             agg = segs[0][1]
-            cap = _Run(agg.n, agg.sum_qstar, agg.sum_pi, agg.sum_uncapped, whole=True)
+            most = max(c.kappa for c, _ in stage_bases(head))
+            cap = _Run(agg.n, agg.sum_qstar, agg.sum_pi, agg.sum_uncapped, True, most)
         ratio = cap_ratio(cap.sum_pi / FIXED_ONE, cap.sum_uncapped / FIXED_ONE)
         if chosen.version != decided:  # measured under the map being replaced
             ratio = max(ratio, OTHER_MAP_CAP_RATIO)
@@ -347,6 +353,7 @@ class SamplerService:
             mq,
             prev_bucket=prev_bucket,
             ratio=ratio,
+            cap_kappa=cap.kappa,
             covered_s=covered_s,
             pace=pace,
         )
@@ -369,6 +376,7 @@ class SamplerService:
         ratio: float,
         covered_s: float | None,
         pace: Pace | None = None,
+        cap_kappa: float | None = None,
     ) -> Control:
         """``control_for_bucket`` from the traffic ``agg`` (``covered_s``: the time it spans)."""
         return control_for_bucket(
@@ -385,6 +393,7 @@ class SamplerService:
             n_partitions=self.n_partitions,
             calibration=calibration,
             cap_ratio=ratio,
+            cap_kappa=cap_kappa,
             covered_s=covered_s,
             expected_records_per_hour=cfg.expected_records_per_hour,
             pace=pace,
@@ -574,10 +583,16 @@ class SamplerService:
         stored without its base counts refreshes (the r-th at ``N 2^(r-1)``); a bucket already
         past its point (a store written before refreshes existed) takes the next power-of-two
         point beyond its count.
+
+        Also at the record after the bucket's event time (its counted records' latest ``ts``)
+        passes the latest stage's due time (``budget.stage_due``: a quarter of a bucket after
+        it), once ``MIN_EXTRAPOLATED_RECORDS`` records have come since that stage: a bucket
+        too quiet to reach its next record point is refreshed as it goes. ``N`` 0: neither.
         """
         n_ref = cfg.refresh_records
         if n_ref <= 0:
             return None
+        bucket_s = self.config.windows.bucket_s
         best: tuple[int, int] | None = None
         for bk, ctl, sel, agg in self._counted_parts(model, p, cols, chunk, cb=cb, horizon=horizon):
             n = 0 if agg is None else agg.n
@@ -591,6 +606,13 @@ class SamplerService:
             if threshold < n:
                 threshold = n_ref << max(len(ctl.refreshes), (n // n_ref).bit_length())
             best = _earliest(best, sel, threshold - n, bk)
+            due = stage_due(ctl, float(bk * bucket_s), bucket_s)
+            if due is not None and base is not None and len(sel):
+                reached = np.maximum.accumulate(cols.ts[chunk[sel]])  # through each record
+                before = np.concatenate(([-math.inf if agg is None else agg.ts_max], reached[:-1]))
+                since = n - base[0] + np.arange(len(sel))  # counted since the stage, before each
+                ok = (before > due) & (since >= MIN_EXTRAPOLATED_RECORDS)
+                best = _earliest(best, sel, int(np.argmax(ok)) if ok.any() else len(sel), bk)
         return best
 
     def _counted_parts(
@@ -824,6 +846,7 @@ class _Run(NamedTuple):
     sum_pi: int
     sum_uncapped: int
     whole: bool
+    kappa: float  # the largest kappa the records were decided at
 
 
 def _trailing(
@@ -836,6 +859,7 @@ def _trailing(
     store written before bases existed) or a bucket's control is unknown.
     """
     n = q = pi = kq = 0
+    kappa = 0.0
     for ctl, agg in segs:
         if ctl is None:
             return None
@@ -844,6 +868,7 @@ def _trailing(
         if cut is None:
             n, q, pi = n + agg.n, q + agg.sum_qstar, pi + agg.sum_pi
             kq += agg.sum_uncapped
+            kappa = max([kappa, *(c.kappa for c, _ in stages)])
             continue
         if cut < len(stages) - 1:
             base = stages[cut + 1][1]
@@ -851,5 +876,6 @@ def _trailing(
                 return None
             n, q, pi = n + agg.n - base[0], q + agg.sum_qstar - base[1], pi + agg.sum_pi - base[2]
             kq += agg.sum_uncapped - base[3]
-        return _Run(n, q, pi, kq, whole=False)
-    return _Run(n, q, pi, kq, whole=True)
+            kappa = max([kappa, *(c.kappa for c, _ in stages[cut + 1 :])])
+        return _Run(n, q, pi, kq, whole=False, kappa=kappa)
+    return _Run(n, q, pi, kq, whole=True, kappa=kappa)

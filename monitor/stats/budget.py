@@ -31,7 +31,9 @@ Without history (first records of a partition) q = 1 (uniform) and
 (``monitor.core.sampler``, :class:`Refresh`): at the partition's ``N``-th, ``2N``-th, ``4N``-th ...
 record of the bucket a new control is computed by the same formula from the latest earlier bucket
 plus the bucket's records so far (``covered_s`` then the time they span), so a new deployment
-leaves uniform sampling after ``N`` records. In a surge or a lull (:func:`pace_change`: the
+leaves uniform sampling after ``N`` records; and at the record after the bucket's event time
+passes a quarter of a bucket beyond the latest stage (:func:`stage_due`), so a bucket too quiet
+to reach its next record point is refreshed too. In a surge or a lull (:func:`pace_change`: the
 bucket's current rate, that of its records since the latest refresh (:func:`rate_origin`), more
 than ``PACE_RATIO`` times that blend or less than its ``1 / PACE_RATIO``) a refresh takes the
 current rate and spreads what is left of its budget over the records that rate expects in the
@@ -121,8 +123,9 @@ MIN_EXTRAPOLATED_RECORDS = 30
 # cap ratios this close to 1 are rounding, not caps; kappa is raised at most 1 / MIN_CAP_RATIO
 CAP_TOLERANCE = 1e-3
 MIN_CAP_RATIO = 0.01
-# a cap ratio measured under the map a new control replaces is a guess at the new map's caps:
-# it raises kappa at most 1 / OTHER_MAP_CAP_RATIO
+# a cap ratio measured under the map a new control replaces, or at a kappa more than PACE_RATIO
+# times the re-solved one (``control_for_bucket``'s ``cap_kappa``), is a guess at the new
+# control's caps: it raises kappa at most 1 / OTHER_MAP_CAP_RATIO
 OTHER_MAP_CAP_RATIO = 0.8
 # the span of records a refresh extrapolates from is at least this long (seconds)
 MIN_REFRESH_SPAN_S = 1.0
@@ -143,6 +146,11 @@ MIN_STAGE_SPAN_S = 60.0
 # it; at 1%, where an hour's spend varies most, its largest hours do (benchmarks/README.md,
 # "Budget pacing": 1.43x -> 1.33x, coverage unchanged)
 OVERSPEND_RATIO = 1.25
+# a stage decided REFRESH_AGE of a bucket ago in event time (its ``at``; the bucket's start for
+# the first) is refreshed at the next record once MIN_EXTRAPOLATED_RECORDS records have come
+# since it (``stage_due``): an hour 5 times quieter than the one before it, whose 1,000 records
+# never reached the first refresh point, spent 0.18x its budget at the busy hour's rate
+REFRESH_AGE = 0.25
 
 
 @dataclass(frozen=True)
@@ -588,6 +596,26 @@ def pace_change(
     return Pace(own * bucket_s, spent, max(remaining_s, MIN_COVERAGE * bucket_s))
 
 
+def stage_due(ctl: Control, start: float, bucket_s: int) -> float | None:
+    """The event time after which the latest stage of a bucket's control is due for a refresh.
+
+    ``REFRESH_AGE`` of a bucket after the stage's ``at`` (the bucket's ``start`` for the control
+    frozen at its first record); None when the latest refresh did not record its ``at`` (a
+    store written before it existed).
+
+    Examples:
+        >>> plain = Control(g=0.5, kappa=0.01, mean_qstar=0.2)
+        >>> stage_due(plain, 7200.0, 3600)
+        8100.0
+        >>> stage_due(plain.refreshed(50, plain, (50, 0, 0, 0), at=8150.0), 7200.0, 3600)
+        9050.0
+        >>> stage_due(plain.refreshed(50, plain), 7200.0, 3600) is None
+        True
+    """
+    at = ctl.refreshes[-1].at if ctl.refreshes else start
+    return None if at is None else at + REFRESH_AGE * bucket_s
+
+
 def most_budget(
     labels_per_hour: float,
     bucket_s: int,
@@ -647,6 +675,7 @@ def control_for_bucket(
     n_partitions: int,
     calibration: Calibration = NO_CALIBRATION,
     cap_ratio: float = 1.0,
+    cap_kappa: float | None = None,
     covered_s: float | None = None,
     expected_records_per_hour: float | None = None,
     pace: Pace | None = None,
@@ -666,6 +695,12 @@ def control_for_bucket(
     kappa is divided by it, so the budget the caps left unspent is spread over the uncapped
     records; a feedback step per bucket (deterministic: a function of the stream and the
     stored controls). Ratios above ``1 - CAP_TOLERANCE`` count as 1 (no cap bound).
+    ``cap_kappa``, the largest kappa the ratio was measured at: caps bind less as kappa falls,
+    so where the re-solved kappa would be more than ``PACE_RATIO`` times below it, the ratio is
+    a guess and raises kappa at most ``1 / OTHER_MAP_CAP_RATIO`` (a lull's control audited
+    every record of a quiet hour at kappa 2.8, and the busy hour after it, re-solved by that
+    stage's ratio, spent 3.5x its budget). Where it would be above, the caps bind at least as
+    much and the next refresh measures them.
 
     ``covered_s``, when given, is the time the ``n`` records span (a refresh inside a bucket);
     otherwise the span of ``prev_bucket`` from ``max(start, ts_min)`` to its end, at least
@@ -701,7 +736,10 @@ def control_for_bucket(
         budget, n_hat = left, n_hat * pace.remaining_s / bucket_s
     kappa = budget / n_hat if n_hat > 0 else 1.0
     if math.isfinite(cap_ratio) and 0.0 < cap_ratio < 1.0 - CAP_TOLERANCE:
-        kappa /= max(cap_ratio, MIN_CAP_RATIO)
+        ratio = max(cap_ratio, MIN_CAP_RATIO)
+        if cap_kappa is not None and kappa / ratio * PACE_RATIO < cap_kappa:
+            ratio = max(ratio, OTHER_MAP_CAP_RATIO)  # caps bind less at a far lower kappa
+        kappa /= ratio
     return Control(g=float(g), kappa=float(kappa), mean_qstar=float(mq), calibration=calibration)
 
 

@@ -20,6 +20,7 @@ from monitor.config.schema import Config, ModelConfig
 from monitor.core.records import ScoredBatch
 from monitor.core.sampler import SamplerService
 from monitor.sim.simulate import LOGIT_SD, logit_mean_for_rate
+from monitor.stats import budget
 from monitor.stats.budget import (
     Calibration,
     Control,
@@ -149,9 +150,13 @@ def test_pending_maps_and_bases_round_trip_and_old_records_still_load() -> None:
         control_from_list([0.5, 0.01, 0.2, None, {"other": 1}])
 
 
-def test_a_store_without_refresh_bases_decides_as_before_when_no_map_changed() -> None:
+def test_a_store_without_refresh_bases_decides_as_before_when_no_map_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Controls written before bases existed (no base, no pending map): a sampler resumed from
-    them makes the requests an uninterrupted one makes."""
+    them makes the requests an uninterrupted one makes. Such a store predates the refreshes by
+    a stage's age (``budget.REFRESH_AGE``) too, so the runs compared have none."""
+    monkeypatch.setattr(budget, "REFRESH_AGE", math.inf)
     stream = _stream(5, 3)
     whole = SamplerService(_config())
     want = [r.to_json() for r in whole.process(stream).requests]

@@ -74,7 +74,9 @@ def _run(refit: bool) -> tuple[list[int], int, int, int]:
 
 def test_refits_from_trickling_labels_keep_the_refreshes_near_the_no_change_count() -> None:
     still, _, _, still_largest = _run(refit=False)
-    assert still == [7] * BUCKETS  # records 1000, 2000, 4000, ..., 64000 of each bucket
+    # records 1000, 2000, 4000, ..., 64000 of each bucket, and a quarter hour after the stages
+    # at 32000 and 64000 (minutes 19 and 38)
+    assert still == [9] * BUCKETS
     refreshes, versions, polls, largest = _run(refit=True)
     # every poll brought labels: before the rule each made a version (99 refreshes per bucket)
     assert polls >= 0.95 * BUCKETS * PER_BUCKET / POLL

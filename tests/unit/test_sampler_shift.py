@@ -78,11 +78,12 @@ def test_the_refreshes_of_the_first_drifted_bucket_raise_the_share_until_a_new_m
     sampler.calibration = {"default": REFITTED}  # fitted once labels of the drift exist
     sampler.process(stream.rows(slice(4 * PER_BUCKET, None)))
     # bucket 1 is healthy; bucket 2 (drifted) is decided with the map fitted before the drift:
-    # its first control cannot see the drift, its refreshes (record 1000, 2000) do
-    assert [s.shift for s in _stages(sampler, 1)] == [0.0, 0.0, 0.0]
+    # its first control cannot see the drift, its refreshes (records 1000, 2000 and a quarter
+    # hour after each stage) do
+    assert all(s.shift == 0.0 for s in _stages(sampler, 1))
     drifted = _stages(sampler, 2)
     assert drifted[0].shift == 0.0 and drifted[0].calibration == FITTED
-    assert [s.shift for s in drifted[1:]] == [SHIFT_MAX, SHIFT_MAX]
+    assert len(drifted) > 3 and all(s.shift == SHIFT_MAX for s in drifted[1:])
     assert all(s.share(LAM0) == SHIFT_MAX for s in drifted[1:])
     # bucket 3's refreshes compare drifted with drifted traffic, but the map is still the one
     # fitted before the drift: the raise stays
@@ -127,8 +128,10 @@ def test_without_a_map_consecutive_traffic_is_compared() -> None:
     next bucket's first control (the drifted bucket against the one before it); no later."""
     sampler = SamplerService(_config())
     sampler.process(_stream(2, 4, drift_at=2))
-    raised = [[s.shift > 0.0 for s in _stages(sampler, b)] for b in range(1, 4)]
-    assert raised == [[False, False, False], [False, True, True], [True, False, False]]
+    healthy, drifted, after = ([s.shift > 0.0 for s in _stages(sampler, b)] for b in range(1, 4))
+    assert not any(healthy) and len(healthy) > 3
+    assert drifted[0] is False and all(drifted[1:])
+    assert after[0] is True and not any(after[1:])
 
 
 @pytest.mark.parametrize("seed", [3, 4])
