@@ -192,6 +192,16 @@ class SamplerService:
         # per model: the latest durable calibration map; new controls record it
         self.calibration: dict[str, Calibration] = {}
 
+    def _newest_map(self, model: str) -> Calibration:
+        """The newest durable map of ``model``; none where it is ``recalibrate: false``.
+
+        A map stored before then keeps no say: the next controls take the raw scores as they
+        take any new map (``_next_stage``).
+        """
+        if not self.model_config(model).recalibrate:
+            return NO_CALIBRATION
+        return self.calibration.get(model, NO_CALIBRATION)
+
     def model_config(self, model: str) -> ModelConfig:
         """The settings of ``model`` (defaults for a model not in the configuration)."""
         return self.config.model(model)
@@ -276,7 +286,7 @@ class SamplerService:
         earlier = [b for b in history if horizon <= b < bucket]
         if not earlier:
             ctl = uniform_control(cfg.labels_per_hour, cfg.expected_records_per_hour)
-            newest = self.calibration.get(model, NO_CALIBRATION)
+            newest = self._newest_map(model)
             return replace(ctl, accumulate=newest) if newest.version > 0 else ctl
         prev = max(earlier)
         agg = history[prev]
@@ -310,7 +320,7 @@ class SamplerService:
         histograms) give the score shift's share (:func:`_shift`). ``pace``: a refresh in a
         surge or a lull (``budget.pace_change``).
         """
-        newest = self.calibration.get(model, NO_CALIBRATION)
+        newest = self._newest_map(model)
         head = segs[0][0]
         if head is None:  # the earlier bucket's control is gone: no map to match
             new = self._control_from(

@@ -493,14 +493,13 @@ class Exporter:
         """Add one calibration map a sampler ignored (older, conflicting or later_format)."""
         self._maps_ignored.labels(model=model, reason=reason).inc()
 
-    def set_calibration(self, model: str, calibration: Calibration) -> None:
+    def set_calibration(self, model: str, calibration: Calibration, defensive: float) -> None:
         """Show the calibration in force: version, defensive share, segments with their own map.
 
-        The share is the configured one until the first map (set at start-up).
+        The share is ``Calibration.share`` of the configured ``defensive``.
         """
         self._cal_version.labels(model=model).set(calibration.version)
-        if calibration.version > 0:
-            self._share.labels(model=model).set(calibration.lam)
+        self._share.labels(model=model).set(calibration.share(defensive))
         now = {g for g, _ in calibration.segments}
         for gone in self._segment_maps.get(model, set()) - now:
             self._segment_map.remove(model, gone)

@@ -518,8 +518,9 @@ class Engine:
         if labels_ok:
             self._recalibrate(labels_ok)
         for model, cal in self.sampler.calibration.items():
-            if model in self.config.models:
-                self.metrics.set_calibration(model, cal)
+            mcfg = self.config.models.get(model)
+            if mcfg is not None and mcfg.recalibrate:
+                self.metrics.set_calibration(model, cal, mcfg.defensive)
         if self._maps_due:
             self._publish_maps(source, sink)
         count_step(

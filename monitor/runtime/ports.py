@@ -122,7 +122,9 @@ class Metrics(Protocol):
     def count_rejects(self, per_input: Mapping[tuple[str, RejectReason], int]) -> None: ...  # noqa: D102
     def count_segments_folded(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
     def count_maps_ignored(self, model: str, reason: str) -> None: ...  # noqa: D102
-    def set_calibration(self, model: str, calibration: Calibration) -> None: ...  # noqa: D102
+    def set_calibration(  # noqa: D102
+        self, model: str, calibration: Calibration, defensive: float
+    ) -> None: ...
     def observe_batch(self, seconds: float) -> None: ...  # noqa: D102
     def set_lags(self, lags: Mapping[TP, int]) -> None: ...  # noqa: D102
     def count_skipped(self, skipped: Mapping[TP, int]) -> None: ...  # noqa: D102

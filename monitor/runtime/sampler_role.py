@@ -184,7 +184,7 @@ class SamplerEngine:
         self.maps[model] = cal
         self.sampler.calibration[model] = cal
         if model in self.config.models:
-            self.metrics.set_calibration(model, cal)
+            self.metrics.set_calibration(model, cal, self.config.models[model].defensive)
         log.info(
             "calibration map taken",
             extra={"event": "calibration_taken", "model": model, "version": cal.version},

@@ -182,6 +182,20 @@ class Calibration:
     segments: tuple[tuple[str, CalibrationMap], ...] = ()
     reference: tuple[int, ...] = ()
 
+    def share(self, lam0: float) -> float:
+        """The defensive share decisions under this calibration use (``lam0``: the configured).
+
+        The map's (at least the configured one it was fitted with), or ``lam0`` when that is
+        larger (the configuration raised it since: in force at once, not at the next refit);
+        ``lam0`` without a map.
+
+        Examples:
+            >>> fitted = Calibration(version=3, lam=0.25)
+            >>> fitted.share(0.1), fitted.share(0.5), NO_CALIBRATION.share(0.1)
+            (0.25, 0.5, 0.1)
+        """
+        return max(lam0, self.lam) if self.version > 0 else lam0
+
     def map_of(self, segment: str) -> CalibrationMap:
         """The map a record of ``segment`` is recalibrated by: its own, else the model's."""
         return dict(self.segments).get(segment, self.cal_map)
@@ -306,11 +320,10 @@ class Control:
     def share(self, lam0: float) -> float:
         """The defensive share this control decides with (``lam0``: the configured one).
 
-        The calibration's share (``lam0`` without a map), raised to ``shift`` when that is
+        The calibration's share (:meth:`Calibration.share`), raised to ``shift`` when that is
         larger.
         """
-        base = self.calibration.lam if self.calibration.version > 0 else lam0
-        return max(base, self.shift)
+        return max(self.calibration.share(lam0), self.shift)
 
     @property
     def summed(self) -> Calibration:

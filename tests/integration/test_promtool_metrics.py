@@ -83,7 +83,8 @@ def test_promtool_accepts_the_exposition(promtool: Path) -> None:
     )
     exporter.count_alertmanager_errors(2)
     exporter.count_segments_folded({"spam": 7})
-    exporter.set_calibration("fraud", Calibration(2, PlattMap(0.1, 0.3), 0.2, (("eu", IDENTITY),)))
+    cal = Calibration(2, PlattMap(0.1, 0.3), 0.2, (("eu", IDENTITY),))
+    exporter.set_calibration("fraud", cal, 0.1)
     for seconds in (0.004, 0.03, 0.2):
         exporter.observe_batch(seconds)
     exporter.set_lags({("predictions", 0): 12, ("audit-labels", 0): 0})

@@ -366,12 +366,15 @@ def test_calibration_version_and_segment_maps(exporter: Exporter) -> None:
     share = "monitor_calibration_defensive_share"
     assert get(share, {"model": "fraud"}) == exporter.config.models["fraud"].defensive
     both = (("eu", PlattMap(0.1, 0.2)), ("us", PlattMap(0.0, 0.5)))
-    exporter.set_calibration("fraud", Calibration(3, PlattMap(0.0, 0.4), 0.8, both))
+    exporter.set_calibration("fraud", Calibration(3, PlattMap(0.0, 0.4), 0.8, both), 0.1)
     assert get("monitor_calibration_version", {"model": "fraud"}) == 3.0
     assert get(share, {"model": "fraud"}) == 0.8
+    # the configuration raised the share above the map's since it was fitted: in force at once
+    exporter.set_calibration("fraud", Calibration(3, PlattMap(0.0, 0.4), 0.3, both), 0.5)
+    assert get(share, {"model": "fraud"}) == 0.5
     for g in ("eu", "us"):
         assert get("monitor_calibration_segment_map", {"model": "fraud", "segment": g}) == 1.0
-    exporter.set_calibration("fraud", Calibration(4, PlattMap(0.0, 0.4), 0.2, both[1:]))
+    exporter.set_calibration("fraud", Calibration(4, PlattMap(0.0, 0.4), 0.2, both[1:]), 0.1)
     assert get("monitor_calibration_version", {"model": "fraud"}) == 4.0
     assert get("monitor_calibration_segment_map", {"model": "fraud", "segment": "eu"}) is None
     assert get("monitor_calibration_segment_map", {"model": "fraud", "segment": "us"}) == 1.0

@@ -173,3 +173,26 @@ def test_a_store_without_refresh_bases_decides_as_before_when_no_map_changed(
         r.to_json() for r in resumed.process(stream.rows(slice(PER_BUCKET + 2500, None))).requests
     ]
     assert got == want
+
+
+def test_a_model_configured_not_to_recalibrate_drops_a_stored_map() -> None:
+    """A deployment whose store holds a map, restarted with ``recalibrate: false``: the map kept
+    deciding for good (the sampler took the stored one whatever the configuration, and no
+    refit came to replace it). Now the next controls take the raw scores, as they take any new
+    map: pending first, so the spend stays the budget, then in force."""
+    stream = _stream(5, 3)
+    first = SamplerService(_config())
+    first.calibration = {"default": UNDOING}
+    first.process(stream.rows(slice(0, PER_BUCKET + 2500)))
+    changes = first.take_changes()
+    hour = int(START // 3600) + 1
+    assert changes.controls[("default", 0, hour)].latest.calibration == UNDOING
+    off = Config(models={"default": replace(_config().models["default"], recalibrate=False)})
+    resumed = SamplerService(off, traffic=changes.traffic, controls=changes.controls)
+    resumed.calibration = {"default": UNDOING}  # what the store holds
+    resumed.process(stream.rows(slice(PER_BUCKET + 2500, None)))
+    ctl = resumed.control("default", 0, hour)
+    assert ctl is not None and ctl.latest.calibration.version == 0
+    after = resumed.control("default", 0, hour + 1)
+    assert after is not None
+    assert all(s.calibration.version == 0 for s in (after, *(r.control for r in after.refreshes)))
