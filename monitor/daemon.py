@@ -32,6 +32,7 @@ between any two effects. Unset (the default), it costs one ``is None`` test per 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import gc
 import logging
@@ -106,6 +107,8 @@ class Daemon:
         self._beat = time.monotonic()  # end of the last successful iteration
         self._unassigned_since: float | None = None  # start of the current unassigned spell
         self._warned_unassigned = False
+        self._shared_since: float | None = None  # start of the current spell of shared topics
+        self._shared: list[str] = []  # reported: the topics another consumer shares
         self._stalled = False  # "down" logged by the watchdog: the step's own error not yet
         # a step blocked on the broker (e.g. a flush waiting FLUSH_TIMEOUT_S) is not ready
         self.stall_s = engine.config.kafka.poll_timeout_ms / 1000.0 + PROBE_TIMEOUT_S + STALL_S
@@ -186,6 +189,47 @@ class Daemon:
                 },
             )
 
+    def _note_shared(self, source: Source) -> None:
+        """Report once when the group shares this engine's topics with another consumer.
+
+        An engine (``--role all`` or ``estimator``) must read every partition of its topics:
+        a second process started with the same group id took some of them, and each then
+        estimated from part of the traffic, issued requests the other cannot join and
+        dead-lettered its labels, both ready. A topic of which this process holds some
+        partitions but not all for ``UNASSIGNED_WARN_S`` (a rebalance after partitions were
+        added passes sooner) is logged as an error and ``/readyz`` says not ready until the
+        group gives it every partition again. A topic of which it holds none is not seen here
+        (the range assignor gives whole single-partition topics to one member: the other is
+        ``unassigned``, above).
+        """
+        held = collections.Counter(t for t, _ in source.assignment())
+        shared = sorted(
+            f"{t} ({n} of {total} partitions)"
+            for t, n in held.items()
+            if n < (total := source.partitions_for(t))
+        )
+        if not shared:
+            if self._shared:
+                log.info("every partition assigned again", extra={"event": "partitions_whole"})
+            self._shared_since, self._shared = None, []
+            return
+        if self._shared_since is None:
+            self._shared_since = time.monotonic()
+        if not self._shared and time.monotonic() - self._shared_since > UNASSIGNED_WARN_S:
+            self._shared = shared
+            log.error(
+                "another consumer shares this monitor's partitions",
+                extra={
+                    "event": "partitions_shared",
+                    "topics": shared,
+                    "hint": "--role all and --role estimator read every partition of their "
+                    "topics: another process consumes with the same group id (describe it: "
+                    "kafka-consumer-groups.sh --describe --group GROUP); stop it, or give it its "
+                    "own kafka.group_id; to split the scored traffic over processes run them as "
+                    "--role sampler beside one --role estimator",
+                },
+            )
+
     @staticmethod
     def _probe(source: Source) -> TopicsNotReady | None:
         """Probe the broker; a subscribed topic it lacks or refuses is returned, not raised.
@@ -226,6 +270,8 @@ class Daemon:
                     # an idle consumer does not notice a lost broker: ask it something
                     missing = self._probe(source)
                     engine.set_partitions(source.partitions_for(engine.config.kafka.topics.scored))
+                    if not engine.standby_ok:
+                        self._note_shared(source)
                     last_probe = now
                 self._beat = time.monotonic()
                 assigned = source.assigned()
@@ -234,7 +280,8 @@ class Daemon:
                     self._note_assignment(assigned)
                 else:  # the step went through: the topics that exist are read on, not retried
                     self._set_state("topics", str(missing))
-                engine.metrics.set_ready(missing is None and (assigned or engine.standby_ok))
+                whole = assigned and not self._shared
+                engine.metrics.set_ready(missing is None and (whole or engine.standby_ok))
                 backoff = BACKOFF_MIN_S
             except (BrokerUnavailable, StoreError) as exc:
                 if self._stalled and self._state == "down":

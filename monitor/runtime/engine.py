@@ -167,6 +167,13 @@ class Engine:
             "over. Set windows.bucket_s back, or move the data directory away to start from the "
             "topics' retained data",
         )
+        store.pin(
+            "sampling.salt",
+            config.salt,
+            "request ids are hashes of it, so the labels that name a pending request by record "
+            "id would find none (unknown_request) and a replay would decide other records. Set "
+            "sampling.salt back, or move the data directory away to start over",
+        )
         self._load()
         for model in self.estimator.unconfigured_models():  # once: _load runs on each rollback
             log.warning(

@@ -69,6 +69,7 @@ class FakeSource:
         self.fail_polls = 0
         self.down = False
         self.unassigned = False
+        self.shared: set[TP] = set()  # partitions the group gave another consumer
         self.missing: str | None = None  # a subscribed topic the broker lacks (deleted)
 
     def poll(self, max_records: int, timeout_s: float) -> list[RawRecord]:
@@ -121,8 +122,8 @@ class FakeSource:
         return all(v == 0 for (t, _), v in self.lag().items() if t in topics)
 
     def assignment(self) -> list[TP]:
-        """Every partition of the topics, none while ``unassigned``."""
-        return [] if self.unassigned else list(self.pos)
+        """Every partition of the topics but the ``shared`` ones, none while ``unassigned``."""
+        return [] if self.unassigned else [tp for tp in self.pos if tp not in self.shared]
 
     def partitions_for(self, topic: str) -> int:
         """Partitions of a fake topic."""

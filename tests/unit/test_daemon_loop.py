@@ -615,6 +615,50 @@ def test_unassigned_still_asks_the_broker_and_warns_once(
     store.close()
 
 
+def test_a_second_process_in_the_group_is_reported_and_not_ready(
+    tmp_path: Path,
+    workload: Workload,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A second ``--role all`` process started with the same group id took a partition of the
+    scored topic: each estimated from part of the traffic, both ready, nothing logged. Now the
+    engine that holds part of a topic for a while logs it once, with the fix, and is not ready
+    until the group gives it every partition again."""
+    monkeypatch.setattr(daemon_module, "UNASSIGNED_WARN_S", 0.5)
+    monkeypatch.setattr(daemon_module, "PROBE_EVERY_S", 0.2)
+    log, store, registry, engine = _engine(tmp_path / "shared", workload)
+    log.topics[TOPICS.scored].append([])  # a second partition
+    stop = threading.Event()
+    sources: list[FakeSource] = []
+    seen: list[list[str]] = []
+    ready: list[float | None] = []
+
+    def events() -> list[str]:
+        return [str(getattr(r, "event", "")) for r in caplog.records]
+
+    def script() -> None:
+        while not sources:
+            time.sleep(0.05)
+        sources[-1].shared = {(TOPICS.scored, 1)}
+        time.sleep(1.5)
+        seen.append(events())
+        ready.append(registry.get_sample_value("monitor_ready"))
+        sources[-1].shared = set()
+        time.sleep(1.0)
+        ready.append(registry.get_sample_value("monitor_ready"))
+        stop.set()
+
+    _run_scripted(engine, _fake_connect(log, sources), stop, script, caplog)
+    assert seen[0].count("partitions_shared") == 1 and "partitions_whole" not in seen[0]
+    shared = next(r for r in caplog.records if getattr(r, "event", "") == "partitions_shared")
+    assert getattr(shared, "topics", None) == [f"{TOPICS.scored} (1 of 2 partitions)"]
+    assert "group" in str(getattr(shared, "hint", ""))
+    assert events().count("partitions_whole") == 1
+    assert ready == [0.0, 1.0]
+    store.close()
+
+
 def test_a_restart_exports_the_stored_estimates_and_alerts_before_it_reaches_the_broker(
     tmp_path: Path, workload: Workload
 ) -> None:
@@ -705,6 +749,26 @@ def test_a_data_directory_written_with_another_bucket_length_is_refused(
             Engine(cfg, store, Exporter(cfg, CollectorRegistry()))
         store.close()
     h = Harness(log, tmp_path)  # the same length: as before
+    assert h.engine.estimator.snapshot().windows
+    h.close()
+
+
+def test_a_data_directory_written_with_another_salt_is_refused(
+    tmp_path: Path, workload: Workload
+) -> None:
+    """Request ids are hashes of the salt: restarted with another, the labels of every pending
+    request sent by record id were refused as unknown_request, without a word at start-up."""
+    log = FakeLog()
+    _fill(log, workload)
+    h = Harness(log, tmp_path)
+    h.drain()
+    h.close()
+    cfg = dataclasses.replace(_config(tmp_path), salt="rotated")
+    store = Store(tmp_path)
+    with pytest.raises(StoreError, match=r"sampling\.salt activeaudit, .* says rotated: request"):
+        Engine(cfg, store, Exporter(cfg, CollectorRegistry()))
+    store.close()
+    h = Harness(log, tmp_path)  # the same salt: as before
     assert h.engine.estimator.snapshot().windows
     h.close()
 
