@@ -376,8 +376,9 @@ class ConfluentSource:
             hw = high if high >= 0 else self._ends.get(key)
             nxt = self._next.get(key)
             if hw is not None and nxt is not None:
-                nxt = max(nxt, positions.get(key, -1))
-                note_beyond_end(key, hw, nxt, self._beyond)
+                pos = positions.get(key)
+                nxt = max(nxt, -1 if pos is None else pos)
+                note_beyond_end(key, hw, nxt, self._beyond, position=pos)
                 out[key] = max(0, hw - nxt)
             elif hw == 0:
                 out[key] = 0

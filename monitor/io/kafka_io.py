@@ -377,8 +377,9 @@ class KafkaSource:
                 hw = self._ends.get((tp.topic, tp.partition))
             nxt = self._next.get((tp.topic, tp.partition))
             if hw is not None and nxt is not None:
-                nxt = max(nxt, positions.get((tp.topic, tp.partition), -1))
-                note_beyond_end((tp.topic, tp.partition), int(hw), nxt, self._beyond)
+                pos = positions.get((tp.topic, tp.partition))
+                nxt = max(nxt, -1 if pos is None else pos)
+                note_beyond_end((tp.topic, tp.partition), int(hw), nxt, self._beyond, position=pos)
                 out[(tp.topic, tp.partition)] = max(0, int(hw) - nxt)
             elif hw is not None and int(hw) == 0:
                 out[(tp.topic, tp.partition)] = 0

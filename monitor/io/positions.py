@@ -27,8 +27,15 @@ _REWIND_HINT = (
     "as new traffic"
 )
 _BEYOND_HINT = (
-    "the topic was recreated or its log truncated; to start it over, stop the monitor and move "
-    "its data directory aside (a new store reads every partition from its start)"
+    "the topic was recreated or its log truncated. Apache Kafka starts the partition over by "
+    "itself once records come (offset_reset follows); a broker that does not (Tansu) leaves "
+    "the monitor here: to start it over, stop the monitor and move its data directory aside "
+    "(a new store reads every partition from its start)"
+)
+_RESET_HINT = (
+    "the topic was recreated or its log truncated, and the broker reset this consumer to the "
+    "partition's start: its records are read from there as they come, counted as new traffic "
+    "(offset_reset); nothing to do"
 )
 
 
@@ -52,12 +59,22 @@ BEYOND_GRACE_S = 30.0
 
 
 def note_beyond_end(
-    key: TP, end: int, nxt: int, since: dict[TP, float], now: float | None = None
+    key: TP,
+    end: int,
+    nxt: int,
+    since: dict[TP, float],
+    *,
+    position: int | None = None,
+    now: float | None = None,
 ) -> None:
     """Log, once until it clears, a next offset beyond the end that lasted ``BEYOND_GRACE_S``.
 
     ``since``: per partition, when ``nxt`` was first seen beyond ``end`` (``inf`` once logged);
-    ``now``: ``time.monotonic()`` by default.
+    ``position``: the client's own, when known: at or below ``end`` the broker has reset it
+    (Apache Kafka, a recreated empty topic), so the records are read as they come and the hint
+    says so rather than have an operator move the data directory aside (kafka-python tells;
+    librdkafka reports no position before its first record, and the hint says both); ``now``:
+    ``time.monotonic()`` by default.
     """
     if nxt <= end:
         since.pop(key, None)
@@ -75,6 +92,8 @@ def note_beyond_end(
                 "next_offset": nxt,
                 "end_offset": end,
                 "for_s": BEYOND_GRACE_S,
-                "hint": _BEYOND_HINT,
+                "hint": _RESET_HINT
+                if position is not None and 0 <= position <= end
+                else _BEYOND_HINT,
             },
         )

@@ -693,3 +693,44 @@ def test_no_client_asks_a_broker_that_allows_it_to_create_a_topic(
         sink.close()
         src.close()
         admin.close()
+
+
+@pytest.mark.integration
+@pytest.mark.brokers("tansu", "kafka")
+@pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
+def test_a_stored_offset_beyond_an_empty_partition_says_what_to_do(
+    library: str,
+    broker: Broker,
+    *,
+    make_topics: Callable[..., TopicsConfig],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> None:
+    """A topic recreated and still empty: Kafka resets the consumer to its start and reads the
+    records by itself once they come, so the warning must not tell the operator only to move
+    the data directory aside (as it did); Tansu keeps the consumer at its stored offset."""
+    monkeypatch.setattr("monitor.io.positions.BEYOND_GRACE_S", 1.0)
+    topics = make_topics()
+    config = _config(broker.bootstrap, topics, library, _client_for(broker))
+    source_class, _ = CLASSES[library]
+    tp = (topics.scored, 0)
+    src = source_class(config, lambda: {tp: 1000}, topics=[topics.scored])
+    ours: list[logging.LogRecord] = []
+    try:
+        with caplog.at_level(logging.WARNING, logger="monitor.io.positions"):
+            deadline = time.monotonic() + 20.0
+            while not ours and time.monotonic() < deadline:
+                assert src.poll(100, 0.3) == []
+                src.lag()
+                ours = [r for r in caplog.records if r.name == "monitor.io.positions"]
+    finally:
+        src.close()
+    assert [getattr(r, "event", "") for r in ours] == ["position_beyond_end"]
+    hint = str(getattr(ours[0], "hint", ""))
+    if request.node.callspec.params["broker"] == "tansu":
+        assert "move its data directory aside" in hint
+    elif library == "kafka-python":  # it knows its position went back to the start
+        assert "nothing to do" in hint
+    else:  # librdkafka reports no position before a record: the hint says both
+        assert "starts the partition over by itself" in hint
