@@ -305,6 +305,7 @@ class SimulatedAuditTeam:
     def run(self, stop: threading.Event) -> None:
         """Consume requests and produce answers until ``stop`` is set (blocking)."""
         from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: PLC0415
+        from kafka.errors import KafkaError  # noqa: PLC0415
 
         config: dict[str, Any] = {
             "bootstrap_servers": self.bootstrap_servers,
@@ -325,21 +326,40 @@ class SimulatedAuditTeam:
             else:
                 consumer.subscribe([self.requests_topic])
             self._ready.set()
+            outage = False  # the broker stopped answering: answers wait in the producer
             while not stop.is_set():
                 polled = consumer.poll(timeout_ms=100, max_records=500)
                 for messages in polled.values():
                     for message in messages:
                         self._take(message.value)
-                if self._release(producer) or polled:
-                    producer.flush(10)
-                if polled and self.group_id is not None:
-                    consumer.commit()
+                try:
+                    if self._release(producer) or polled or outage:
+                        producer.flush(10)
+                    if polled and self.group_id is not None:
+                        consumer.commit()
+                except KafkaError as exc:  # a broker outage: the team waits, as auditors do
+                    if not outage:
+                        log.warning(
+                            "the broker does not answer: answers wait until it is back",
+                            extra={"event": "auditors_waiting", "error": str(exc)},
+                        )
+                    outage = True
+                    continue
+                if outage:
+                    log.info("the broker answers again", extra={"event": "auditors_resumed"})
+                    outage = False
         finally:
             with self._lock:
                 self._stats.abandoned += len(self._waiting)
                 self._stats.waiting = 0
                 self._waiting.clear()
-            producer.close(5)
+            try:
+                producer.close(5)
+            except KafkaError as exc:  # answers the broker never took: said, not raised
+                log.warning(
+                    "answers not delivered at stop",
+                    extra={"event": "auditors_undelivered", "error": str(exc)},
+                )
             consumer.close()
 
     def _take(self, value: bytes | None) -> None:
@@ -388,7 +408,8 @@ class SimulatedAuditTeam:
                 if not self._waiting or self._waiting[0][0] > now:
                     self._stats.waiting = len(self._waiting)
                     return sent
-                _, _, request_id, label, token = heapq.heappop(self._waiting)
+                item = heapq.heappop(self._waiting)
+            _, _, request_id, label, token = item
             value: dict[str, Any] = {
                 "request_id": request_id,
                 "label": label,
@@ -397,11 +418,16 @@ class SimulatedAuditTeam:
             }
             if token is not None:
                 value["token"] = token
-            producer.send(
-                self.labels_topic,
-                key=request_id.encode(),
-                value=json.dumps(value, sort_keys=True, separators=(",", ":")).encode(),
-            )
+            try:
+                producer.send(
+                    self.labels_topic,
+                    key=request_id.encode(),
+                    value=json.dumps(value, sort_keys=True, separators=(",", ":")).encode(),
+                )
+            except Exception:  # not taken (a broker outage): answered later, not lost
+                with self._lock:
+                    heapq.heappush(self._waiting, item)
+                raise
             sent += 1
             with self._lock:
                 self._stats.answered += 1
