@@ -209,6 +209,12 @@ def quality_panels() -> list[Json]:
         ),
         unit="percentunit",
         unit_range=(0.0, 1.0),
+        overrides=[  # a 0/1 flag, not a share: no percent on its values
+            {
+                "matcher": {"id": "byRegexp", "options": "^scores disagree"},
+                "properties": [{"id": "unit", "value": "none"}],
+            }
+        ],
     )
     likelihood = timeseries(
         "Model likelihood",
@@ -349,7 +355,7 @@ def pipeline_panels() -> list[Json]:
         "Throughput",
         "Scored records consumed per second (5 min average) and audit requests issued.",
         targets(
-            ('job_model:monitor_records:rate5m{model="$model"}', "records/s {{instance}}"),
+            ('job_model:monitor_records:rate5m{model="$model"}', "records/s"),
             (
                 'sum by (model) (rate(monitor_audit_requests_total{model="$model"}'
                 "[$__rate_interval]))",
@@ -455,10 +461,11 @@ def alert_panels() -> list[Json]:
     }
     decisions = timeseries(
         "Daemon alert decisions",
-        "The daemon's own interval-based decisions (1 = active) for the selected model.",
+        "The daemon's own interval-based decisions (1 = active) for the selected model and "
+        "segment.",
         targets(
             (
-                'monitor_alert_active{model="$model"}',
+                f"monitor_alert_active{{{MS}}}",
                 "{{alert}} {{segment}} {{window}}",
             )
         ),

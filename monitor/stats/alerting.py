@@ -122,23 +122,27 @@ def upper_bound(est: Estimate, error: float) -> float:
 
 
 def likelihood_upper_bound(likelihood: float, log_se: float, n: int, error: float) -> float:
-    """One-sided upper bound of the model likelihood: ``exp(log L + t_{n-1}(1 - error) se)``.
+    """One-sided upper bound of the likelihood: ``min(1, exp(log L + t_{n-1}(1 - error) se))``.
 
     ``log L`` is the weighted mean log-likelihood (seed 002, Sec. 4.1) and ``log_se`` its
     super-population standard error (:func:`monitor.stats.likelihood.log_likelihood_se`).
     ``bound < floor`` rejects "the likelihood is at least the floor" at error ``error``. With an
-    unknown se (NaN) the point estimate itself is returned (the old, untested comparison).
+    unknown se (NaN) the point estimate itself is returned (the old, untested comparison). A
+    geometric mean of probabilities is at most 1, and so is its bound (a healthy model's read
+    1.005 in the alert's evidence).
 
     Examples:
         >>> round(likelihood_upper_bound(0.5, 0.0, 10, 1e-4), 6)
         0.5
+        >>> likelihood_upper_bound(0.99, 0.05, 10, 1e-4)
+        1.0
     """
     if math.isnan(likelihood) or not likelihood > 0.0:
         return math.nan
     if math.isnan(log_se):
         return likelihood
     t = t_quantile(1.0 - 2.0 * error, n)
-    return math.exp(math.log(likelihood) + t * log_se)
+    return min(1.0, math.exp(math.log(likelihood) + t * log_se))
 
 
 def drop_bound(current: Estimate, ref_value: float, ref_se: float, error: float) -> float:
