@@ -54,9 +54,9 @@ from monitor.config.load import load_config
 from monitor.config.schema import Config
 from monitor.core.snapshot import Snapshot
 from monitor.errors import BrokerUnavailable, ConfigError, StoreError, TopicsNotReady
-from monitor.io.store import Store
+from monitor.io.store import Store, pin_mismatches
 from monitor.logs import LOG_LEVELS, log_level, setup_logging
-from monitor.runtime.engine import Engine
+from monitor.runtime.engine import Engine, store_pins
 from monitor.runtime.failpoint import Failpoint
 from monitor.runtime.ports import TP, Connect, Loop, Sink, Source
 from monitor.runtime.sampler_role import SamplerEngine
@@ -409,6 +409,11 @@ def _check(args: argparse.Namespace) -> int:
     if isinstance(data, Mapping) and data.get("labelstudio") is not None:
         parse_labelstudio(data, str(args.config))  # read by ``monitor queue labelstudio``
         queue = "; labelstudio: OK"
+    stale = pin_mismatches(config.data_dir, store_pins(config))
+    for problem in stale:
+        print(f"{args.config}: error: {problem}", file=sys.stderr)
+    if stale:
+        return 2
     print(f"{args.config}: OK (models: {models}{queue})")
     if (unused := unused_security_settings(config.kafka.client)) is not None:
         print(f"{args.config}: warning: {unused}", file=sys.stderr)

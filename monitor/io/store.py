@@ -16,7 +16,7 @@ import json
 import math
 import os
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -108,6 +108,39 @@ class LoadedState:
     feed: list[BucketState] = field(default_factory=list)
 
 
+def _pin_mismatch(data_dir: Path, key: str, stored: str, value: str, hint: str) -> str:
+    return (
+        f"data directory {data_dir} was written with {key} {stored}, the configuration says "
+        f"{value}: {hint}"
+    )
+
+
+def pin_mismatches(data_dir: Path, pins: Sequence[tuple[str, str, str]]) -> list[str]:
+    """What ``Store.pin`` would refuse of ``pins`` ``(key, value, hint)``, read without a lock.
+
+    For ``monitor check-config``: the store is opened read-only (a running daemon keeps its
+    lock and its transactions); none when ``data_dir`` holds no store yet. Raises
+    ``StoreError`` when it cannot be read.
+    """
+    path = Path(data_dir) / DB_NAME
+    if not path.exists():
+        return []
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            stored = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        msg = f"the state store {path} cannot be read: {exc}"
+        raise StoreError(msg) from exc
+    return [
+        _pin_mismatch(Path(data_dir), key, str(stored[key]), value, hint)
+        for key, value, hint in pins
+        if key in stored and str(stored[key]) != value
+    ]
+
+
 class Store:
     """The SQLite state of one daemon; ``commit`` is one transaction per poll."""
 
@@ -189,11 +222,7 @@ class Store:
         except sqlite3.Error as exc:
             raise self._unreadable(exc) from exc
         if row[0] != value:
-            msg = (
-                f"data directory {self.data_dir} was written with {key} {row[0]}, the "
-                f"configuration says {value}: {hint}"
-            )
-            raise StoreError(msg)
+            raise StoreError(_pin_mismatch(self.data_dir, key, str(row[0]), value, hint))
 
     def close(self) -> None:
         """Close the database and release the directory lock."""

@@ -108,6 +108,30 @@ def count_step(
         )
 
 
+def store_pins(config: Config) -> list[tuple[str, str, str]]:
+    """The settings a data directory is written under: ``(key, value, what to do)``.
+
+    ``Store.pin`` refuses a store written under another value (``monitor run``, and ``monitor
+    check-config`` read-only).
+    """
+    return [
+        (
+            "windows.bucket_s",
+            str(config.windows.bucket_s),
+            "its buckets would be read as other hours and every estimate would silently start "
+            "over. Set windows.bucket_s back, or move the data directory away to start from the "
+            "topics' retained data",
+        ),
+        (
+            "sampling.salt",
+            config.salt,
+            "request ids are hashes of it, so the labels that name a pending request by record "
+            "id would find none (unknown_request) and a replay would decide other records. Set "
+            "sampling.salt back, or move the data directory away to start over",
+        ),
+    ]
+
+
 class Engine:
     """The sampler, estimator and store of one daemon, driven one poll at a time.
 
@@ -160,20 +184,8 @@ class Engine:
         self._acked: set[tuple[str, bytes | None, bytes]] = set()
         # role estimator: the aggregates topic, read once before the first step (``_recover``)
         self._recover_from = aggregates if role == "estimator" else None
-        store.pin(
-            "windows.bucket_s",
-            str(config.windows.bucket_s),
-            "its buckets would be read as other hours and every estimate would silently start "
-            "over. Set windows.bucket_s back, or move the data directory away to start from the "
-            "topics' retained data",
-        )
-        store.pin(
-            "sampling.salt",
-            config.salt,
-            "request ids are hashes of it, so the labels that name a pending request by record "
-            "id would find none (unknown_request) and a replay would decide other records. Set "
-            "sampling.salt back, or move the data directory away to start over",
-        )
+        for key, value, hint in store_pins(config):
+            store.pin(key, value, hint)
         self._load()
         for model in self.estimator.unconfigured_models():  # once: _load runs on each rollback
             log.warning(

@@ -754,7 +754,7 @@ def test_a_data_directory_written_with_another_bucket_length_is_refused(
 
 
 def test_a_data_directory_written_with_another_salt_is_refused(
-    tmp_path: Path, workload: Workload
+    tmp_path: Path, workload: Workload, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Request ids are hashes of the salt: restarted with another, the labels of every pending
     request sent by record id were refused as unknown_request, without a word at start-up."""
@@ -770,6 +770,17 @@ def test_a_data_directory_written_with_another_salt_is_refused(
     store.close()
     h = Harness(log, tmp_path)  # the same salt: as before
     assert h.engine.estimator.snapshot().windows
+    # check-config says so too (it said OK), read-only while a daemon holds the directory
+    conf = tmp_path / "monitor.yaml"
+    for salt, bucket_s, code in (("activeaudit", 3600, 0), ("rotated", 1800, 2)):
+        conf.write_text(
+            f"storage: {{data_dir: {tmp_path}}}\nsampling: {{salt: {salt}}}\n"
+            f"windows: {{bucket_s: {bucket_s}, report: {{1h: 3600, 24h: 86400}}}}\n"
+        )
+        assert main(["check-config", "--config", str(conf)]) == code
+    err = capsys.readouterr().err
+    assert "written with windows.bucket_s 3600, the configuration says 1800" in err
+    assert "written with sampling.salt activeaudit, the configuration says rotated" in err
     h.close()
 
 
