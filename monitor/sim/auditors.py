@@ -317,7 +317,10 @@ class SimulatedAuditTeam:
         config.update(self.consumer_config)
         consumer = KafkaConsumer(**config)
         producer = KafkaProducer(
-            bootstrap_servers=self.bootstrap_servers, linger_ms=5, client_id="simulated-audit-team"
+            bootstrap_servers=self.bootstrap_servers,
+            linger_ms=5,
+            client_id="simulated-audit-team",
+            max_block_ms=5000,  # a send in an outage waits 5 s, not 60: a stop is served
         )
         try:
             if self.group_id is None:
