@@ -875,10 +875,10 @@ def _trailing(
             return None
         stages = stage_bases(ctl)
         cut = next((j for j in range(len(stages) - 1, -1, -1) if not keep(stages[j][0])), None)
+        kappa = max([kappa, *(c.kappa for c, _ in stages[0 if cut is None else cut + 1 :])])
         if cut is None:
             n, q, pi = n + agg.n, q + agg.sum_qstar, pi + agg.sum_pi
             kq += agg.sum_uncapped
-            kappa = max([kappa, *(c.kappa for c, _ in stages)])
             continue
         if cut < len(stages) - 1:
             base = stages[cut + 1][1]
@@ -886,6 +886,5 @@ def _trailing(
                 return None
             n, q, pi = n + agg.n - base[0], q + agg.sum_qstar - base[1], pi + agg.sum_pi - base[2]
             kq += agg.sum_uncapped - base[3]
-            kappa = max([kappa, *(c.kappa for c, _ in stages[cut + 1 :])])
         return _Run(n, q, pi, kq, whole=False, kappa=kappa)
     return _Run(n, q, pi, kq, whole=True, kappa=kappa)

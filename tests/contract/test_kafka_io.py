@@ -364,6 +364,25 @@ def _topic_config(admin: KafkaAdminClient, topic: str) -> dict[str, str]:
     return {k: str(v["value"]) for k, v in found["topic"][topic].items()}
 
 
+def _until_positions_logged(
+    src: Source, topic: str, caplog: pytest.LogCaptureFixture
+) -> tuple[list[logging.LogRecord], list[int]]:
+    """Poll ``src`` (and its lags) until ``monitor.io.positions`` logs, 20 s at most, then close
+    it: those log records and the offsets of ``topic`` read meanwhile."""
+    ours: list[logging.LogRecord] = []
+    offsets: list[int] = []
+    try:
+        with caplog.at_level(logging.WARNING, logger="monitor.io.positions"):
+            deadline = time.monotonic() + 20.0
+            while not ours and time.monotonic() < deadline:
+                offsets += [r.offset for r in src.poll(100, 0.3) if r.topic == topic]
+                src.lag()
+                ours = [r for r in caplog.records if r.name == "monitor.io.positions"]
+    finally:
+        src.close()
+    return ours, offsets
+
+
 @pytest.mark.integration
 @pytest.mark.brokers("tansu", "kafka")
 @pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
@@ -379,18 +398,8 @@ def test_a_stored_offset_beyond_the_partitions_end_is_logged(
     topics, config, source_class = _ten_records(library, broker, make_topics, "scored")
     tp = (topics.scored, 0)
     src = source_class(config, lambda: {tp: 1000}, topics=[topics.scored])
-    events: list[str] = []
-    try:
-        with caplog.at_level(logging.WARNING, logger="monitor.io.positions"):
-            deadline = time.monotonic() + 20.0
-            offsets: list[int] = []
-            while not events and time.monotonic() < deadline:
-                offsets += [r.offset for r in src.poll(100, 0.3) if r.topic == topics.scored]
-                src.lag()
-                ours = [r for r in caplog.records if r.name == "monitor.io.positions"]
-                events = [getattr(r, "event", "") for r in ours]
-    finally:
-        src.close()
+    ours, offsets = _until_positions_logged(src, topics.scored, caplog)
+    events = [getattr(r, "event", "") for r in ours]
     record = ours[0]
     assert events in (["offset_reset"], ["position_beyond_end"]), events
     assert (record.topic, record.partition) == tp  # type: ignore[attr-defined]
@@ -716,16 +725,8 @@ def test_a_stored_offset_beyond_an_empty_partition_says_what_to_do(
     source_class, _ = CLASSES[library]
     tp = (topics.scored, 0)
     src = source_class(config, lambda: {tp: 1000}, topics=[topics.scored])
-    ours: list[logging.LogRecord] = []
-    try:
-        with caplog.at_level(logging.WARNING, logger="monitor.io.positions"):
-            deadline = time.monotonic() + 20.0
-            while not ours and time.monotonic() < deadline:
-                assert src.poll(100, 0.3) == []
-                src.lag()
-                ours = [r for r in caplog.records if r.name == "monitor.io.positions"]
-    finally:
-        src.close()
+    ours, offsets = _until_positions_logged(src, topics.scored, caplog)
+    assert offsets == []
     assert [getattr(r, "event", "") for r in ours] == ["position_beyond_end"]
     hint = str(getattr(ours[0], "hint", ""))
     if request.node.callspec.params["broker"] == "tansu":

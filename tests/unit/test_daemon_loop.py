@@ -731,16 +731,22 @@ def test_a_sampler_given_no_partition_is_a_ready_standby_while_the_broker_answer
     assert not log.records(TOPICS.requests)  # it decided nothing
 
 
+def _written(data_dir: Path, workload: Workload) -> FakeLog:
+    """A log holding ``workload`` and a data directory that has read all of it (closed)."""
+    log = FakeLog()
+    _fill(log, workload)
+    h = Harness(log, data_dir)
+    h.drain()
+    h.close()
+    return log
+
+
 def test_a_data_directory_written_with_another_bucket_length_is_refused(
     tmp_path: Path, workload: Workload
 ) -> None:
     """Its buckets would be read as other hours: the 24 h window went from 4,000 records to 100
     and 0 labels without a word (7200 s: the old buckets looked like future ones)."""
-    log = FakeLog()
-    _fill(log, workload)
-    h = Harness(log, tmp_path)
-    h.drain()
-    h.close()
+    log = _written(tmp_path, workload)
     for bucket_s in (1800, 7200):
         cfg = _config(tmp_path)
         cfg = dataclasses.replace(cfg, windows=dataclasses.replace(cfg.windows, bucket_s=bucket_s))
@@ -758,11 +764,7 @@ def test_a_data_directory_written_with_another_salt_is_refused(
 ) -> None:
     """Request ids are hashes of the salt: restarted with another, the labels of every pending
     request sent by record id were refused as unknown_request, without a word at start-up."""
-    log = FakeLog()
-    _fill(log, workload)
-    h = Harness(log, tmp_path)
-    h.drain()
-    h.close()
+    log = _written(tmp_path, workload)
     cfg = dataclasses.replace(_config(tmp_path), salt="rotated")
     store = Store(tmp_path)
     with pytest.raises(StoreError, match=r"sampling\.salt activeaudit, .* says rotated: request"):
@@ -788,11 +790,7 @@ def test_a_model_removed_from_the_configuration_is_named_once_at_start(
     tmp_path: Path, workload: Workload, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Warned at start, not again at each rollback of a broker outage (it was, every retry)."""
-    log = FakeLog()
-    _fill(log, workload)
-    h = Harness(log, tmp_path)
-    h.drain()
-    h.close()
+    log = _written(tmp_path, workload)
     cfg = dataclasses.replace(
         _config(tmp_path), models={"other": ModelConfig(name="other")}, default_model="other"
     )
