@@ -357,19 +357,8 @@ def register(sub: Any) -> None:
         help="run the streaming daemon",
         description="Consume scored traffic, request audits, join labels and export estimates.",
     )
-    run.add_argument("--config", type=Path, required=True, help="YAML configuration file")
-    run.add_argument("--bootstrap-servers", help="Kafka bootstrap servers, comma-separated")
-    run.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz")
-    run.add_argument(
-        "--metrics-address", help="address /metrics listens on (metrics.listen_address)"
-    )
-    run.add_argument("--data-dir", type=Path, help="directory of the state store")
+    _add_config_arguments(run)
     run.add_argument("--log-level", default="INFO", type=log_level, help=", ".join(LOG_LEVELS))
-    run.add_argument(
-        "--group-instance-id",
-        help="static group membership (kafka.client.group_instance_id): a stable id per process, "
-        "e.g. the StatefulSet pod name; not for the samplers of a Deployment",
-    )
     run.add_argument(
         "--create-topics",
         action="store_true",
@@ -385,9 +374,30 @@ def register(sub: Any) -> None:
         "estimates, metrics and alerts from the samplers' aggregates (run one)",
     )
     run.set_defaults(func=_run)
-    check = sub.add_parser("check-config", help="validate a configuration file and exit")
-    check.add_argument("--config", type=Path, required=True, help="YAML configuration file")
+    check = sub.add_parser(
+        "check-config",
+        help="validate a configuration file and exit",
+        description="Validate the configuration as `monitor run` with the same flags reads it, "
+        "and the data directory's pinned settings against it.",
+    )
+    _add_config_arguments(check)
     check.set_defaults(func=_check)
+
+
+def _add_config_arguments(parser: Any) -> None:
+    """``--config`` and the flags that win over the file (``run`` and ``check-config``)."""
+    parser.add_argument("--config", type=Path, required=True, help="YAML configuration file")
+    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers, comma-separated")
+    parser.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz")
+    parser.add_argument(
+        "--metrics-address", help="address /metrics listens on (metrics.listen_address)"
+    )
+    parser.add_argument("--data-dir", type=Path, help="directory of the state store")
+    parser.add_argument(
+        "--group-instance-id",
+        help="static group membership (kafka.client.group_instance_id): a stable id per process, "
+        "e.g. the StatefulSet pod name; not for the samplers of a Deployment",
+    )
 
 
 def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -402,7 +412,7 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _check(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = load_config(args.config, config_overrides(args))
     models = ", ".join(sorted(config.models))
     queue = ""
     data = yaml.safe_load(args.config.read_text(encoding="utf-8"))  # valid YAML: loaded above

@@ -140,6 +140,7 @@ CONFLUENT_OPTIONS: Mapping[str, tuple[str, frozenset[str]]] = {
     "ssl_certfile": ("ssl.certificate.location", _BOTH),
     "ssl_keyfile": ("ssl.key.location", _BOTH),
     "ssl_password": ("ssl.key.password", _BOTH),
+    "ssl_crlfile": ("ssl.crl.location", _BOTH),
     "client_id": ("client.id", _BOTH),
     "reconnect_backoff_ms": ("reconnect.backoff.ms", _BOTH),
     "reconnect_backoff_max_ms": ("reconnect.backoff.max.ms", _BOTH),

@@ -53,6 +53,8 @@ _WINDOW_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,31}")
 _TOPIC_NAME = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9._-]{1,249}")  # Kafka refuses "." and ".."
 _PATH = re.compile(r"[^\x00]+")
 _HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
+#: a host name, an IPv4 address or an IPv6 one, bare or in brackets (bound without them)
+_LISTEN_ADDRESS = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]|[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*")
 _MIN_TOKEN_SECRET = 16
 MAX_REPLICATION_FACTOR = 32_767  # a replication factor is a 16-bit field of CreateTopics
 _LIBRARY = re.compile("|".join(re.escape(x) for x in LIBRARIES))
@@ -251,9 +253,11 @@ def _build(problems: Problems, data: Mapping[str, Any]) -> Config:
             listen_address=metrics.text(
                 "listen_address",
                 base.metrics.listen_address,
-                _HOST_NAME,
+                _LISTEN_ADDRESS,
                 "an IP address or host name",
-            ),
+            )
+            .removeprefix("[")
+            .removesuffix("]"),
             port=metrics.integer("port", base.metrics.port, 1, 65_535),
         ),
         alertmanager=_alertmanager(problems, top.get("alertmanager")),
@@ -331,7 +335,7 @@ def _kafka(problems: Problems, value: Any) -> KafkaConfig:
                 problems.add(
                     f"kafka.client.{key}",
                     f"not supported with kafka.client_library confluent-kafka (supported: "
-                    f"{supported}); pass it to librdkafka's settings yourself or use kafka-python",
+                    f"{supported}); remove it, or set kafka.client_library: kafka-python",
                 )
         if importlib.util.find_spec("confluent_kafka") is None:
             problems.add(

@@ -324,6 +324,18 @@ def test_command_line_overrides_win_and_are_validated(tmp_path: Path) -> None:
     flags = config_overrides(run)
     assert set(flags) == set(OVERRIDES)
     assert load_config(REFERENCE, flags).metrics.listen_address == "0.0.0.0"
+    # and of monitor check-config, which reads the data directory `run` would
+    check = build_parser().parse_args(["check-config", *argv[1:], "--data-dir", "d"])
+    assert config_overrides(check) == {**flags, "metrics_port": None}
+
+
+@pytest.mark.parametrize(
+    ("given", "bound"), [("::1", "::1"), ("[::1]", "::1"), ("::", "::"), ("fe80::1", "fe80::1")]
+)
+def test_an_ipv6_listen_address_is_bound_without_brackets(given: str, bound: str) -> None:
+    """ "::" was refused and "[::1]" passed the check but could not be bound (its brackets)."""
+    config = load_config(REFERENCE, {"metrics_address": given})
+    assert config.metrics.listen_address == bound
 
 
 def test_group_instance_id_flag_sets_the_client_key_and_keeps_the_others() -> None:
@@ -630,6 +642,17 @@ def test_confluent_client_gets_librdkafka_names_per_client_kind() -> None:
     }
 
 
+def test_confluent_client_reads_the_revocation_list_the_readme_lists(tmp_path: Path) -> None:
+    """``ssl_crlfile`` was refused with confluent-kafka, the hint naming no way to pass it."""
+    crl = tmp_path / "brokers.crl"
+    crl.write_text("-----BEGIN X509 CRL-----\n-----END X509 CRL-----\n")
+    client = {"security_protocol": "SSL", "ssl_crlfile": str(crl)}
+    data = {"kafka": {"client_library": "confluent-kafka", "client": client}}
+    config = parse_config(data, "test.yaml")
+    for kind in ("consumer", "producer"):
+        assert confluent_client_options(config.kafka, kind)["ssl.crl.location"] == str(crl)
+
+
 def test_confluent_client_refuses_settings_it_cannot_translate() -> None:
     problems = problems_of(
         {
@@ -644,6 +667,7 @@ def test_confluent_client_refuses_settings_it_cannot_translate() -> None:
         "kafka.client.metadata_max_age_ms: not supported with kafka.client_library "
         "confluent-kafka (supported: client_id, "
     )
+    assert problems[0].endswith("; remove it, or set kafka.client_library: kafka-python")
     assert problems_of({"kafka": {"client_library": "librdkafka"}}) == [
         "kafka.client_library: expected kafka-python or confluent-kafka, got 'librdkafka' (a string)"
     ]

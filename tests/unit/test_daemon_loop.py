@@ -783,6 +783,11 @@ def test_a_data_directory_written_with_another_salt_is_refused(
     err = capsys.readouterr().err
     assert "written with windows.bucket_s 3600, the configuration says 1800" in err
     assert "written with sampling.salt activeaudit, the configuration says rotated" in err
+    # the directory named as `run` is given it, by --data-dir (check-config had no such flag)
+    conf.write_text(f"storage: {{data_dir: {tmp_path / 'fresh'}}}\nsampling: {{salt: rotated}}\n")
+    assert main(["check-config", "--config", str(conf)]) == 0  # the file's directory: no store
+    assert main(["check-config", "--config", str(conf), "--data-dir", str(tmp_path)]) == 2
+    assert "the configuration says rotated" in capsys.readouterr().err
     h.close()
 
 
