@@ -65,12 +65,12 @@ from monitor.stats.design import (
 )
 from monitor.stats.estimate import Estimate
 from monitor.stats.falpha import (
-    estimate_falpha,
     falpha_exact,
     intrinsic_falpha,
     intrinsic_falpha_se,
 )
 from monitor.stats.greg import StratumTraffic, choose
+from monitor.stats.measures import measure_all
 from monitor.stats.sample import LabeledSample
 from monitor.stats.score_interval import Widening, scores_disagree
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
@@ -169,20 +169,17 @@ def _estimates(
     size = pool.score.size
     out = {}
     pi_u = np.full(size, min(1.0, budget / size))
-    out["uniform"] = estimate_falpha(_draw(pool, pi_u, us[0])[1], alpha, LEVEL)
+    out["uniform"] = measure_all(_draw(pool, pi_u, us[0])[1], alpha, LEVEL).f
     g_raw = recalibrated_g(pool.score, pool.pred, alpha)
     q_raw = defensive_mix(q_star_falpha(pool.score, pool.pred, alpha, g_raw), LAM_RAW)
     pi = inclusion_for_budget(q_raw, budget)[0]
-    out["raw q*"] = estimate_falpha(_draw(pool, pi, us[0])[1], alpha, LEVEL)
+    out["raw q*"] = measure_all(_draw(pool, pi, us[0])[1], alpha, LEVEL).f
     both, recal = _rounds(pool, alpha, budget, us)
     p_pool = recal.cal_map.apply(pool.score)
     f1 = pool.pred == 1
     traffic = [StratumTraffic(float(np.sum(sel)), float(p_pool[sel].sum())) for sel in (~f1, f1)]
-    ratio = (
-        estimate_falpha(both, alpha, LEVEL),
-        estimate_falpha(both, 1.0, LEVEL),
-        estimate_falpha(both, 0.0, LEVEL),
-    )
+    m = measure_all(both, alpha, LEVEL)  # as `monitor estimate` reports it
+    ratio = (m.f, m.precision, m.recall)
     p_hat = recal.cal_map.apply(both.score)
     greg = choose(both, p_hat, traffic[0], traffic[1], ratio, alpha, LEVEL).f
     intrinsic = intrinsic_falpha(pool.score, pool.pred, alpha)

@@ -6,8 +6,9 @@ positives mostly get pi = 1, as in the daemon's 1 h windows), audited with the p
 design for the measure (q* mixed with 10% uniform, ``inclusion_for_budget``); the truth is the
 window's realised value. Columns, on the same samples:
 
-- ``shipped``: ``estimate_falpha`` (jackknife-corrected ratio, delta se with c = 2 pseudo
-  false negatives while fewer were seen, logit-t interval, Wilson on n_eff at 0 or 1);
+- ``shipped``: the ratio's own interval, ``estimate_falpha`` (jackknife-corrected ratio, delta
+  se with c = 2 pseudo false negatives while fewer were seen, logit-t interval, Wilson on n_eff
+  at 0 or 1), the product's interval until the score-type floor below;
 - ``c=1``: the same with one pseudo event (``pseudo_events=1``);
 - ``score c``: the same with a pseudo-event count from the scores: the false negatives expected
   among the sampled predicted negatives, ``sum s_i`` over those with pi < 1 (= E[k] under the
@@ -25,9 +26,11 @@ window's realised value. Columns, on the same samples:
   count each tested value implies (``monitor.stats.score_interval``);
 - ``intersect``: the intersection of ``shipped`` and ``score-type`` (each an honest 95% interval,
   so together they exclude the truth at most as often as both do apart);
-- ``daemon``: the shipped interval with the score-type bounds where the window's labels reject
-  its scores (the label-free F of the window's scores outside the interval at 1%), as the
-  daemon's windows take them.
+- ``daemon``: what the daemon and ``monitor estimate`` export: ``measure_all``, the hull of the
+  shipped interval and the score-type bounds with the pseudo events as a floor (credited only
+  while fewer than two false negatives were sampled), and where the window's labels reject its
+  scores (the label-free F of the window's scores outside the interval at 1%) the score-type
+  bounds with the pseudo events always.
 
 Precision (alpha = 1) is left out: in these windows the predicted positives are a census and its
 interval is exact. Every cell is reported; the goal of issue 11 is coverage 0.93-0.97.
@@ -61,6 +64,7 @@ from monitor.stats.falpha import (
     intrinsic_falpha_se,
 )
 from monitor.stats.interval import t_quantile, wilson_interval
+from monitor.stats.measures import measure_all
 from monitor.stats.sample import LabeledSample
 from monitor.stats.score_interval import Widening, score_type_bounds, scores_disagree
 from monitor.stats.selection import defensive_mix, inclusion_for_budget, q_star_falpha
@@ -181,12 +185,12 @@ def intersect(a: Bounds | None, b: Bounds | None) -> Bounds | None:
 def daemon(
     sample: LabeledSample, alpha: float, score: np.ndarray, pred: np.ndarray
 ) -> Bounds | None:
-    """The shipped interval with the score-type bounds where the window's labels reject its
-    scores (``monitor.stats.score_interval``, as the daemon's windows)."""
-    est = estimate_falpha(sample, alpha, LEVEL)
+    """The interval the daemon exports: ``measure_all``'s, with the score-type bounds where the
+    window's labels reject its scores (``monitor.stats.score_interval``)."""
+    m = measure_all(sample, alpha, LEVEL)
+    est, recall = m.f, m.recall
     if not est.defined:
         return None
-    recall = estimate_falpha(sample, 0.0, LEVEL)
     g, g_se = intrinsic_falpha(score, pred, alpha), intrinsic_falpha_se(score, pred, alpha)
     if not scores_disagree(est, g, g_se):
         return _bounds(est)

@@ -114,7 +114,10 @@ covers 0.96 (1% positives, 30 labels). With 20-30 labels the design samples 0.8-
 negatives on average; an interval from the design alone must allow for many unseen ones among
 the rarely audited predicted negatives and covered 0.98-0.999 there with every shape tried (one
 pseudo event instead of two reaches 0.935-0.979 at 20% positives but leaves six cells at
-50-100 labels at 0.876-0.927).
+50-100 labels at 0.876-0.927). Where two to four false negatives were sampled the interval
+misses on the optimistic side (a Wald interval of a small count): the product reports F_alpha
+and recall widened to the score-type bounds (:func:`monitor.stats.measures.measure_all`,
+:mod:`monitor.stats.score_interval`), which this module's interval is also a part of.
 
 Small-sample fallback. When every gain is equal (G = 0 or 1) the delta se is 0 and the interval
 would collapse to a point. Then the Wilson score interval is used, with the sample size replaced
@@ -250,6 +253,21 @@ def second_phase_variance(resid: FloatArray, v: FloatArray, answers: AnswerGroup
     spread = np.bincount(inv, weights=resid * resid)  # one answer: its e^2 (d is 0)
     spread[several] = (s2 - s1 * s1 / m)[several] * m[several] / (m[several] - 1.0)
     return float(np.dot(1.0 - rate, np.maximum(spread, 0.0)))
+
+
+def sampled_variance(
+    resid: FloatArray, v: FloatArray, fpc: FloatArray, answers: AnswerGroups | None
+) -> float:
+    """Design variance of a total of residuals ``resid`` (one phase, or answers as a second).
+
+    One phase: ``sum(fpc e^2)``. Two phases (``v = 1/(pi r)``, ``fpc = 1 - pi r``): phase one
+    ``sum((1 - pi) r e^2)``, with ``(1 - pi) r = r - (1 - fpc)``, plus the answers'
+    :func:`second_phase_variance`. Units: those of ``resid`` squared.
+    """
+    if answers is None:
+        return float(np.dot(fpc, resid * resid))
+    phase1 = np.maximum(answers.rate - 1.0 + fpc, 0.0)
+    return float(np.dot(phase1, resid * resid)) + second_phase_variance(resid, v, answers)
 
 
 def t_quantile(level: float, n: int) -> float:
@@ -525,11 +543,7 @@ def ratio_estimate(
         unseen = unseen_event_design(weight, v * (event_weight / top), fpc, frame, pseudo_events)
     gap = event_gain - value  # unseen events at the estimate's own gain add no variance
     resid2 = resid * resid
-    if answers is None:
-        sampled = float(np.dot(fpc, resid2))
-    else:  # phase one, (1 - pi) r = r - (1 - fpc), then the answers
-        phase1 = np.maximum(answers.rate - 1.0 + fpc, 0.0)
-        sampled = float(np.dot(phase1, resid2)) + second_phase_variance(resid, v, answers)
+    sampled = sampled_variance(resid, v, fpc, answers)
     se = math.sqrt(sampled + (unseen * gap * gap if gap else 0.0)) / total
     unseen_model = 0.0
     if frame is not None and event_weight > 0.0:

@@ -17,6 +17,7 @@ from monitor.stats.estimate import Confusion, Estimate
 from monitor.stats.falpha import estimate_falpha
 from monitor.stats.likelihood import effective_sample_size, log_likelihood_se, model_likelihood
 from monitor.stats.sample import LabeledSample
+from monitor.stats.score_interval import score_type_bounds, widened
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,10 @@ def measure_all(
 
     Each of F_alpha, precision (alpha = 1) and recall (alpha = 0) is the jackknife bias-corrected
     ratio of :func:`monitor.stats.falpha.estimate_falpha` (seed 000, Eq. 4 and Corollary 1).
+    The intervals of F_alpha and recall are the hull of the ratio's and the score-type bounds
+    with the ratio's floor of pseudo false negatives (:mod:`monitor.stats.score_interval`: the
+    ratio's Wald interval misses on the optimistic side when few false negatives were sampled);
+    value and se are the ratio's.
 
     Args:
         sample: The labeled sample of a window.
@@ -66,10 +71,15 @@ def measure_all(
     Returns:
         The :class:`Measures`; undefined estimates are missing (NaN), never 0.
     """
+
+    def hull(a: float) -> Estimate:
+        est = estimate_falpha(sample, a, level, bias_correction=bias_correction)
+        return widened(est, score_type_bounds(sample, a, est, floor=True))
+
     return Measures(
-        f=estimate_falpha(sample, alpha, level, bias_correction=bias_correction),
+        f=hull(alpha),
         precision=estimate_falpha(sample, 1.0, level, bias_correction=bias_correction),
-        recall=estimate_falpha(sample, 0.0, level, bias_correction=bias_correction),
+        recall=hull(0.0),
         confusion=confusion_estimate(sample),
         likelihood=model_likelihood(sample.score, sample.label, sample.v),
         ess=effective_sample_size(sample.v),

@@ -12,6 +12,7 @@ from monitor.sim.simulate import calibrated_pool, logit_mean_for_rate
 from monitor.stats.falpha import estimate_falpha, falpha_exact
 from monitor.stats.measures import confusion_estimate, measure_all
 from monitor.stats.sample import AnswerGroups, LabeledSample
+from monitor.stats.score_interval import score_type_bounds
 from monitor.stats.selection import draw_with_replacement
 
 
@@ -102,9 +103,12 @@ def test_measure_all(rng: np.random.Generator) -> None:
     pi = rng.uniform(0.1, 1, 400)
     sample = LabeledSample.poisson(score, pred, label, pi)
     m = measure_all(sample, 0.3, 0.9)
-    assert m.f == estimate_falpha(sample, 0.3, 0.9)
+    for got, alpha in ((m.f, 0.3), (m.recall, 0.0)):  # the hull with the score-type floor
+        ratio = estimate_falpha(sample, alpha, 0.9)
+        lower, upper = score_type_bounds(sample, alpha, ratio, floor=True)
+        assert (got.value, got.se, got.n_labels) == (ratio.value, ratio.se, ratio.n_labels)
+        assert (got.lower, got.upper) == (min(ratio.lower, lower), max(ratio.upper, upper))
     assert m.precision == estimate_falpha(sample, 1.0, 0.9)
-    assert m.recall == estimate_falpha(sample, 0.0, 0.9)
     v = 1 / pi
     assert m.confusion.tp == pytest.approx(np.sum(v * pred * label))
     assert m.confusion.fp == pytest.approx(np.sum(v * pred * (1 - label)))
@@ -114,7 +118,8 @@ def test_measure_all(rng: np.random.Generator) -> None:
     plain = measure_all(sample, 0.3, 0.9, bias_correction=False)
     assert plain.precision.value == pytest.approx(c.tp / (c.tp + c.fp))
     assert plain.recall.value == pytest.approx(c.tp / (c.tp + c.fn))
-    assert plain.f == estimate_falpha(sample, 0.3, 0.9, bias_correction=False)
+    eq4 = estimate_falpha(sample, 0.3, 0.9, bias_correction=False)
+    assert (plain.f.value, plain.f.se) == (eq4.value, eq4.se)
     for corrected, ratio in (
         (m.f, plain.f),
         (m.precision, plain.precision),
