@@ -401,7 +401,7 @@ def _add_config_arguments(parser: Any) -> None:
 
 
 def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The values of ``monitor run``'s flags that win over the file (``load_config``)."""
+    """The values of the flags that win over the file (``load_config``; run, check-config)."""
     return {
         "bootstrap_servers": getattr(args, "bootstrap_servers", None),
         "metrics_port": getattr(args, "metrics_port", None),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.util
+import ipaddress
 import math
 import re
 from collections.abc import Mapping
@@ -54,7 +55,7 @@ _TOPIC_NAME = re.compile(r"(?!\.\.?\Z)[A-Za-z0-9._-]{1,249}")  # Kafka refuses "
 _PATH = re.compile(r"[^\x00]+")
 _HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
 #: a host name, an IPv4 address or an IPv6 one, bare or in brackets (bound without them)
-_LISTEN_ADDRESS = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]|[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*")
+_LISTEN_ADDRESS = re.compile(r"[A-Za-z0-9_.-]+|\[?[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*\]?")
 _MIN_TOKEN_SECRET = 16
 MAX_REPLICATION_FACTOR = 32_767  # a replication factor is a 16-bit field of CreateTopics
 _LIBRARY = re.compile("|".join(re.escape(x) for x in LIBRARIES))
@@ -250,14 +251,15 @@ def _build(problems: Problems, data: Mapping[str, Any]) -> Config:
     return Config(
         kafka=_kafka(problems, top.get("kafka")),
         metrics=MetricsConfig(
-            listen_address=metrics.text(
-                "listen_address",
-                base.metrics.listen_address,
-                _LISTEN_ADDRESS,
-                "an IP address or host name",
-            )
-            .removeprefix("[")
-            .removesuffix("]"),
+            listen_address=_listen_address(
+                problems,
+                metrics.text(
+                    "listen_address",
+                    base.metrics.listen_address,
+                    _LISTEN_ADDRESS,
+                    "an IP address or host name",
+                ),
+            ),
             port=metrics.integer("port", base.metrics.port, 1, 65_535),
         ),
         alertmanager=_alertmanager(problems, top.get("alertmanager")),
@@ -311,6 +313,18 @@ def _token_secret(problems: Problems, labels: Section) -> str | None:
         )
         return None
     return secret
+
+
+def _listen_address(problems: Problems, value: str) -> str:
+    """``value`` as bound: an IPv6 address without its brackets (refused unless it is one)."""
+    if ":" not in value:
+        return value
+    bare = value[1:-1] if value.startswith("[") and value.endswith("]") else value
+    try:
+        ipaddress.IPv6Address(bare)
+    except ValueError:
+        problems.add("metrics.listen_address", f"expected an IP address or host name, {got(value)}")
+    return bare
 
 
 def _kafka(problems: Problems, value: Any) -> KafkaConfig:

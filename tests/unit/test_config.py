@@ -336,6 +336,10 @@ def test_an_ipv6_listen_address_is_bound_without_brackets(given: str, bound: str
     """ "::" was refused and "[::1]" passed the check but could not be bound (its brackets)."""
     config = load_config(REFERENCE, {"metrics_address": given})
     assert config.metrics.listen_address == bound
+    for wrong in ("[::1", "::1]", "1::2::3", "[]", "a:b"):
+        assert problems_of({"metrics": {"listen_address": wrong}}) == [
+            f"metrics.listen_address: expected an IP address or host name, got {wrong!r} (a string)"
+        ]
 
 
 def test_group_instance_id_flag_sets_the_client_key_and_keeps_the_others() -> None:
