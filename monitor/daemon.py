@@ -50,7 +50,7 @@ import yaml
 
 from monitor.bridges.ls_config import parse_labelstudio
 from monitor.config.kafka_client import unused_security_settings
-from monitor.config.load import load_config
+from monitor.config.load import OVERRIDES, load_config
 from monitor.config.schema import Config
 from monitor.core.snapshot import Snapshot
 from monitor.errors import BrokerUnavailable, ConfigError, StoreError, TopicsNotReady
@@ -402,13 +402,7 @@ def _add_config_arguments(parser: Any) -> None:
 
 def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The values of the flags that win over the file (``load_config``; run, check-config)."""
-    return {
-        "bootstrap_servers": getattr(args, "bootstrap_servers", None),
-        "metrics_port": getattr(args, "metrics_port", None),
-        "metrics_address": getattr(args, "metrics_address", None),
-        "data_dir": getattr(args, "data_dir", None),
-        "group_instance_id": getattr(args, "group_instance_id", None),
-    }
+    return {key: getattr(args, key) for key in OVERRIDES}  # each one a flag of both commands
 
 
 def _check(args: argparse.Namespace) -> int:
