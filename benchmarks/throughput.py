@@ -651,9 +651,18 @@ class NullSink:
         self.produced = 0
 
     def produce(
-        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        *,
+        fallback: bytes | None = None,
     ) -> None:
         self.produced += 1
+
+    def fallbacks(self) -> int:
+        return 0
 
     def flush(self, timeout_s: float) -> None:
         pass

@@ -7,6 +7,7 @@ column arrays for the vectorised core plus a list of ``Reject`` for the dead-let
 from __future__ import annotations
 
 import base64
+import codecs
 import json
 import math
 import operator
@@ -104,7 +105,12 @@ MAX_TS = 4_102_444_800.0  # 2100-01-01T00:00:00Z: later is a unit error (ms) or 
 # producer's clock (CreateTime, which Kafka 4 refuses beyond ``message.timestamp.after.max.ms``
 # ahead of the broker's, 1 hour by default) or the broker's (LogAppendTime).
 MAX_FUTURE_S = 300.0
-DEADLETTER_VALUE_BYTES = 64 * 1024
+#: A dead letter's value, encoded, is at most this many bytes (its key at most
+#: ``DEADLETTER_KEY_BYTES``): a topic's default ``max.message.bytes`` (1 MB) takes it whatever
+#: the record. Its ``detail`` is cut to ``DEADLETTER_DETAIL_CHARS`` characters.
+DEADLETTER_BYTES = 64 * 1024
+DEADLETTER_KEY_BYTES = 1024
+DEADLETTER_DETAIL_CHARS = 1000
 
 _RFC3339 = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}:\d{2})"
@@ -131,6 +137,13 @@ def _parse(value: bytes | None) -> Any:
         )
     try:
         return _loads(value)
+    except UnicodeDecodeError as exc:
+        at = exc.start + (len(codecs.BOM_UTF8) if value.startswith(codecs.BOM_UTF8) else 0)
+        return _Failed(
+            RejectReason.MALFORMED_JSON,
+            f"not UTF-8: byte 0x{value[at]:02x} at offset {at} ({exc.reason}); "
+            "send the JSON encoded as UTF-8",
+        )
     except Exception as exc:  # any bytes at all must become a reject
         return _Failed(RejectReason.MALFORMED_JSON, f"invalid JSON: {_clip(str(exc), 120)}")
 
@@ -154,19 +167,23 @@ def _may_hold_big_int(data: bytes) -> bool:
 
 
 def _loads(value: bytes) -> Any:
-    """``json.loads(value)``, computed by orjson (about 4x faster) wherever the two agree.
+    r"""``json.loads`` of ``value`` decoded strictly as UTF-8, computed by orjson where they agree.
 
-    orjson is strict RFC 8259: it rejects what ``json.loads`` accepts beyond it (NaN and
-    Infinity, lone surrogates, a UTF-8 BOM, UTF-16/32 input, numbers overflowing to inf), and
-    it reads integers outside the 64-bit range as floats. Those inputs (and every invalid one)
-    go to ``json.loads``, so the result, or the error, is always exactly ``json.loads``'s.
+    The value must be UTF-8 (RFC 8259), after at most one leading UTF-8 byte order mark
+    (ignored); anything else raises ``UnicodeDecodeError``. ``json.loads`` of the bytes would
+    guess UTF-16 or UTF-32 from the first bytes and report a value starting ``\xff\xfe`` as
+    invalid JSON at line 1, column 1. orjson (about 4x faster) is strict RFC 8259: it rejects
+    what ``json.loads`` accepts beyond it (NaN and Infinity, escaped lone surrogates, the BOM,
+    numbers overflowing to inf), and it reads integers outside the 64-bit range as floats.
+    Those inputs (and every invalid one) go to ``json.loads``, so the result, or the error, is
+    always exactly that of ``json.loads(value.decode("utf-8-sig"))``.
     """
     if not _may_hold_big_int(value):
         try:
             return orjson.loads(value)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(value)
+    return json.loads(value.decode("utf-8-sig"))
 
 
 class _Parsed(list[Any]):
@@ -259,16 +276,20 @@ def _spells_nonfinite(data: bytes) -> bool:
 def _check_payload(
     rej: _Rejections, rows: Sequence[Any], records: Sequence[RawRecord], *, strict: bool
 ) -> None:
-    """Reject a payload nested deeper than ``MAX_PAYLOAD_DEPTH`` or holding NaN, Infinity or 1e400.
+    """Reject a payload too deep or holding NaN, Infinity, 1e400 or a 400-digit integer.
+
+    Nested deeper than ``MAX_PAYLOAD_DEPTH``: ``out_of_range``. A number beyond a double's
+    range: ``bad_type``, the detail naming its path (``_beyond_double``).
 
     A level takes an opening bracket, so only values with more than ``MAX_PAYLOAD_DEPTH`` of
     them (and so more than twice as many bytes) are walked.
     ``json.loads`` reads NaN and Infinity, but they are not JSON (RFC 8259), and reads a number
     beyond a double's range (1e400) as infinity, which the audit request would write as
-    Infinity; it would hand them to the queue's other consumers. None can be there when orjson
+    Infinity, and a 400-digit integer exactly, which most consumers read as infinity or
+    refuse; it would hand them to the queue's other consumers. None can be there when orjson
     read the whole batch (``strict``, the common case: nothing to do); otherwise one C-level
     search of the batch's bytes first, a value that may spell one is read again by orjson
-    (strict, and much faster than an encode), and only those it refuses are re-encoded.
+    (strict, and much faster than a walk), and only the payloads of those it refuses are walked.
     """
     values = list(map(_VALUE_OF, records))
     if None in values:  # tombstones (already rejected)
@@ -287,6 +308,7 @@ def _check_payload(
     if strict or not _spells_nonfinite(b"".join(values)):
         return
     failing = np.zeros(len(rows), dtype=np.bool_)
+    paths: dict[int, str] = {}  # where each failing payload holds one
     for i, (row, value) in enumerate(zip(rows, values, strict=True)):
         payload = row.get("payload")
         if deep[i] or payload is None or not _spells_nonfinite(value):  # deep: rejected
@@ -296,18 +318,51 @@ def _check_payload(
             continue
         except orjson.JSONDecodeError:
             pass
-        try:
-            json.dumps(payload, allow_nan=False)
-        except ValueError:
+        path = _beyond_double(payload)
+        if path is not None:
             failing[i] = True
+            paths[i] = path
     rej.add(
         failing,
         RejectReason.BAD_TYPE,
-        lambda _: (
-            "field 'payload': NaN, Infinity and numbers beyond a double's range (e.g. "
-            "1e400) are not JSON a consumer can read back; send null or a string instead"
+        lambda i: (
+            f"field '{paths[i]}': NaN, Infinity and numbers beyond a double's range (+-1.8e308, "
+            "e.g. 1e400 or a 400-digit integer) are not JSON a consumer can read back; send "
+            "null or a string instead"
         ),
     )
+
+
+def _beyond_double(payload: Any) -> str | None:
+    """Where ``payload`` first holds NaN, an infinity or an integer beyond a double's range.
+
+    The path from the record, e.g. ``payload.items[2]`` (each key cut to a few characters, the
+    whole to 120), found level by level (no recursion); None when it holds none. An integer is
+    beyond the range when ``float`` of it overflows: ``json.loads`` reads it exactly, but a
+    consumer reading numbers as doubles (most JSON libraries) reads infinity or fails.
+    """
+    level: list[tuple[str, Any]] = [("payload", payload)]
+    while level:
+        deeper: list[tuple[str, Any]] = []
+        for path, value in level:
+            if type(value) is float and not math.isfinite(value):
+                return _clip(path, 120)
+            if type(value) is int and value.bit_length() > 1000:
+                try:
+                    float(value)
+                except OverflowError:
+                    return _clip(path, 120)
+            elif type(value) is dict:
+                deeper += ((f"{path}.{_clip(_ascii(k), 20)}", v) for k, v in value.items())
+            elif type(value) is list:
+                deeper += ((f"{path}[{j}]", v) for j, v in enumerate(value))
+        level = deeper
+    return None
+
+
+def _ascii(text: str) -> str:
+    """``text`` with every character outside printable ASCII as a backslash escape."""
+    return text.encode("unicode_escape").decode("ascii")
 
 
 def _bad_text(values: Sequence[str]) -> list[bool] | None:
@@ -793,32 +848,95 @@ def decode_requests(
     return ok, bad
 
 
-def deadletter_value(reject: Reject) -> bytes:
-    """The dead-letter message for a reject (its key is the original record's key).
+def deadletter_key(reject: Reject) -> bytes | None:
+    """The dead letter's Kafka key: the original key's first ``DEADLETTER_KEY_BYTES`` bytes.
 
-    JSON: ``reason``, ``detail``, ``topic``, ``partition``, ``offset``, ``timestamp_ms``,
-    ``value`` (the original bytes as UTF-8, invalid bytes replaced, cut to 64 KiB; null for
-    a tombstone) and, only when the original is not valid UTF-8, ``value_b64`` (base64 of the
-    same cut bytes). Deterministic: sorted keys, compact separators, ASCII.
+    A key of any size is accepted by a topic allowing it; copied whole, a 600 KB key made a dead
+    letter larger than the broker accepts. ``key_bytes`` in the value gives the original length.
     """
+    key = reject.record.key
+    return None if key is None else key[:DEADLETTER_KEY_BYTES]
+
+
+def _deadletter_head(reject: Reject) -> dict[str, Any]:
+    """What every dead letter says: the reason, the source record and its sizes."""
     record = reject.record
-    out: dict[str, Any] = {
+    return {
         "reason": str(reject.reason),
-        "detail": reject.detail,
         "topic": record.topic,
         "partition": record.partition,
         "offset": record.offset,
         "timestamp_ms": record.timestamp_ms,
-        "value": None,
+        "key_bytes": None if record.key is None else len(record.key),
+        "value_bytes": None if record.value is None else len(record.value),
     }
-    raw = record.value
-    if raw is not None:
-        cut = raw[:DEADLETTER_VALUE_BYTES]
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError:
-            out["value"] = cut.decode("utf-8", errors="replace")
-            out["value_b64"] = base64.b64encode(cut).decode("ascii")
-        else:  # "ignore" only drops a character split by the cut
-            out["value"] = cut.decode("utf-8", errors="ignore")
-    return json.dumps(out, sort_keys=True, separators=(",", ":")).encode("ascii")
+
+
+def _encode(message: dict[str, Any]) -> bytes:
+    """Deterministic JSON: sorted keys, compact separators, ASCII (other characters escaped)."""
+    return json.dumps(message, sort_keys=True, separators=(",", ":")).encode("ascii")
+
+
+def deadletter_value(reject: Reject) -> bytes:
+    r"""The dead-letter message for a reject, at most ``DEADLETTER_BYTES`` bytes, however bad.
+
+    JSON: ``reason``, ``detail`` (cut to ``DEADLETTER_DETAIL_CHARS`` characters), ``topic``,
+    ``partition``, ``offset``, ``timestamp_ms``, ``key_bytes`` and ``value_bytes`` (the original
+    key's and value's lengths; null when absent), ``value`` (the original bytes as UTF-8,
+    invalid bytes replaced; null for a tombstone) and, only when the original is not valid
+    UTF-8, ``value_b64`` (base64 of the same bytes). ``value`` and ``value_b64`` hold the
+    longest start of the original for which the whole message, escapes included, fits: an
+    invalid byte is six bytes of ``\ufffd`` plus its base64, so 0xff bytes keep about 8,900 of
+    them. Deterministic: sorted keys, compact separators, ASCII.
+    """
+    out = _deadletter_head(reject)
+    out["detail"] = _clip(reject.detail, DEADLETTER_DETAIL_CHARS)
+    out["value"] = None
+    raw = reject.record.value
+    if raw is None:
+        return _encode(out)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = False
+    else:
+        text = True
+    out["value"] = ""
+    if not text:
+        out["value_b64"] = ""
+
+    def cut_to(n: int) -> bytes:
+        if text:  # "ignore" only drops a character split by the cut
+            out["value"] = raw[:n].decode("utf-8", errors="ignore")
+        else:
+            out["value"] = raw[:n].decode("utf-8", errors="replace")
+            out["value_b64"] = base64.b64encode(raw[:n]).decode("ascii")
+        return _encode(out)
+
+    best = _encode(out)  # the value cut to nothing: always fits
+    base = len(best)
+    # the longest start that fits: at ``lo`` it does, at ``hi`` not; every byte takes at least
+    # one, escapes up to 6 (and base64 4/3): a first guess in proportion, then halves
+    lo, hi = 0, min(len(raw), DEADLETTER_BYTES - base) + 1
+    n = hi - 1
+    while n > lo:
+        encoded = cut_to(n)
+        if len(encoded) <= DEADLETTER_BYTES:
+            lo, best = n, encoded
+            n = (lo + hi) // 2
+        else:
+            hi = n
+            guess = n * (DEADLETTER_BYTES - base) // (len(encoded) - base)
+            n = guess if lo == 0 and guess > 0 else (lo + hi) // 2
+    return best
+
+
+def deadletter_minimal(reject: Reject) -> bytes:
+    """The dead letter written instead of ``deadletter_value`` when the topic refuses that one.
+
+    Only ``reason``, ``topic``, ``partition``, ``offset``, ``timestamp_ms``, ``key_bytes`` and
+    ``value_bytes`` (a few hundred bytes; written with no key): the record can still be found
+    and read from its own topic. A dead-letter topic whose ``max.message.bytes`` is below
+    ``DEADLETTER_BYTES`` gets these (``monitor_deadletters_minimal_total``).
+    """
+    return _encode(_deadletter_head(reject))

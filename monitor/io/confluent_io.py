@@ -48,7 +48,7 @@ from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable, ConfigError, TopicsNotReady
 from monitor.io.client_errors import RecentErrors, unavailable
 from monitor.io.positions import note_beyond_end, note_rewind
-from monitor.io.topics import FLUSH_CHECK_S, missing_topics, refused_topics
+from monitor.io.topics import FLUSH_CHECK_S, Queued, missing_topics, refused_topics, too_large
 from monitor.runtime.ports import TP, Assigned
 from monitor.runtime.skips import Skips
 
@@ -476,6 +476,8 @@ class ConfluentSink:
 
     A topic it writes to that the broker says does not exist is ``TopicsNotReady`` (as
     ``monitor.io.kafka_io.KafkaSink``): librdkafka would hold its records until they timed out.
+    A record refused as too large is written as its ``fallback``, or is ``TopicsNotReady``
+    without one (as ``KafkaSink``).
     """
 
     def __init__(self, config: Config) -> None:
@@ -502,7 +504,8 @@ class ConfluentSink:
         except KafkaException as exc:
             msg = "cannot connect the producer"
             raise self._unavailable(msg, exc) from exc
-        self._errors: list[tuple[KafkaError, str]] = []  # (error, topic) of failed deliveries
+        self._errors: list[tuple[KafkaError, Queued]] = []  # the failed deliveries
+        self._fallbacks = 0  # records written as their fallback since ``fallbacks``
         self._queued = 0
         self._topics: set[str] = set()  # the topics of the queued records
         self._missing: set[str] = set()  # the topics found missing, until they exist
@@ -517,9 +520,10 @@ class ConfluentSink:
         """``BrokerUnavailable`` with the client's recent error (``flush`` serves ``error_cb``)."""
         return unavailable(what, exc, self._client_errors, self._settings)
 
-    def _delivered(self, flush: int, err: KafkaError | None, msg: Message) -> None:
+    def _delivered(self, flush: int, sent: Queued, err: KafkaError | None, _: Message) -> None:
+        """The ``on_delivery`` of the record ``sent``."""
         if err is not None and flush == self._flushes:
-            self._errors.append((err, msg.topic() or "?"))
+            self._errors.append((err, sent))
 
     def _described(self, topic: str) -> Any:
         """The broker's ``TopicMetadata`` of ``topic``: one request, None without an answer."""
@@ -546,17 +550,25 @@ class ConfluentSink:
         return missing_topics(self._config, self._missing, self._partitions, written=True)
 
     def produce(
-        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        *,
+        fallback: bytes | None = None,
     ) -> None:
         """Queue one record (to ``partition``, or by key hash when None).
 
-        Nothing is queued while a topic found missing still is (``KafkaSink.produce``).
+        Nothing is queued while a topic found missing still is, and a record refused as too
+        large is written as ``fallback`` (``KafkaSink.produce``).
         """
         if self._missing:
             self._missing = self._absent(self._missing)
             if self._missing:
                 raise self._missing_error()
-        delivered = functools.partial(self._delivered, self._flushes)
+        sent = Queued(topic, key, value, partition, fallback)
+        delivered = functools.partial(self._delivered, self._flushes, sent)
         args: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}
         if partition is not None:
             args["partition"] = partition
@@ -569,10 +581,25 @@ class ConfluentSink:
             except BufferError:
                 self._producer.poll(1.0)  # the local queue is full: let deliveries drain
             except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:  # message.max.bytes
+                    self._instead(sent, exc)
+                    return
                 msg = "produce failed"
                 raise self._unavailable(msg, exc) from exc
         msg = "produce failed: the producer's queue stays full"
         raise BrokerUnavailable(msg)
+
+    def _instead(self, sent: Queued, exc: BaseException) -> None:
+        """Queue the fallback of ``sent``, refused as too large (``KafkaSink._instead``)."""
+        if sent.fallback is None:
+            raise too_large(sent.topic, sent.size, exc) from exc
+        self._fallbacks += 1
+        self.produce(sent.topic, None, sent.fallback, sent.partition)
+
+    def fallbacks(self) -> int:
+        """How many records were written as their fallback since the last call."""
+        n, self._fallbacks = self._fallbacks, 0
+        return n
 
     def flush(self, timeout_s: float) -> None:
         """Wait for every acknowledgement, asking every ``FLUSH_CHECK_S`` for missing topics."""
@@ -586,7 +613,7 @@ class ConfluentSink:
             if self._missing:
                 break
             left = self._producer.flush(min(FLUSH_CHECK_S, wait))
-        errors, self._errors, self._queued = self._errors, [], 0
+        queued, errors, self._errors, self._queued = self._queued, self._errors, [], 0
         self._flushes += 1
         if not self._missing and any(_unknown(err) for err, _ in errors):  # librdkafka gave up
             self._missing = self._absent(topics)
@@ -595,10 +622,21 @@ class ConfluentSink:
         if left:
             msg = "produce not acknowledged"
             raise self._unavailable(msg, TimeoutError(f"{left} records after {timeout_s:.0f} s"))
-        if errors:
-            err, topic = errors[0]
-            msg = f"produce to {topic} not acknowledged"
+        failed = [(e, s) for e, s in errors if e.code() != KafkaError.MSG_SIZE_TOO_LARGE]
+        if failed:
+            err, sent = failed[0]
+            msg = f"produce to {sent.topic} not acknowledged"
             raise self._unavailable(msg, KafkaException(err))
+        if errors and queued == 1:  # refused alone: too large
+            ((err, sent),) = errors
+            self._instead(sent, KafkaException(err))
+            self.flush(timeout_s)
+        elif errors:  # the broker refuses a whole batch: find the one, a flush each
+            for _, sent in errors:
+                self.produce(
+                    sent.topic, sent.key, sent.value, sent.partition, fallback=sent.fallback
+                )
+                self.flush(timeout_s)
 
     def close(self) -> None:
         """Deliver what is queued (bounded) and release the producer."""

@@ -344,6 +344,12 @@ class Exporter:
         for reason in RejectReason:  # what a rule divides by exists before the first reject
             for source in ("scored", "labels"):
                 self._rejects.labels(input=source, reason=reason.value)
+        self._minimal = Counter(
+            "monitor_deadletters_minimal",
+            "Dead letters the dead-letter topic refused as too large (its max.message.bytes), "
+            "written with only the reason, the source record's place and its sizes",
+            registry=r,
+        )
         self._folded = Counter(
             "monitor_segments_folded",
             "Scored records whose new segment was over the per-model limit (reported as __other__)",
@@ -532,6 +538,11 @@ class Exporter:
         """Add the records deleted before they were read, per topic-partition."""
         for (topic, partition), n in skipped.items():
             self._skipped.labels(topic=topic, partition=str(partition)).inc(n)
+
+    def count_deadletters_minimal(self, n: int) -> None:
+        """Add the dead letters written in their minimal form (``Sink.fallbacks``)."""
+        if n:
+            self._minimal.inc(n)
 
     def set_ready(self, ready: bool) -> None:
         """Flip readiness (``/readyz`` and ``monitor_ready``)."""

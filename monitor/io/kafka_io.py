@@ -28,6 +28,7 @@ from kafka.errors import (
     KafkaConfigurationError,
     KafkaError,
     KafkaTimeoutError,
+    MessageSizeTooLargeError,
     TopicAlreadyExistsError,
 )
 from kafka.structs import OffsetAndMetadata
@@ -47,9 +48,11 @@ from monitor.io.positions import note_beyond_end, note_rewind
 from monitor.io.topics import (
     AGGREGATES_TOPIC_CONFIG,
     FLUSH_CHECK_S,
+    Queued,
     keep_ms,
     missing_topics,
     refused_topics,
+    too_large,
 )
 from monitor.runtime.ports import TP, Assigned, Entry
 from monitor.runtime.skips import Skips
@@ -481,6 +484,11 @@ class KafkaSink:
     until they timed out as a broker outage. The producer never asks the broker to create a
     topic (a broker allowing it would, with its own defaults: no retention settings).
 
+    A record the broker refuses as too large (the topic's ``max.message.bytes``; or above the
+    producer's ``max_request_size``) is written as its ``fallback`` instead (counted,
+    ``fallbacks``); without one it is ``TopicsNotReady`` naming the topic and the setting
+    (``monitor.io.topics.too_large``): no retry can write it, and it is no broker outage.
+
     Any other failure replaces the producer before the next record: kafka-python's idempotent
     producer refused a producer id (no Write on any topic yet: ACLs granted after the start)
     stays failed for good, and every later flush failed minutes after the grant. What the
@@ -503,9 +511,10 @@ class KafkaSink:
         self._options = options
         self._producer = self._connect()
         self._failed_producer = False  # replaced before the next record (``_broken``)
-        self._pending: list[Any] = []
+        self._pending: list[tuple[Any, Queued]] = []  # each record's future, and the record
         self._topics: set[str] = set()  # the topics of the pending records
         self._missing: set[str] = set()  # the topics found missing, until they exist
+        self._fallbacks = 0  # records written as their fallback since ``fallbacks``
 
     def _connect(self) -> KafkaProducer:
         try:
@@ -546,12 +555,19 @@ class KafkaSink:
         return len(_metadata(self._producer).partitions_for_topic(topic) or ()) or 1
 
     def produce(
-        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        *,
+        fallback: bytes | None = None,
     ) -> None:
         """Queue one record (to ``partition``, or by key hash when None).
 
         Nothing is queued while a topic found missing still is: a step retried until it is
-        created would write its other records again each time.
+        created would write its other records again each time. A record refused as too large
+        is written as ``fallback`` (with no key) instead.
         """
         if self._missing:
             self._missing = set(absent_topics(self._producer, self._missing))
@@ -564,16 +580,35 @@ class KafkaSink:
             self._producer = self._connect()
             self._failed_producer = False
         since = time.monotonic()
+        sent = Queued(topic, key, value, partition, fallback)
         try:
             fut = self._producer.send(topic, key=key, value=value, partition=partition)
+        except MessageSizeTooLargeError as exc:  # above the producer's max_request_size
+            self._instead(sent, exc)
+            return
         except KafkaError as exc:
             msg = f"produce to {topic} failed"
             raise self._broken(self._failed(msg, exc, [topic], since)) from exc
         except ValueError as exc:  # a partition added since the producer's last metadata
             msg = f"produce to {topic} failed (partitions added? metadata refreshes within 10 s)"
             raise _unavailable(msg, exc, self._settings) from exc
-        self._pending.append(fut)
+        self._pending.append((fut, sent))
         self._topics.add(topic)
+
+    def _instead(self, sent: Queued, exc: BaseException) -> None:
+        """Queue the fallback of ``sent``, refused as too large (``exc``), with no key.
+
+        ``TopicsNotReady`` without one (``monitor.io.topics.too_large``).
+        """
+        if sent.fallback is None:
+            raise too_large(sent.topic, sent.size, exc) from exc
+        self._fallbacks += 1
+        self.produce(sent.topic, None, sent.fallback, sent.partition)
+
+    def fallbacks(self) -> int:
+        """How many records were written as their fallback since the last call."""
+        n, self._fallbacks = self._fallbacks, 0
+        return n
 
     def flush(self, timeout_s: float) -> None:
         """Wait for every acknowledgement, asking every ``FLUSH_CHECK_S`` for missing topics."""
@@ -593,11 +628,37 @@ class KafkaSink:
             except KafkaError as exc:
                 msg = "flush failed"
                 raise self._broken(_unavailable(msg, exc, self._settings)) from exc
-        for fut in pending:
-            if not fut.is_done or fut.failed():
+        refused: list[tuple[Queued, BaseException]] = []
+        for fut, sent in pending:
+            if fut.is_done and isinstance(fut.exception, MessageSizeTooLargeError):
+                refused.append((sent, fut.exception))
+            elif not fut.is_done or fut.failed():
                 cause = fut.exception or TimeoutError(f"not acknowledged in {timeout_s:.0f} s")
                 msg = "produce not acknowledged"
                 raise self._broken(self._failed(msg, cause, topics, since))
+        if refused:
+            self._refused(refused, alone=len(pending) == 1, timeout_s=timeout_s)
+
+    def _refused(
+        self, refused: list[tuple[Queued, BaseException]], *, alone: bool, timeout_s: float
+    ) -> None:
+        """Write again the records a flush found refused as too large, and flush them.
+
+        kafka-python (3.0.12) takes a record refused as too large for a fatal error of its
+        idempotent producer: every other record queued with it fails with the same error, and
+        so would every later one. The producer is replaced; the record that was ``alone`` in its
+        flush is the one too large (``_instead``: its fallback), the others are written again
+        one flush each, which finds the one.
+        """
+        self._failed_producer = True
+        if alone:
+            ((sent, exc),) = refused
+            self._instead(sent, exc)
+            self.flush(timeout_s)
+            return
+        for sent, _ in refused:
+            self.produce(sent.topic, sent.key, sent.value, sent.partition, fallback=sent.fallback)
+            self.flush(timeout_s)
 
     def close(self) -> None:
         """Close the producer (bounded)."""

@@ -7,12 +7,14 @@ for hours) and one the producer writes to (its flush only waited, so a deleted d
 requests topic read as a broker outage). The error names each topic and the ``kafka-topics.sh``
 command that recreates it as ``--create-topics`` would (``monitor.io.kafka_io.create_topics``
 uses the same settings). A subscribed topic the broker's ACLs do not allow this client to read
-is ``refused_topics``, with the ``kafka-acls.sh`` command granting it.
+is ``refused_topics``, with the ``kafka-acls.sh`` command granting it; a topic that refuses a
+record as too large (its ``max.message.bytes``) is ``too_large``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
+from typing import NamedTuple
 
 from monitor.config.schema import Config
 from monitor.errors import TopicsNotReady
@@ -109,5 +111,39 @@ def refused_topics(config: Config, refused: Collection[str]) -> TopicsNotReady:
         f"subscribed topics refused: {', '.join(sorted(refused))} (the broker's ACLs do not "
         f"allow this client to read them; no record of theirs arrives): grant {user} Read "
         f"and Describe on them ({commands}); the monitor goes on by itself once it may"
+    )
+    return TopicsNotReady(msg)
+
+
+class Queued(NamedTuple):
+    """A record a sink queued, kept until its flush says it was written (``too_large``)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    partition: int | None
+    fallback: bytes | None
+
+    @property
+    def size(self) -> int:
+        """Its key's and value's bytes."""
+        return len(self.key or b"") + len(self.value or b"")
+
+
+def too_large(topic: str, size: int, cause: BaseException) -> TopicsNotReady:
+    """The error for a record of ``size`` bytes that ``topic`` refuses as too large (``cause``).
+
+    Its topic's ``max.message.bytes`` (or the producer's ``max_request_size``) is below it: no
+    retry writes it, and the broker answered, so it is no outage. Dead letters never get here:
+    one refused is written in its minimal form (``monitor.core.records.deadletter_minimal``).
+    The broker refuses a whole batch, and a client may fail the other records of its flush with
+    it, so a sink writes the records refused with others again, one flush each, and only the
+    one refused alone is too large (``Queued`` keeps them until then).
+    """
+    msg = (
+        f"{topic} refuses a record of about {size} bytes as too large ({cause}): raise the "
+        f"topic's max.message.bytes (kafka-configs.sh --alter --entity-type topics "
+        f"--entity-name {topic} --add-config max.message.bytes=...) or kafka.client "
+        "max_request_size; the monitor goes on by itself once it fits"
     )
     return TopicsNotReady(msg)

@@ -37,7 +37,14 @@ from monitor.core import aggregates, recalibration
 from monitor.core.aggregates import TrafficFeed
 from monitor.core.estimator import EstimatorService
 from monitor.core.messages import AuditRequest, RawRecord, Reject
-from monitor.core.records import deadletter_value, decode_labels, decode_requests, decode_scored
+from monitor.core.records import (
+    deadletter_key,
+    deadletter_minimal,
+    deadletter_value,
+    decode_labels,
+    decode_requests,
+    decode_scored,
+)
 from monitor.core.sampler import SamplerService
 from monitor.core.snapshot import Snapshot
 from monitor.errors import BrokerUnavailable, StoreError
@@ -181,7 +188,7 @@ class Engine:
         # records Kafka acknowledged since the last stored step: a step retried after the store
         # refused it (``rollback``) decides them again, the same bytes, and does not write them
         # again (once per attempt, every 10 s at most, for as long as a volume stayed full)
-        self._acked: set[tuple[str, bytes | None, bytes]] = set()
+        self._acked: set[tuple[str, bytes | None, bytes, bytes | None]] = set()
         # role estimator: the aggregates topic, read once before the first step (``_recover``)
         self._recover_from = aggregates if role == "estimator" else None
         for key, value, hint in store_pins(config):
@@ -504,13 +511,16 @@ class Engine:
             or sampler_changes.controls
         )
         if changed:
-            out: list[tuple[str, bytes | None, bytes]] = [
-                (topics.requests, req.key, req.to_json()) for req in produced
+            out: list[tuple[str, bytes | None, bytes, bytes | None]] = [
+                (topics.requests, req.key, req.to_json(), None) for req in produced
             ]
-            out += [(topics.deadletter, r.record.key, deadletter_value(r)) for r in rejects]
+            out += [
+                (topics.deadletter, deadletter_key(r), deadletter_value(r), deadletter_minimal(r))
+                for r in rejects
+            ]
             fresh = [record for record in out if record not in self._acked]
-            for topic, key, value in fresh:
-                sink.produce(topic, key, value)
+            for topic, key, value, fallback in fresh:
+                sink.produce(topic, key, value, fallback=fallback)
             if fp is not None:
                 fp.hit("produce")
             sink.flush(FLUSH_TIMEOUT_S)
@@ -551,6 +561,7 @@ class Engine:
             self.metrics.observe_label_latency(latencies)
         self.metrics.set_lags(lag)
         self.metrics.count_skipped(source.skipped())
+        self.metrics.count_deadletters_minimal(sink.fallbacks())
         if raw:
             took = time.monotonic() - started
             self.metrics.observe_batch(took)

@@ -81,9 +81,23 @@ class Sink(Protocol):
     """Where requests, dead letters and bucket states go (a producer)."""
 
     def produce(
-        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        *,
+        fallback: bytes | None = None,
     ) -> None:
-        """Queue one record (to ``partition``, or by key hash when None)."""
+        """Queue one record (to ``partition``, or by key hash when None).
+
+        When the broker refuses it as too large (the topic's ``max.message.bytes``),
+        ``fallback`` is written instead, with no key; without one that is ``TopicsNotReady``.
+        """
+        ...
+
+    def fallbacks(self) -> int:
+        """How many records were written as their ``fallback`` since the last call."""
         ...
 
     def flush(self, timeout_s: float) -> None:
@@ -128,6 +142,7 @@ class Metrics(Protocol):
     def observe_batch(self, seconds: float) -> None: ...  # noqa: D102
     def set_lags(self, lags: Mapping[TP, int]) -> None: ...  # noqa: D102
     def count_skipped(self, skipped: Mapping[TP, int]) -> None: ...  # noqa: D102
+    def count_deadletters_minimal(self, n: int) -> None: ...  # noqa: D102
     def set_ready(self, ready: bool) -> None: ...  # noqa: D102
 
 

@@ -47,7 +47,12 @@ from monitor.core.aggregates import (
     is_map,
     newest_maps,
 )
-from monitor.core.records import deadletter_value, decode_scored
+from monitor.core.records import (
+    deadletter_key,
+    deadletter_minimal,
+    deadletter_value,
+    decode_scored,
+)
 from monitor.errors import BrokerUnavailable, TopicsNotReady
 from monitor.runtime.batch_log import BatchLog
 from monitor.runtime.engine import FLUSH_TIMEOUT_S, count_step, split_poll
@@ -315,6 +320,7 @@ class SamplerEngine:
             return 0
         self.metrics.set_lags(source.lag())
         self.metrics.count_skipped(source.skipped())
+        self.metrics.count_deadletters_minimal(sink.fallbacks())
         if self._follow:  # only maps are wanted from what follows
             self._follow_maps(self.aggregates.follow())
         if not raw:
@@ -343,7 +349,12 @@ class SamplerEngine:
         for req in res.requests:
             sink.produce(topics.requests, req.key, req.to_json())
         for rej in rejects:
-            sink.produce(topics.deadletter, rej.record.key, deadletter_value(rej))
+            sink.produce(
+                topics.deadletter,
+                deadletter_key(rej),
+                deadletter_value(rej),
+                fallback=deadletter_minimal(rej),
+            )
         if fp is not None:
             fp.hit("produce")
         self._pending.update(offsets)

@@ -148,7 +148,9 @@ class FakeSource:
 class FakeSink:
     """Appends produced records to a ``FakeLog`` on flush; can be told to fail.
 
-    Delivered records carry the Kafka timestamp ``ts_ms`` (0, none, unless set).
+    Delivered records carry the Kafka timestamp ``ts_ms`` (0, none, unless set). A record of
+    more than ``max_bytes`` (key and value; no limit when None) is refused as too large, as a
+    topic's ``max.message.bytes`` does: its fallback is queued instead.
     """
 
     def __init__(self, log_: FakeLog) -> None:
@@ -156,12 +158,36 @@ class FakeSink:
         self._queue: list[tuple[str, bytes | None, bytes | None, int]] = []
         self.fail_flushes = 0
         self.ts_ms = 0
+        self.max_bytes: int | None = None
+        self._fallbacks = 0
 
     def produce(
-        self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        *,
+        fallback: bytes | None = None,
     ) -> None:
-        """Queue one record (partition 0 unless given)."""
+        """Queue one record (partition 0 unless given), or its fallback when too large.
+
+        Too large without a fallback: ``TopicsNotReady``.
+        """
+        size = len(key or b"") + len(value or b"")
+        if self.max_bytes is not None and size > self.max_bytes:
+            if fallback is None:
+                msg = f"{topic} refuses a record of about {size} bytes as too large"
+                raise TopicsNotReady(msg)
+            self._fallbacks += 1
+            self.produce(topic, None, fallback, partition)
+            return
         self._queue.append((topic, key, value, partition or 0))
+
+    def fallbacks(self) -> int:
+        """How many records were queued as their fallback since the last call."""
+        n, self._fallbacks = self._fallbacks, 0
+        return n
 
     def flush(self, timeout_s: float) -> None:
         """Deliver the queue, or fail (dropping nothing: the batch will be replayed)."""

@@ -651,6 +651,44 @@ def test_a_topic_written_to_that_does_not_exist_is_reported_until_it_is_created(
     assert values == [b"v"]  # "again" never written
 
 
+@pytest.mark.integration
+@pytest.mark.brokers("kafka")
+@pytest.mark.parametrize("library", ["kafka-python", "confluent-kafka"])
+def test_a_record_the_topic_refuses_as_too_large_is_written_as_its_fallback(
+    library: str, broker: Broker, make_topics: Callable[..., TopicsConfig]
+) -> None:
+    """A record over its topic's ``max.message.bytes`` failed the flush as a broker outage, at
+    every retry. With a fallback, that is written instead (no key) and counted; without one,
+    the error is ``TopicsNotReady`` naming the topic and the setting. Records around it are
+    written as usual."""
+    topics = replace(make_topics(), deadletter=f"small-{uuid.uuid4().hex[:8]}")
+    config = _config(broker.bootstrap, topics, library, _client_for(broker))
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        small = {"max.message.bytes": "20000"}
+        admin.create_topics([NewTopic(topics.deadletter, 1, 1, topic_configs=small)])
+    finally:
+        admin.close()
+    sink = CLASSES[library][1](config)
+    try:
+        sink.produce(topics.deadletter, b"k1", b"a", fallback=b"unused")
+        sink.produce(topics.deadletter, b"k2", b"x" * 30_000, fallback=b"minimal")
+        sink.produce(topics.deadletter, b"k3", b"c", fallback=b"unused")
+        sink.flush(10.0)
+        assert sink.fallbacks() == 1 and sink.fallbacks() == 0
+        with pytest.raises(TopicsNotReady) as caught:
+            sink.produce(topics.deadletter, b"k4", b"y" * 30_000)
+            sink.flush(10.0)
+        assert str(caught.value).startswith(f"{topics.deadletter} refuses a record of about")
+        assert "max.message.bytes" in str(caught.value)
+        sink.produce(topics.deadletter, b"k5", b"e")
+        sink.flush(10.0)
+    finally:
+        sink.close()
+    got = [(k, v) for _, k, v in read_topic(config, topics.deadletter, range)]
+    assert got == [(b"k1", b"a"), (None, b"minimal"), (b"k3", b"c"), (b"k5", b"e")]
+
+
 @pytest.fixture(scope="module")
 def auto_create_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """Apache Kafka with its default ``auto.create.topics.enable=true`` (the test broker and

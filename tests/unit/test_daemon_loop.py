@@ -344,6 +344,42 @@ def test_a_payload_too_deep_to_encode_is_dead_lettered_not_a_crash(
     h.close()
 
 
+def test_a_dead_letter_the_topic_refuses_as_too_large_is_written_minimal(
+    tmp_path: Path, workload: Workload
+) -> None:
+    """A dead letter over the dead-letter topic's ``max.message.bytes`` failed every flush,
+    reported as a broker outage, and the record blocked its partition for good. It is now
+    written with only the reason, the source record's place and its sizes, and counted; the
+    other dead letters stay whole and every later record is read."""
+    log = FakeLog()
+    _fill(log, workload)
+    log.append(TOPICS.scored, b"\xff" * 70_000, key=b"k" * 600_000)
+    log.append(TOPICS.scored, b"\xff\xfe{}", key=b"small")
+    for i, rec in enumerate(workload.records()):
+        if i < 10:
+            log.append(TOPICS.scored, json.dumps({**rec, "id": f"after{i}"}).encode())
+    h = Harness(log, tmp_path / "d")
+    h.sink.max_bytes = 20_000  # the dead-letter topic's max.message.bytes
+    h.drain()
+    dead = log.records(TOPICS.deadletter)
+    assert [key for key, _ in dead] == [None, b"small"]
+    minimal, whole = (json.loads(value) for _, value in dead)
+    assert minimal == {
+        "reason": "too_large",
+        "topic": TOPICS.scored,
+        "partition": 0,
+        "offset": workload.spec.n,
+        "timestamp_ms": 0,
+        "key_bytes": 600_000,
+        "value_bytes": 70_000,
+    }
+    assert whole["detail"].startswith("not UTF-8: byte 0xff at offset 0")
+    assert h.value("monitor_deadletters_minimal_total") == 1
+    assert h.value("monitor_records_total", model="default") == 4010
+    assert h.store.offsets()[(TOPICS.scored, 0)] == workload.spec.n + 12
+    h.close()
+
+
 def _engine(data_dir: Path, workload: Workload) -> tuple[FakeLog, Store, CollectorRegistry, Engine]:
     """A log holding ``workload`` and an engine over a fresh store, for a ``Daemon`` to run."""
     log = FakeLog()

@@ -10,12 +10,18 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from monitor.config.schema import Config, ModelConfig
 from monitor.core.messages import RawRecord, Reject
 from monitor.core.records import (
-    DEADLETTER_VALUE_BYTES,
+    DEADLETTER_BYTES,
+    DEADLETTER_DETAIL_CHARS,
+    DEADLETTER_KEY_BYTES,
     MAX_VALUE_BYTES,
+    deadletter_key,
+    deadletter_minimal,
     deadletter_value,
     decode_labels,
     decode_scored,
@@ -152,8 +158,12 @@ def test_bad_rfc3339_strings_are_rejected(text: str) -> None:
     [
         (b"{not json", RejectReason.MALFORMED_JSON, "invalid JSON: Expecting property name"),
         (b'{"id": "a", "score": 0.5', RejectReason.MALFORMED_JSON, "invalid JSON: "),
-        (b"\xff\xfe\x00garbage", RejectReason.MALFORMED_JSON, "invalid JSON: "),
-        (b"\x80abc", RejectReason.MALFORMED_JSON, "invalid JSON: "),
+        (b"\xff\xfe\x00garbage", RejectReason.MALFORMED_JSON, "not UTF-8: byte 0xff at offset 0"),
+        ('{"id": "a"}'.encode("utf-16"), RejectReason.MALFORMED_JSON, "not UTF-8: byte 0xff at offset 0"),
+        (b'{"id": "\xc3\xa9\xed\xa0\x80"}', RejectReason.MALFORMED_JSON, "not UTF-8: byte 0xed at offset 10"),
+        (b'\xef\xbb\xbf{"id": "\xc3("}', RejectReason.MALFORMED_JSON, "not UTF-8: byte 0xc3 at offset 11"),
+        (b"{,}", RejectReason.MALFORMED_JSON, "invalid JSON: "),
+        (b"\x80abc", RejectReason.MALFORMED_JSON, "not UTF-8: byte 0x80 at offset 0 (invalid start byte)"),
         (b"", RejectReason.MALFORMED_JSON, "invalid JSON: Expecting value"),
         (b"[" * 100_000, RejectReason.TOO_LARGE, "record value is 100000 bytes, more than 65536"),
         (b"[" * 60_000, RejectReason.MALFORMED_JSON, "invalid JSON: "),  # recursion depth
@@ -197,10 +207,12 @@ def test_bad_rfc3339_strings_are_rejected(text: str) -> None:
         ({"id": "a", "score": 0.5, "segment": 5}, RejectReason.BAD_TYPE, "field 'segment': expected a string, got 5"),
         ({"id": "a", "score": 0.5, "segment": "s" * 129}, RejectReason.OUT_OF_RANGE, "field 'segment': expected 0 to 128 characters, got 129"),
         ({"id": "a", "score": 0.5, "segment": "\x00"}, RejectReason.OUT_OF_RANGE, "field 'segment': contains a NUL"),
-        (b'{"id": "a", "score": 0.5, "payload": {"x": [1, NaN]}}', RejectReason.BAD_TYPE, "field 'payload': NaN, Infinity and numbers beyond"),
+        (b'{"id": "a", "score": 0.5, "payload": {"x": [1, NaN]}}', RejectReason.BAD_TYPE, "field 'payload.x[1]': NaN, Infinity and numbers beyond"),
         (b'{"id": "a", "score": 0.5, "payload": -Infinity}', RejectReason.BAD_TYPE, "field 'payload': NaN, Infinity"),
         (b'{"id": "a", "score": 0.5, "payload": {"amount": 1e400}}', RejectReason.BAD_TYPE, "beyond a double's range"),
         (b'{"id": "a", "score": 0.5, "payload": [-1e0000999]}', RejectReason.BAD_TYPE, "beyond a double's range"),
+        (b'{"id": "a", "score": 0.5, "payload": {"n": %s}}' % (b"9" * 400), RejectReason.BAD_TYPE, "field 'payload.n': NaN, Infinity and numbers beyond a double's range"),
+        (b'{"id": "a", "score": 0.5, "payload": [1, {"\xc3\xa9": [-%s]}]}' % (b"1" * 310), RejectReason.BAD_TYPE, "field 'payload[1].\\xe9[0]': NaN"),
         ({"id": "a", "score": 0.5, "payload": {"a": [{"b": 1}] * 3, "c": _nested(512)}}, RejectReason.OUT_OF_RANGE, "field 'payload': nested more than 512 levels deep"),
     ],
 )  # fmt: skip
@@ -417,8 +429,11 @@ def test_deadletter_message_for_utf8_value() -> None:
         "partition": 0,
         "offset": 100,
         "timestamp_ms": KAFKA_MS,
+        "key_bytes": 2,
+        "value_bytes": 25,
         "value": '{"id": "a", "score": 1.7}',
     }
+    assert deadletter_key(reject) == b"k0"
     assert deadletter_value(reject) == deadletter_value(reject)  # deterministic bytes
 
 
@@ -432,15 +447,92 @@ def test_deadletter_message_for_binary_value() -> None:
 
 
 def test_deadletter_message_is_cut_to_64_kib() -> None:
-    value = "é".encode() * 40_000  # 80,000 bytes of valid UTF-8
+    value = "é".encode() * 40_000  # 80,000 bytes of valid UTF-8, each character 6 escaped
     reject = Reject(RejectReason.TOO_LARGE, "big", raw([value])[0])
-    message = json.loads(deadletter_value(reject))
-    assert "value_b64" not in message
-    assert len(message["value"].encode()) <= DEADLETTER_VALUE_BYTES
-    assert message["value"] == "é" * (DEADLETTER_VALUE_BYTES // 2)
+    encoded = deadletter_value(reject)
+    message = json.loads(encoded)
+    assert "value_b64" not in message and message["value_bytes"] == 80_000
+    assert DEADLETTER_BYTES - 6 < len(encoded) <= DEADLETTER_BYTES  # the longest start that fits
+    assert message["value"] == "é" * len(message["value"])
     binary = b"\xff" * 100_000
-    message = json.loads(deadletter_value(Reject(RejectReason.TOO_LARGE, "big", raw([binary])[0])))
-    assert base64.b64decode(message["value_b64"]) == b"\xff" * DEADLETTER_VALUE_BYTES
+    encoded = deadletter_value(Reject(RejectReason.TOO_LARGE, "big", raw([binary])[0]))
+    message = json.loads(encoded)
+    cut = base64.b64decode(message["value_b64"])
+    assert cut == b"\xff" * len(cut) and message["value"] == "\ufffd" * len(cut)
+    assert DEADLETTER_BYTES - 12 < len(encoded) <= DEADLETTER_BYTES
+    assert len(cut) > 8_000  # 6 bytes of escape and 4/3 of base64 each
+
+
+# a byte each that escapes to 6 (control, invalid) or 2 (quote) bytes, 4 that escape to 12
+_WORST_VALUES = [
+    b"\xff" * 70_000,
+    b"\x01" * 70_000,
+    b'"' * 70_000,
+    "\U0001f600".encode() * 20_000,
+    b"\xed\xa0\x80" * 30_000,  # encoded lone surrogates: not UTF-8
+    b'"\\ud800"' * 10_000,  # escaped lone surrogates: valid JSON text
+    json.dumps({"id": "a", "score": 0.5, "payload": ["\x01\U0001f600"] * 6_000}).encode(),
+    b"\x00" * 600_000,
+]
+
+
+@pytest.mark.parametrize("value", _WORST_VALUES, ids=lambda v: repr(v[:12]))
+def test_a_dead_letter_stays_within_its_bound_for_the_worst_records(value: bytes) -> None:
+    """A 70,000-byte value of 0xff bytes made a dead letter of 480,714 bytes (each byte a
+    6-byte ``\\ufffd`` escape plus its base64), and the key was copied whole: a 600,000-byte
+    key made 1,080,864 bytes, which the broker refused, and the daemon retried that record
+    for good. Key and value now stay within their bounds whatever the record."""
+    key = b"\xff" * 600_000
+    record = RawRecord("predictions", 2, 7, KAFKA_MS, key, value)
+    reject = Reject(RejectReason.TOO_LARGE, "\ud800\U0001f600" * 5_000, record)
+    encoded = deadletter_value(reject)
+    assert len(encoded) <= DEADLETTER_BYTES
+    assert deadletter_key(reject) == key[:DEADLETTER_KEY_BYTES]
+    message = json.loads(encoded)
+    assert message["key_bytes"] == 600_000 and message["value_bytes"] == len(value)
+    assert len(message["detail"]) == DEADLETTER_DETAIL_CHARS
+    if "value_b64" in message:
+        cut = base64.b64decode(message["value_b64"])
+        assert value.startswith(cut) and message["value"] == cut.decode("utf-8", "replace")
+    else:
+        assert value.decode().startswith(message["value"])
+    assert len(encoded) > DEADLETTER_BYTES - 16  # the longest start that fits, not emptied
+    minimal = json.loads(deadletter_minimal(reject))
+    assert minimal == {
+        "reason": "too_large",
+        "topic": "predictions",
+        "partition": 2,
+        "offset": 7,
+        "timestamp_ms": KAFKA_MS,
+        "key_bytes": 600_000,
+        "value_bytes": len(value),
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([b"\xff", b"\x01", b'"', b"a", "\U0001f600".encode(), b"\xed\xa0\x80"]),
+        min_size=0,
+        max_size=40,
+    ),
+    st.integers(0, 5_000),
+    st.binary(max_size=2_000),
+)
+def test_a_dead_letter_of_any_mix_of_bytes_fits(
+    pieces: list[bytes], repeat: int, key: bytes
+) -> None:
+    value = b"".join(pieces) * repeat
+    reject = Reject(RejectReason.MALFORMED_JSON, "bad", RawRecord("t", 0, 1, 2, key, value))
+    encoded = deadletter_value(reject)
+    assert len(encoded) <= DEADLETTER_BYTES
+    message = json.loads(encoded)
+    kept = base64.b64decode(message["value_b64"]) if "value_b64" in message else None
+    if kept is None:
+        kept = message["value"].encode()
+    assert value.startswith(kept)
+    if len(value) <= DEADLETTER_BYTES // 20:  # short enough to fit whole, however escaped
+        assert kept == value
 
 
 def test_deadletter_message_for_tombstone_and_odd_detail() -> None:
