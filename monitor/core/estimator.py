@@ -494,8 +494,27 @@ class EstimatorService:
         return out
 
     def _unknown(self, item: ParkedLabel, why: str) -> Reject:
-        detail = f"no request {item.request_id} ({why})"
-        return Reject(RejectReason.UNKNOWN_REQUEST, detail, item.label.source)
+        """``unknown_request`` for a parked label whose request never came, ``why`` it went.
+
+        A label sent by record id names that id and model, as sent: the request id is a hash
+        of them (``request_id_for``) that its sender never saw.
+        """
+        lab = item.label
+        if lab.request_id:
+            detail = f"no request {item.request_id} ({why})"
+        else:
+            model = lab.model or self.config.default_model
+            if lab.model is None:
+                named = f"model {model!r} (the default model: the label names none)"
+            elif model not in self.config.models:
+                named = f"model {model!r} (not a model this monitor audits)"
+            else:
+                named = f"model {model!r}"
+            detail = (
+                f"no request for id {lab.record_id!r} of {named}: request id "
+                f"{item.request_id} ({why})"
+            )
+        return Reject(RejectReason.UNKNOWN_REQUEST, detail, lab.source)
 
     def expire_parked(self, requests_caught_up: bool = True) -> list[Reject]:
         """Reject labels parked longer than the grace once the requests topic is caught up.

@@ -6,7 +6,7 @@ import pytest
 
 from monitor.config.schema import Config, ModelConfig, WindowsConfig
 from monitor.core.estimator import EstimatorService, _TrafficTable
-from monitor.core.messages import AuditRequest, LabelResult, RawRecord
+from monitor.core.messages import AuditRequest, LabelResult, RawRecord, request_id_for
 from monitor.core.recalibration import label_window_buckets
 from monitor.core.sampler import SamplerResult, SamplerService
 from monitor.core.snapshot import WindowEstimate
@@ -142,6 +142,43 @@ def test_duplicate_conflicting_unknown_and_expired(rng: np.random.Generator) -> 
     est.apply_traffic(SamplerService(CFG).process(s2.batch(slice(None))).traffic)
     (exp,) = est.handle_labels([_label(r1.request_id, 0, 5)])
     assert exp.reason == RejectReason.EXPIRED_REQUEST
+
+
+def test_an_unknown_label_sent_by_record_id_names_the_id_and_model_it_was_sent_with() -> None:
+    """The dead letter said only ``no request 0ce977e4... (waited 5 s)``: a hash of the salt,
+    model and id that the sender of an ``id`` never saw."""
+    clock = Clock()
+    est = EstimatorService(CFG, clock)
+    src = RawRecord("labels", 0, 0, 0, None, b"{}")
+    sent = [
+        LabelResult(None, "rec-7", 1, None, None, None, src),
+        LabelResult(None, "rec-8", 1, None, None, None, src, model="default"),
+        LabelResult(None, "rec-9", 0, None, None, None, src, model="fraud"),
+    ]
+    assert est.handle_labels(sent) == []
+    clock.t += 6.0
+    details = [r.detail for r in est.expire_parked()]
+    rid = [
+        request_id_for(CFG.salt, m, i)
+        for m, i in [("default", "rec-7"), ("default", "rec-8"), ("fraud", "rec-9")]
+    ]
+    assert details == [
+        f"no request for id 'rec-7' of model 'default' (the default model: the label names "
+        f"none): request id {rid[0]} (waited 5 s)",
+        f"no request for id 'rec-8' of model 'default': request id {rid[1]} (waited 5 s)",
+        f"no request for id 'rec-9' of model 'fraud' (not a model this monitor audits): "
+        f"request id {rid[2]} (waited 5 s)",
+    ]
+    # evicted past the limit (3) too; sent by request id, the request id as before
+    labels = [LabelResult(None, f"r{i}", 1, None, None, None, src) for i in range(4)]
+    (over,) = est.handle_labels(labels)
+    assert over.detail == (
+        f"no request for id 'r0' of model 'default' (the default model: the label names none): "
+        f"request id {request_id_for(CFG.salt, 'default', 'r0')} (parked labels over the limit)"
+    )
+    est.handle_labels([LabelResult("0" * 32, None, 1, None, None, None, src)])
+    clock.t += 6.0
+    assert est.expire_parked()[-1].detail == f"no request {'0' * 32} (waited 5 s)"
 
 
 def test_a_request_past_the_windows_waits_for_its_label_until_its_deadline(
