@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
@@ -427,6 +428,10 @@ def _check(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     config = load_config(args.config, config_overrides(args))
+    if args.create_topics:  # an error for a missing topic then says what this process does
+        config = dataclasses.replace(
+            config, kafka=dataclasses.replace(config.kafka, create_topics=True)
+        )
     if (unused := unused_security_settings(config.kafka.client)) is not None:
         log.warning(unused, extra={"event": "client_settings_unused"})
     from monitor.io.exporter import Exporter  # noqa: PLC0415 - prometheus only in the shell

@@ -100,6 +100,9 @@ class KafkaConfig:
     # replicas of each topic ``--create-topics`` creates; None: the broker's
     # ``default.replication.factor`` (what kafka-topics.sh does without --replication-factor)
     replication_factor: int | None = None
+    # ``monitor run --create-topics`` (a flag, no key of the file): the topics were created at
+    # start; an error for a missing topic says what that process does about it
+    create_topics: bool = False
 
     @property
     def sampler_group_id(self) -> str:

@@ -6,9 +6,10 @@ records from it, so without that error a deleted labels topic left the daemon re
 for hours) and one the producer writes to (its flush only waited, so a deleted dead-letter or
 requests topic read as a broker outage). The error names each topic and the ``kafka-topics.sh``
 command that recreates it as ``--create-topics`` would (``monitor.io.kafka_io.create_topics``
-uses the same settings). A subscribed topic the broker's ACLs do not allow this client to read
-is ``refused_topics``, with the ``kafka-acls.sh`` command granting it; a topic that refuses a
-record as too large (its ``max.message.bytes``) is ``too_large``.
+uses the same settings); to a process started with ``--create-topics``, which creates them at its
+start only, it says that a restart creates them again. A subscribed topic the broker's ACLs do
+not allow this client to read is ``refused_topics``, with the ``kafka-acls.sh`` command granting
+it; a topic that refuses a record as too large (its ``max.message.bytes``) is ``too_large``.
 """
 
 from __future__ import annotations
@@ -85,11 +86,20 @@ def missing_topics(
         if written
         else ("subscribed topics", "their records cannot be read")
     )
+    if kc.create_topics:  # what it does at start only: the broker lost them since
+        fix = (
+            "this process runs with --create-topics, which creates the topics at its start "
+            "only: restart it to create them again, or create them as it would "
+            f"({'; '.join(commands)})"
+        )
+    else:
+        fix = (
+            f"create them as --create-topics would ({'; '.join(commands)}), or restart "
+            "monitor run with --create-topics"
+        )
     msg = (
         f"{kind} missing: {', '.join(sorted(missing))} (deleted, or never created; "
-        f"{effect}): create them as --create-topics would "
-        f"({'; '.join(commands)}), or restart monitor run with --create-topics; "
-        "the monitor goes on by itself once they exist"
+        f"{effect}): {fix}; the monitor goes on by itself once they exist"
     )
     return TopicsNotReady(msg)
 

@@ -22,9 +22,10 @@ from monitor import daemon as daemon_module
 from monitor.cli import main
 from monitor.config.schema import Config, KafkaConfig, ModelConfig
 from monitor.daemon import Daemon
-from monitor.errors import BrokerUnavailable, StoreError
+from monitor.errors import BrokerUnavailable, ConfigError, StoreError
 from monitor.io.exporter import Exporter
 from monitor.io.store import Store
+from monitor.io.topics import missing_topics
 from monitor.runtime.engine import Engine
 from monitor.runtime.ports import Loop
 from monitor.runtime.sampler_role import SamplerEngine
@@ -980,3 +981,35 @@ def test_check_config_and_run_errors_exit_2(
     monkeypatch.setenv("LS_TOKEN", "not-a-token")
     assert main(["queue", "labelstudio", "--config", str(bridge)]) == 2
     assert unused in capsys.readouterr().err
+
+
+def test_a_missing_topic_tells_a_process_run_with_create_topics_what_it_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Topics a restarted broker had lost were reported to a daemon running with
+    --create-topics with "restart monitor run with --create-topics", the flag it had: it
+    creates them at its start only."""
+    seen: list[Config] = []
+
+    def wiring(config: Config, *args: object) -> None:
+        seen.append(config)
+        msg = "wired: stop before connecting"
+        raise ConfigError(msg)
+
+    monkeypatch.setattr(daemon_module, "_estimator_wiring", wiring)
+    conf = tmp_path / "monitor.yaml"
+    conf.write_text(f"storage: {{data_dir: {tmp_path / 'data'}}}\n")
+    for flags in ((), ("--create-topics",)):
+        assert main(["run", "--config", str(conf), *flags]) == 2
+    plain, creating = (
+        str(missing_topics(config, [TOPICS.labels], lambda topic: 1)) for config in seen
+    )
+    command = f"kafka-topics.sh --bootstrap-server 127.0.0.1:9092 --create --topic {TOPICS.labels}"
+    assert command in plain and command in creating
+    assert "or restart monitor run with --create-topics;" in plain
+    assert "restart monitor run with --create-topics" not in creating
+    assert (
+        "this process runs with --create-topics, which creates the topics at its start only: "
+        "restart it to create them again, or create them as it would (kafka-topics.sh"
+    ) in creating
+    assert creating.endswith("the monitor goes on by itself once they exist")
