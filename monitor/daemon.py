@@ -55,7 +55,7 @@ from monitor.config.load import OVERRIDES, load_config
 from monitor.config.schema import Config
 from monitor.core.snapshot import Snapshot
 from monitor.errors import BrokerUnavailable, ConfigError, StoreError, TopicsNotReady
-from monitor.io.store import Store, pin_mismatches
+from monitor.io.store import Store, data_dir_problem, pin_mismatches
 from monitor.logs import LOG_LEVELS, log_level, setup_logging
 from monitor.runtime.engine import Engine, store_pins
 from monitor.runtime.failpoint import Failpoint
@@ -414,6 +414,11 @@ def _check(args: argparse.Namespace) -> int:
     if isinstance(data, Mapping) and data.get("labelstudio") is not None:
         parse_labelstudio(data, str(args.config))  # read by ``monitor queue labelstudio``
         queue = "; labelstudio: OK"
+    key = "storage.data_dir" if args.data_dir is None else "--data-dir"
+    if (unusable := data_dir_problem(config.data_dir, key)) is not None:
+        # ``monitor run`` would stop on it; read-only, the pins said "cannot be read"
+        print(f"{args.config}: error: {unusable}", file=sys.stderr)
+        return 2
     stale = pin_mismatches(config.data_dir, store_pins(config))
     for problem in stale:
         print(f"{args.config}: error: {problem}", file=sys.stderr)

@@ -115,6 +115,46 @@ def _pin_mismatch(data_dir: Path, key: str, stored: str, value: str, hint: str) 
     )
 
 
+def _file_in_the_way(data_dir: Path) -> Path | None:
+    """``data_dir``, or the first of its parents, that exists and is not a directory."""
+    for path in (*reversed(data_dir.absolute().parents), data_dir.absolute()):
+        try:
+            if not path.is_dir():
+                return path if path.exists() else None
+        except OSError:  # a parent this user may not search: nothing to say of what is in it
+            return None
+    return None
+
+
+def data_dir_problem(data_dir: Path, key: str = "storage.data_dir") -> str | None:
+    """Why ``Store`` could not keep its state in ``data_dir``, read without writing; or None.
+
+    For ``monitor check-config`` (``key``: the setting that named it): a file where the
+    directory, or one of its parents, should be; or a directory that exists and that this user
+    cannot write (permissions, an immutable directory, a read-only file system). A directory not
+    there yet is made by ``monitor run``.
+    """
+    data_dir = Path(data_dir)
+    blocker = _file_in_the_way(data_dir)
+    if blocker == data_dir.absolute():
+        return (
+            f"{key}: {data_dir} is a file, not a directory: the state store needs a directory; "
+            f"point {key} at one (it is created if missing), or move the file away"
+        )
+    if blocker is not None:
+        return (
+            f"{key}: {data_dir} cannot be created: {blocker} is a file, not a directory; point "
+            f"{key} at a directory path, or move the file away"
+        )
+    if data_dir.is_dir() and not os.access(data_dir, os.W_OK | os.X_OK):
+        return (
+            f"{key}: the data directory {data_dir} cannot be written (its permissions, an "
+            "immutable directory or a read-only file system): make it writable by the user "
+            f"that runs monitor run, or point {key} at another directory"
+        )
+    return None
+
+
 def pin_mismatches(data_dir: Path, pins: Sequence[tuple[str, str, str]]) -> list[str]:
     """What ``Store.pin`` would refuse of ``pins`` ``(key, value, hint)``, read without a lock.
 
@@ -153,7 +193,19 @@ class Store:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self._lock = (self.data_dir / LOCK_NAME).open("ab")
         except OSError as exc:
-            msg = f"data directory {self.data_dir} is not writable: {exc.strerror or exc}"
+            blocker = _file_in_the_way(self.data_dir)
+            if blocker == self.data_dir.absolute():
+                msg = (
+                    f"data directory {self.data_dir} is a file, not a directory: point "
+                    "storage.data_dir (or --data-dir) at a directory, or move the file away"
+                )
+            elif blocker is not None:
+                msg = (
+                    f"data directory {self.data_dir} is not writable: {blocker} is a file, not "
+                    "a directory"
+                )
+            else:
+                msg = f"data directory {self.data_dir} is not writable: {exc.strerror or exc}"
             raise StoreError(msg) from exc
         try:
             fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ import pytest
 from monitor.cli import main
 from monitor.free_ports import free_port
 from monitor.io import exporter as exporter_module
+from monitor.io.store import Store
 
 GOOD = """
 kafka: {{bootstrap_servers: ["127.0.0.1:1"], poll_timeout_ms: 100}}
@@ -103,6 +105,68 @@ def test_data_dir_that_cannot_be_created(
     blocker.write_text("")
     code, line = _run_cli(tmp_path, capsys, GOOD.format(port=free_port(), data=blocker / "data"))
     assert code == 2 and "not writable" in line and str(blocker) in line, line
+
+
+def _check_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: Path, *extra: str
+) -> tuple[int, str]:
+    path = tmp_path / "monitor.yaml"
+    path.write_text(GOOD.format(port=free_port(), data=data))
+    code = main(["check-config", "--config", str(path), *extra])
+    captured = capsys.readouterr()
+    assert ("OK" in captured.out) == (code == 0), captured
+    return code, captured.err
+
+
+def test_a_data_dir_that_is_a_file_is_refused_by_check_config_as_by_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """check-config said OK, then run stopped on "not writable: File exists"."""
+    a_file = tmp_path / "state"
+    a_file.write_text("")
+    code, err = _check_config(tmp_path, capsys, a_file)
+    assert code == 2, err
+    assert f"error: storage.data_dir: {a_file} is a file, not a directory: the state store " in err
+    assert "point storage.data_dir at one (it is created if missing), or move the file away" in err
+    code, err = _check_config(tmp_path, capsys, tmp_path / "data", "--data-dir", str(a_file))
+    assert code == 2 and f"error: --data-dir: {a_file} is a file, not a directory" in err, err
+    code, err = _check_config(tmp_path, capsys, a_file / "data")  # under a file
+    assert code == 2, err
+    assert f"storage.data_dir: {a_file / 'data'} cannot be created: {a_file} is a file" in err
+    code, line = _run_cli(tmp_path, capsys, GOOD.format(port=free_port(), data=a_file))
+    assert code == 2, line
+    assert f"data directory {a_file} is a file, not a directory: point storage.data_dir" in line
+    assert _check_config(tmp_path, capsys, tmp_path / "new" / "data")[0] == 0  # run makes it
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_check_config_says_a_data_dir_it_may_not_write_cannot_be_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    Store(data).close()
+    data.chmod(0o500)
+    try:
+        code, err = _check_config(tmp_path, capsys, data)
+    finally:
+        data.chmod(0o700)
+    assert code == 2 and "cannot be read" not in err, err
+    assert f"storage.data_dir: the data directory {data} cannot be written" in err, err
+
+
+def test_check_config_says_a_read_only_data_dir_cannot_be_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store on a file system remounted read-only: check-config said it "cannot be read"."""
+    with _tmpfs(tmp_path / "ro", "1m") as ro:
+        Store(ro / "data").close()
+        done = subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=False)
+        if done.returncode != 0:
+            pytest.skip("remounting a tmpfs read-only is not permitted here")
+        code, err = _check_config(tmp_path, capsys, ro / "data")
+    assert code == 2 and "cannot be read" not in err, err
+    assert f"storage.data_dir: the data directory {ro / 'data'} cannot be written" in err, err
+    assert "make it writable by the user that runs monitor run" in err
 
 
 @contextlib.contextmanager
