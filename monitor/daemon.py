@@ -594,18 +594,33 @@ def _alert_hook(
 
 
 def _create_topics(config: Config, stop: threading.Event) -> None:
+    """``--create-topics``: create what is missing, retrying with backoff until the broker answers.
+
+    Logged once per change, as the loop's states: the first failure, a failure for another
+    reason, the success (with the attempts it took). A broker absent at start logged a
+    ``topics_retry`` line on every attempt.
+    """
     from monitor.io.kafka_io import create_topics  # noqa: PLC0415 - shell only
 
     backoff = BACKOFF_MIN_S
+    attempts = 0
+    logged = ""  # the error of the last ``topics_retry`` line
     while not stop.is_set():
+        attempts += 1
         try:
             created = create_topics(config)
         except BrokerUnavailable as exc:
-            log.warning(
-                "cannot create topics yet", extra={"event": "topics_retry", "error": str(exc)}
-            )
+            if str(exc) != logged:
+                logged = str(exc)
+                log.warning(
+                    "cannot create topics yet, retrying with backoff",
+                    extra={"event": "topics_retry", "error": logged, "attempts": attempts},
+                )
             stop.wait(backoff)
             backoff = min(BACKOFF_MAX_S, backoff * 2)
             continue
-        log.info("topics ready", extra={"event": "topics_ready", "new_topics": created})
+        log.info(
+            "topics ready",
+            extra={"event": "topics_ready", "new_topics": created, "attempts": attempts},
+        )
         return

@@ -23,6 +23,7 @@ from monitor.cli import main
 from monitor.config.schema import Config, KafkaConfig, ModelConfig
 from monitor.daemon import Daemon
 from monitor.errors import BrokerUnavailable, ConfigError, StoreError
+from monitor.io import kafka_io
 from monitor.io.exporter import Exporter
 from monitor.io.store import Store
 from monitor.io.topics import missing_topics
@@ -1013,3 +1014,37 @@ def test_a_missing_topic_tells_a_process_run_with_create_topics_what_it_does(
         "restart it to create them again, or create them as it would (kafka-topics.sh"
     ) in creating
     assert creating.endswith("the monitor goes on by itself once they exist")
+
+
+def test_topics_not_created_yet_are_logged_once_per_reason(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """--create-topics with the broker absent logged ``topics_retry`` on every attempt (about
+    8 lines a minute); now the first failure, each change of reason, and the success."""
+    errors = ["Unable to bootstrap"] * 5 + ["Topic authorization failed"] * 3 + [""]
+    calls: list[str] = []
+
+    def create_topics(config: Config) -> list[str]:
+        calls.append(errors[len(calls)])
+        if calls[-1]:
+            raise BrokerUnavailable(calls[-1])
+        return [TOPICS.labels]
+
+    class NoWait(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            return False
+
+    monkeypatch.setattr(kafka_io, "create_topics", create_topics)
+    caplog.set_level(logging.INFO, logger="monitor.daemon")
+    daemon_module._create_topics(Config(), NoWait())
+    lines = [
+        (r.event, getattr(r, "error", None), getattr(r, "attempts", None))  # type: ignore[attr-defined]
+        for r in caplog.records
+        if getattr(r, "event", "").startswith("topics_")
+    ]
+    assert lines == [
+        ("topics_retry", "Unable to bootstrap", 1),
+        ("topics_retry", "Topic authorization failed", 6),
+        ("topics_ready", None, 9),
+    ]
+    assert len(calls) == len(errors)
