@@ -20,7 +20,26 @@ from monitor.errors import BrokerUnavailable
 
 RECENT_S = 60.0  # a connection error older than this is not named as the cause
 # words of errors that name their cause (a later bare "socket disconnected" says less)
-_TELLING = ("authentication", "certificate", "handshake", "alert")
+_TELLING = ("authentication", "certificate", "handshake", "alert", "sasl", "security.protocol")
+# a SASL handshake the listener does not take: one without SASL (kafka-python raises
+# IllegalSaslStateError, librdkafka "Request not valid in current SASL state")
+_SASL_STATE = ("illegalsaslstate", "sasl state", "sasl_state", "saslhandshake", "sasl handshake")
+_SASL_MECHANISM = ("unsupportedsaslmechanism", "unsupported sasl mechanism")
+# a TLS handshake with a listener that does not speak TLS, or a TLS listener spoken to in clear
+_TLS_MISMATCH = (
+    "wrong version number",
+    "ssl handshake",
+    "ssl_handshake",
+    "tls handshake",
+    "handshake failed",
+    "handshake failure",
+    "unexpected eof",
+    "eof occurred in violation of protocol",
+    "record layer failure",
+    "packet length too long",
+    "security.protocol",
+    "plaintext broker listener",
+)
 
 
 def describe(exc: BaseException) -> str:
@@ -85,6 +104,12 @@ def connection_hint(cause: str, client: Mapping[str, Any]) -> str:
     (``ssl.client.auth=required``; Apache Kafka 4.1.1 sends "bad certificate" for none, and
     "certificate unknown" for one its trust store does not vouch for); the client's own check of
     the broker's certificate fails with "certificate verify failed" instead.
+
+    A client whose ``security_protocol`` is not the listener's fails its handshake: SASL with a
+    listener without it (the broker answers the SASL handshake with ILLEGAL_SASL_STATE), TLS
+    with a listener without it or the other way round (a TLS handshake error, or a closed
+    connection that librdkafka says may be the wrong ``security.protocol``). Each client
+    retried it as an outage with nothing to say which setting to check.
     """
     text = cause.lower()
     if "authorization" in text:  # TOPIC_ / GROUP_AUTHORIZATION_FAILED: logged in, not allowed
@@ -92,6 +117,23 @@ def connection_hint(cause: str, client: Mapping[str, Any]) -> str:
             f"the broker's ACLs do not allow this client's principal ({principal(client)}) "
             "what it asked: grant it Read and Describe on the topics the monitor reads, Write "
             "and Describe on those it writes and Read on its consumer group (kafka-acls.sh --add)"
+        )
+    protocol = str(client.get("security_protocol") or "PLAINTEXT").upper()
+    listener = (
+        f"kafka.client.security_protocol is {protocol}: it must be the protocol of the broker "
+        "listener kafka.bootstrap_servers names"
+    )
+    if any(word in text for word in _SASL_MECHANISM):
+        return (
+            "the broker's listener does not enable kafka.client.sasl_mechanism: set it to one "
+            "the listener enables (the broker's sasl.enabled.mechanisms)"
+        )
+    if any(word in text for word in _SASL_STATE):
+        return (
+            f"the broker's listener did not take the SASL handshake: {listener} (PLAINTEXT or "
+            "SSL, without the kafka.client.sasl_* keys, for a listener without SASL; "
+            "SASL_PLAINTEXT or SASL_SSL, with kafka.client.sasl_mechanism, sasl_plain_username "
+            "and sasl_plain_password, for one with SASL)"
         )
     if "authentication" in text:
         return (
@@ -116,7 +158,11 @@ def connection_hint(cause: str, client: Mapping[str, Any]) -> str:
             "CA certificate (PEM) that signed it, and the certificate must be valid for the host "
             "in kafka.bootstrap_servers"
         )
-    protocol = str(client.get("security_protocol") or "PLAINTEXT").upper()
+    if any(word in text for word in _TLS_MISMATCH):
+        return (
+            f"the TLS handshake failed: {listener} (SSL or SASL_SSL, with the kafka.client.ssl_* "
+            "keys, for a TLS listener; PLAINTEXT or SASL_PLAINTEXT for one without TLS)"
+        )
     if protocol.startswith("SASL") and "unable to bootstrap" in text and "disconnected" in text:
         return (
             "the broker closed each new connection: check kafka.client.security_protocol, "

@@ -13,8 +13,15 @@ import logging
 import time
 
 import pytest
+from confluent_kafka import KafkaError
 from kafka import KafkaProducer
-from kafka.errors import KafkaConnectionError, KafkaTimeoutError, SaslAuthenticationFailedError
+from kafka.errors import (
+    IllegalSaslStateError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    SaslAuthenticationFailedError,
+    UnsupportedSaslMechanismError,
+)
 
 from monitor.config.load import parse_config
 from monitor.errors import ConfigError
@@ -134,6 +141,89 @@ def test_closed_connections_at_bootstrap_point_at_the_sasl_settings_only_with_sa
         "KafkaConnectionError: socket disconnected)"
     )
     assert connection_hint(later, SASL_SSL) == ""
+
+
+# a client whose security_protocol is not its listener's: SASL_PLAINTEXT against PLAINTEXT (the
+# broker answers the SASL handshake with ILLEGAL_SASL_STATE; librdkafka names it as below)
+SASL_TO_PLAINTEXT = [
+    "KafkaTimeoutError: Unable to bootstrap from ['127.0.0.1:9092'] (last connection error: "
+    f"{describe(IllegalSaslStateError())})",
+    "sasl_plaintext://127.0.0.1:9092/bootstrap: SASL authentication error: SaslHandshake "
+    f"failed: {KafkaError(34).str()} (after 1ms in state AUTH_HANDSHAKE)",
+]
+# SSL against a listener without TLS, and PLAINTEXT against a TLS listener
+TLS_MISMATCHES = [
+    KafkaConnectionError(
+        "[SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred in violation of protocol (_ssl.c:1006)"
+    ),
+    "ssl://127.0.0.1:9092/bootstrap: SSL handshake failed: Disconnected: connecting to a "
+    "PLAINTEXT broker listener? (after 2ms in state SSL_HANDSHAKE)",
+    "127.0.0.1:9093/bootstrap: Disconnected while requesting ApiVersion: might be caused by "
+    "incorrect security.protocol configuration (connecting to a SSL listener?) or broker version "
+    "is < 0.10 (see api.version.request) (after 2ms in state APIVERSION_QUERY)",
+]
+
+
+@pytest.mark.parametrize("error", SASL_TO_PLAINTEXT)
+def test_a_sasl_handshake_the_listener_refuses_points_at_the_security_protocol(error: str) -> None:
+    """SASL_PLAINTEXT against a PLAINTEXT listener was retried as broker_down with
+    IllegalSaslStateError and no word of which setting to check."""
+    hint = connection_hint(error, {"security_protocol": "SASL_PLAINTEXT"})
+    assert hint == (
+        "the broker's listener did not take the SASL handshake: kafka.client.security_protocol "
+        "is SASL_PLAINTEXT: it must be the protocol of the broker listener "
+        "kafka.bootstrap_servers names (PLAINTEXT or SSL, without the kafka.client.sasl_* keys, "
+        "for a listener without SASL; SASL_PLAINTEXT or SASL_SSL, with "
+        "kafka.client.sasl_mechanism, sasl_plain_username and sasl_plain_password, for one "
+        "with SASL)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "protocol"),
+    list(zip(map(str, TLS_MISMATCHES), ["SSL", "SSL", "PLAINTEXT"], strict=True)),
+)
+def test_a_tls_handshake_of_another_protocol_points_at_the_security_protocol(
+    error: str, protocol: str
+) -> None:
+    client = {"security_protocol": protocol} if protocol != "PLAINTEXT" else {}
+    assert connection_hint(error, client) == (
+        f"the TLS handshake failed: kafka.client.security_protocol is {protocol}: it must be the "
+        "protocol of the broker listener kafka.bootstrap_servers names (SSL or SASL_SSL, with "
+        "the kafka.client.ssl_* keys, for a TLS listener; PLAINTEXT or SASL_PLAINTEXT for one "
+        "without TLS)"
+    )
+
+
+def test_a_sasl_mechanism_the_listener_does_not_enable_is_named() -> None:
+    for error in (
+        describe(
+            UnsupportedSaslMechanismError("Kafka broker does not support PLAIN sasl mechanism")
+        ),
+        f"sasl_ssl://127.0.0.1:9093/bootstrap: SASL authentication error: {KafkaError(33).str()}",
+    ):
+        assert connection_hint(error, SASL_SSL).startswith(
+            "the broker's listener does not enable kafka.client.sasl_mechanism"
+        )
+    # a refused SCRAM login names its mechanism: still a login to check
+    scram = (
+        "SaslAuthenticationFailedError: Authentication failed during authentication due to "
+        "invalid credentials with SASL mechanism SCRAM-SHA-512"
+    )
+    assert connection_hint(scram, SASL_SSL).startswith("SASL authentication failed: check")
+
+
+def test_a_refused_sasl_handshake_is_the_cause_named_after_the_closed_connection() -> None:
+    errors = RecentErrors()
+    errors.note(describe(IllegalSaslStateError()))
+    errors.note("KafkaConnectionError: socket disconnected")  # says less: kept out
+    exc = KafkaTimeoutError("Unable to bootstrap from ['127.0.0.1:9092']")
+    error = str(unavailable("poll failed", exc, errors, {"security_protocol": "SASL_PLAINTEXT"}))
+    assert error.startswith(
+        "poll failed: KafkaTimeoutError: Unable to bootstrap from ['127.0.0.1:9092'] (last "
+        "connection error: [Error 34] IllegalSaslStateError); the broker's listener did not take "
+        "the SASL handshake: kafka.client.security_protocol is SASL_PLAINTEXT"
+    )
 
 
 def test_the_most_telling_recent_error_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
