@@ -106,6 +106,11 @@ class EstimatorChanges:
     first_written: bool = False  # ``EstimatorService.first_written`` changed
 
 
+def _record_of(req: AuditRequest) -> tuple[float, float, str]:
+    """What a request holds of its scored record beyond its id: score, event time, segment."""
+    return req.score, req.ts, req.segment
+
+
 class EstimatorService:
     """Labels joined to requests, per-window estimates (state: aggregates, requests, parked)."""
 
@@ -150,6 +155,8 @@ class EstimatorService:
             (str(m), int(b)): int(ms) for m, b, ms in first_written
         }
         self._pruned: dict[str, int] = {}  # model -> horizon last pruned to
+        # model -> requests whose record id came again with other content (``upsert_requests``)
+        self._duplicate_ids: dict[str, int] = {}
         self._changes = EstimatorChanges()
         self.labels_accepted: dict[str, int] = {}
         self.label_latencies: dict[str, list[float]] = {}
@@ -356,11 +363,24 @@ class EstimatorService:
         self._changes.prune[model] = horizon
 
     # ---------------------------------------------------------------- requests
-    def upsert_requests(self, requests: Iterable[AuditRequest]) -> list[Reject]:
-        """Insert requests not known yet (idempotent); match labels parked for them."""
+    def upsert_requests(
+        self, requests: Iterable[AuditRequest], *, count_duplicates: bool = True
+    ) -> list[Reject]:
+        """Insert requests not known yet (idempotent); match labels parked for them.
+
+        A request already known stands. A replay brings it again unchanged; one whose record
+        (the same id and model, so the same request id) came again with another score, event
+        time or segment is counted (``take_duplicate_ids``; not with ``count_duplicates`` False,
+        for a process reading back the requests it made and counted): a producer re-sending a
+        record it changed, or ids reused upstream. The later record is in the traffic but never
+        audited under its id, and audit queues deduplicate by request id.
+        """
         rejects: list[Reject] = []
         for req in requests:
-            if req.request_id in self._requests:
+            known = self._requests.get(req.request_id)
+            if known is not None:
+                if count_duplicates and _record_of(known.request) != _record_of(req):
+                    self._duplicate_ids[req.model] = self._duplicate_ids.get(req.model, 0) + 1
                 continue
             horizon = self._horizon(req.model)
             if horizon is not None and req.bucket < horizon:
@@ -371,6 +391,11 @@ class EstimatorService:
             if req.request_id in self._parked:
                 rejects.extend(self._release(req.request_id))
         return rejects
+
+    def take_duplicate_ids(self) -> dict[str, int]:
+        """Requests whose record id came again with other content since the last call, per model."""
+        out, self._duplicate_ids = self._duplicate_ids, {}
+        return out
 
     # ------------------------------------------------------------------ labels
     def _request_id(self, lab: LabelResult) -> str:

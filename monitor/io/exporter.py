@@ -358,6 +358,15 @@ class Exporter:
         )
         for model in models:
             self._folded.labels(model=model)
+        self._duplicate_ids = Counter(
+            "monitor_duplicate_record_ids",
+            "Audited records whose id an earlier audited record of the model had with another "
+            "score, event time or segment (the earlier request stands)",
+            ["model"],
+            registry=r,
+        )
+        for model in models:
+            self._duplicate_ids.labels(model=model)
         self._maps_ignored = Counter(
             "monitor_calibration_maps_ignored",
             "Calibration maps a sampler read but did not take: a version below the one it holds "
@@ -494,6 +503,10 @@ class Exporter:
     def count_segments_folded(self, per_model: Mapping[str, int]) -> None:
         """Add scored records folded into ``__other__`` by the segment limit, per model."""
         _add(self._folded, ("model",), {(m,): n for m, n in per_model.items()})
+
+    def count_duplicate_ids(self, per_model: Mapping[str, int]) -> None:
+        """Add audited records whose id came again with other content, per model."""
+        _add(self._duplicate_ids, ("model",), {(m,): n for m, n in per_model.items()})
 
     def count_maps_ignored(self, model: str, reason: str) -> None:
         """Add one calibration map a sampler ignored (older, conflicting or later_format)."""

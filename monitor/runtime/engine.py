@@ -184,6 +184,7 @@ class Engine:
         self._last_snapshot = -1e18
         self._dirty = True
         self._capped: set[str] = set()  # models whose segment limit was reported
+        self._duplicates_seen: set[str] = set()  # models whose duplicate record ids were reported
         self._maps_due: set[str] = set()  # role estimator: stored maps not yet on Kafka
         # records Kafka acknowledged since the last stored step: a step retried after the store
         # refused it (``rollback``) decides them again, the same bytes, and does not write them
@@ -244,6 +245,29 @@ class Engine:
         if due:  # a crash came between the labels' commit and their refit: refit them now
             self._recalibrate(str(m) for m in due)
         self._dirty = True
+
+    def _count_duplicate_ids(self) -> None:
+        """Count the audited records whose id came again with other content; log once per model.
+
+        ``EstimatorService.upsert_requests`` says what counts; the first line per model names
+        the counter that keeps the rest.
+        """
+        duplicates = self.estimator.take_duplicate_ids()
+        if not duplicates:
+            return
+        self.metrics.count_duplicate_ids(duplicates)
+        for model in sorted(set(duplicates) - self._duplicates_seen):
+            self._duplicates_seen.add(model)
+            log.warning(
+                "a record id came again with another score, event time or segment: its first "
+                "request stands; check the producer (retries re-scoring a record, reused ids); "
+                "later ones are counted in monitor_duplicate_record_ids_total",
+                extra={
+                    "event": "duplicate_record_ids",
+                    "model": model,
+                    "count": duplicates[model],
+                },
+            )
 
     def _recalibrate(self, models: Iterable[str]) -> None:
         """Refit the calibration maps of ``models`` from their labels; durable, then in use.
@@ -485,7 +509,9 @@ class Engine:
         if by_topic[topics.requests]:
             known, bad = decode_requests(by_topic[topics.requests], cfg)
             rejects.extend(bad)
-            rejects.extend(self.estimator.upsert_requests(known))
+            # role all reads back the requests it made, and counted, above
+            own = self.feed is None
+            rejects.extend(self.estimator.upsert_requests(known, count_duplicates=not own))
         if by_topic[topics.labels]:
             labels, bad = decode_labels(by_topic[topics.labels])
             rejects.extend(bad)
@@ -556,6 +582,7 @@ class Engine:
             self.metrics, records, requested, labels_ok, rejects, topics=self.config.kafka.topics
         )
         self._reject_log.note(rejects)
+        self._count_duplicate_ids()
         latencies = self.estimator.take_label_latencies()
         if latencies:
             self.metrics.observe_label_latency(latencies)

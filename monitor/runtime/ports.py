@@ -135,6 +135,7 @@ class Metrics(Protocol):
     def observe_label_latency(self, per_model: Mapping[str, Sequence[float]]) -> None: ...  # noqa: D102
     def count_rejects(self, per_input: Mapping[tuple[str, RejectReason], int]) -> None: ...  # noqa: D102
     def count_segments_folded(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
+    def count_duplicate_ids(self, per_model: Mapping[str, int]) -> None: ...  # noqa: D102
     def count_maps_ignored(self, model: str, reason: str) -> None: ...  # noqa: D102
     def set_calibration(  # noqa: D102
         self, model: str, calibration: Calibration, defensive: float

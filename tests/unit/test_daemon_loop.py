@@ -210,8 +210,42 @@ def test_crash_before_transaction_replays_identically(
     # requests may be produced twice (same key, same bytes), never differently
     assert set(log.records(TOPICS.requests)) == set(clean_log.records(TOPICS.requests))
     assert _windows(h) == _windows(clean)
+    assert h.value("monitor_duplicate_record_ids_total", model="default") == 0.0
     h.close()
     clean.close()
+
+
+def test_a_record_id_sent_again_with_other_content_is_counted_and_logged_once(
+    tmp_path: Path, workload: Workload, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first request stands; sent again unchanged (a producer's retry) it counts nothing."""
+    caplog.set_level(logging.WARNING, logger="monitor.runtime.engine")
+    log, h = _run_clean(tmp_path, workload)
+    before = _labelled(h)
+    known = {json.loads(v)["request_id"] for _, v in log.records(TOPICS.requests)}
+    audited = {json.loads(v)["id"] for _, v in log.records(TOPICS.requests)}
+    again = [rec for rec in workload.records() if rec["id"] in audited][:20]
+    n_requests = len(log.records(TOPICS.requests))
+    for rec in again:  # unchanged: the same requests again
+        log.append(TOPICS.scored, json.dumps(rec).encode())
+    h.drain()
+    assert h.value("monitor_duplicate_record_ids_total", model="default") == 0.0
+    n_requests = len(log.records(TOPICS.requests))
+    for rec in again:  # re-scored: another score, the same id
+        log.append(TOPICS.scored, json.dumps({**rec, "score": 1.0 - rec["score"]}).encode())
+    h.drain()
+    new = [json.loads(v) for _, v in log.records(TOPICS.requests)[n_requests:]]
+    assert new and {r["request_id"] for r in new} <= known  # requested again, under its id
+    assert h.value("monitor_duplicate_record_ids_total", model="default") == len(new)
+    lines = [r for r in caplog.records if getattr(r, "event", "") == "duplicate_record_ids"]
+    assert len(lines) == 1 and lines[0].model == "default"  # type: ignore[attr-defined]
+    assert lines[0].count == len(new)  # type: ignore[attr-defined]
+    assert _labelled(h) == before  # the labelled requests are the first ones
+    h.close()
+
+
+def _labelled(h: Harness) -> dict[tuple[str, str, str], int]:
+    return {(x.model, x.segment, x.window): x.labels for x in h.engine.estimator.snapshot().windows}
 
 
 def test_a_rebuild_days_later_refuses_the_records_stamped_ahead_that_the_live_run_did(

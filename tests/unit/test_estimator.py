@@ -84,6 +84,27 @@ def test_window_estimate_equals_direct_computation(rng: np.random.Generator) -> 
     assert snap.watermarks["default"] == s.ts.max()
 
 
+def test_a_request_of_a_record_sent_again_with_other_content_is_counted_not_taken(
+    rng: np.random.Generator,
+) -> None:
+    _, res, est, _ = _setup(rng, n=600)
+    est.upsert_requests(res.requests)
+    first = res.requests[0]
+    est.upsert_requests(res.requests)  # a replay: the same requests
+    assert est.take_duplicate_ids() == {}
+    changed = [
+        dataclasses.replace(first, score=1.0 - first.score),
+        dataclasses.replace(first, ts=first.ts + 1.0),
+        dataclasses.replace(first, segment="other"),
+        dataclasses.replace(first, pi=1.0, payload={"x": 1}),  # the record's own content alike
+    ]
+    est.upsert_requests(changed)
+    assert est.take_duplicate_ids() == {first.model: 3} and est.take_duplicate_ids() == {}
+    assert est.request(first.request_id).request == first  # type: ignore[union-attr]
+    est.upsert_requests(changed, count_duplicates=False)  # read back by the process that made it
+    assert est.take_duplicate_ids() == {}
+
+
 def test_no_labels_means_missing_not_zero(rng: np.random.Generator) -> None:
     _, res, est, _ = _setup(rng)
     est.upsert_requests(res.requests)
