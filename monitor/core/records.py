@@ -273,23 +273,31 @@ def _spells_nonfinite(data: bytes) -> bool:
     return b"0e000" in classes or b"0" * 309 in classes
 
 
+#: A JSON escape of a surrogate code point (``\ud800``-``\udfff``): a candidate for a lone one
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def _check_payload(
     rej: _Rejections, rows: Sequence[Any], records: Sequence[RawRecord], *, strict: bool
 ) -> None:
-    """Reject a payload too deep or holding NaN, Infinity, 1e400 or a 400-digit integer.
+    r"""Reject a payload too deep, or holding what a consumer cannot read back.
 
     Nested deeper than ``MAX_PAYLOAD_DEPTH``: ``out_of_range``. A number beyond a double's
-    range: ``bad_type``, the detail naming its path (``_beyond_double``).
+    range: ``bad_type``; an unpaired surrogate (``"\ud800"``, valid JSON but no Unicode
+    character) in a string or key: ``out_of_range``, as in an id; each detail names its path
+    (``_unreadable``).
 
     A level takes an opening bracket, so only values with more than ``MAX_PAYLOAD_DEPTH`` of
     them (and so more than twice as many bytes) are walked.
     ``json.loads`` reads NaN and Infinity, but they are not JSON (RFC 8259), and reads a number
     beyond a double's range (1e400) as infinity, which the audit request would write as
     Infinity, and a 400-digit integer exactly, which most consumers read as infinity or
-    refuse; it would hand them to the queue's other consumers. None can be there when orjson
-    read the whole batch (``strict``, the common case: nothing to do); otherwise one C-level
-    search of the batch's bytes first, a value that may spell one is read again by orjson
-    (strict, and much faster than a walk), and only the payloads of those it refuses are walked.
+    refuse; it reads an escaped lone surrogate too, which no UTF-8 encoder writes (a Label
+    Studio task holding one made its project's task list fail for good). It would hand them to
+    the queue's other consumers. None can be there when orjson read the whole batch
+    (``strict``, the common case: nothing to do); otherwise one C-level search of the batch's
+    bytes first, a value that may hold one is read again by orjson (strict, and much faster than
+    a walk), and only the payloads of those it refuses are walked.
     """
     values = list(map(_VALUE_OF, records))
     if None in values:  # tombstones (already rejected)
@@ -305,55 +313,79 @@ def _check_payload(
         RejectReason.OUT_OF_RANGE,
         lambda _: f"field 'payload': nested more than {MAX_PAYLOAD_DEPTH} levels deep",
     )
-    if strict or not _spells_nonfinite(b"".join(values)):
+    if strict or not _may_be_unreadable(b"".join(values)):
         return
-    failing = np.zeros(len(rows), dtype=np.bool_)
-    paths: dict[int, str] = {}  # where each failing payload holds one
+    found: dict[int, tuple[str, bool]] = {}  # row -> (path, a number: else text)
     for i, (row, value) in enumerate(zip(rows, values, strict=True)):
         payload = row.get("payload")
-        if deep[i] or payload is None or not _spells_nonfinite(value):  # deep: rejected
+        if deep[i] or payload is None or not _may_be_unreadable(value):  # deep: rejected
             continue
         try:
-            orjson.loads(value)  # strict: read, it holds neither (e.g. "NaN" in a string)
+            orjson.loads(value)  # strict: read, it holds none (e.g. "NaN" in a string)
             continue
         except orjson.JSONDecodeError:
             pass
-        path = _beyond_double(payload)
-        if path is not None:
-            failing[i] = True
-            paths[i] = path
+        where = _unreadable(payload)
+        if where is not None:
+            found[i] = where
+    numbers = np.array([found.get(i, ("", False))[1] for i in range(len(rows))], dtype=np.bool_)
     rej.add(
-        failing,
+        numbers,
         RejectReason.BAD_TYPE,
         lambda i: (
-            f"field '{paths[i]}': NaN, Infinity and numbers beyond a double's range (+-1.8e308, "
-            "e.g. 1e400 or a 400-digit integer) are not JSON a consumer can read back; send "
-            "null or a string instead"
+            f"field '{found[i][0]}': NaN, Infinity and numbers beyond a double's range "
+            "(+-1.8e308, e.g. 1e400 or a 400-digit integer) are not JSON a consumer can read "
+            "back; send null or a string instead"
+        ),
+    )
+    text = np.array([i in found and not found[i][1] for i in range(len(rows))], dtype=np.bool_)
+    rej.add(
+        text,
+        RejectReason.OUT_OF_RANGE,
+        lambda i: (
+            f"field '{found[i][0]}': an unpaired surrogate (an escape in \\ud800-\\udfff "
+            "without its pair) is no Unicode character and cannot be written as UTF-8; send "
+            "the text as UTF-8"
         ),
     )
 
 
-def _beyond_double(payload: Any) -> str | None:
-    """Where ``payload`` first holds NaN, an infinity or an integer beyond a double's range.
+def _may_be_unreadable(data: bytes) -> bool:
+    """Whether ``data`` may spell a number beyond a double or escape a surrogate (a candidate)."""
+    return _spells_nonfinite(data) or (
+        b"\\u" in data and _SURROGATE_ESCAPE.search(data) is not None
+    )
 
-    The path from the record, e.g. ``payload.items[2]`` (each key cut to a few characters, the
-    whole to 120), found level by level (no recursion); None when it holds none. An integer is
-    beyond the range when ``float`` of it overflows: ``json.loads`` reads it exactly, but a
-    consumer reading numbers as doubles (most JSON libraries) reads infinity or fails.
+
+def _unreadable(payload: Any) -> tuple[str, bool] | None:
+    """Where ``payload`` first holds what a consumer cannot read back, and whether a number.
+
+    A number: NaN, an infinity or an integer beyond a double's range; else text: a string or
+    key that is not Unicode (an unpaired surrogate). The path from the record, e.g.
+    ``payload.items[2]`` (each key cut to a few characters, the whole to 120), found level by
+    level (no recursion); None when it holds none. An integer is beyond the range when
+    ``float`` of it overflows: ``json.loads`` reads it exactly, but a consumer reading numbers
+    as doubles (most JSON libraries) reads infinity or fails.
     """
     level: list[tuple[str, Any]] = [("payload", payload)]
     while level:
         deeper: list[tuple[str, Any]] = []
         for path, value in level:
             if type(value) is float and not math.isfinite(value):
-                return _clip(path, 120)
+                return _clip(path, 120), True
             if type(value) is int and value.bit_length() > 1000:
                 try:
                     float(value)
                 except OverflowError:
-                    return _clip(path, 120)
+                    return _clip(path, 120), True
+            elif type(value) is str and not _encodes(value):
+                return _clip(path, 120), False
             elif type(value) is dict:
-                deeper += ((f"{path}.{_clip(_ascii(k), 20)}", v) for k, v in value.items())
+                for k, v in value.items():
+                    key = f"{path}.{_clip(_ascii(k), 20)}"
+                    if not _encodes(k):
+                        return _clip(key, 120), False
+                    deeper.append((key, v))
             elif type(value) is list:
                 deeper += ((f"{path}[{j}]", v) for j, v in enumerate(value))
         level = deeper

@@ -214,6 +214,9 @@ def test_bad_rfc3339_strings_are_rejected(text: str) -> None:
         (b'{"id": "a", "score": 0.5, "payload": {"n": %s}}' % (b"9" * 400), RejectReason.BAD_TYPE, "field 'payload.n': NaN, Infinity and numbers beyond a double's range"),
         (b'{"id": "a", "score": 0.5, "payload": [1, {"\xc3\xa9": [-%s]}]}' % (b"1" * 310), RejectReason.BAD_TYPE, "field 'payload[1].\\xe9[0]': NaN"),
         ({"id": "a", "score": 0.5, "payload": {"a": [{"b": 1}] * 3, "c": _nested(512)}}, RejectReason.OUT_OF_RANGE, "field 'payload': nested more than 512 levels deep"),
+        (b'{"id": "a", "score": 0.5, "payload": {"text": "x\\ud800y"}}', RejectReason.OUT_OF_RANGE, "field 'payload.text': an unpaired surrogate"),
+        (b'{"id": "a", "score": 0.5, "payload": [{"\\uDC00k": 1}]}', RejectReason.OUT_OF_RANGE, "field 'payload[0].\\udc00k': an unpaired surrogate"),
+        (b'{"id": "a", "score": 0.5, "payload": "\\ude00\\ud83d"}', RejectReason.OUT_OF_RANGE, "field 'payload': an unpaired surrogate"),
     ],
 )  # fmt: skip
 def test_each_reject_reason_with_its_detail(
@@ -234,6 +237,18 @@ def test_large_exponents_that_fit_a_double_are_kept() -> None:
     ]
     batch, rejects = decode_scored(raw(values), CONFIG)
     assert rejects == [] and batch.payload[0] == {"x": 1e300, "y": 2e-5}
+
+
+def test_a_payload_with_paired_surrogate_escapes_is_kept() -> None:
+    """An escaped pair is one character (an emoji), as orjson reads it; beside a record that
+    orjson refuses (so the batch is searched), it is still kept."""
+    values = [
+        b'{"id": "a", "score": 0.5, "payload": {"t": "\\ud83d\\ude00", "u": "\\uD83D\\uDE00"}}',
+        b'{"id": "b", "score": 0.5, "payload": {"t": "\\ud800"}}',
+    ]
+    batch, rejects = decode_scored(raw(values), CONFIG)
+    assert batch.ids.tolist() == ["a"] and [r.record.offset for r in rejects] == [101]
+    assert batch.payload[0] == {"t": "\U0001f600", "u": "\U0001f600"}
 
 
 def test_record_just_under_the_size_limit_is_accepted() -> None:
