@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -54,11 +55,11 @@ from monitor.bridges.ls_client import (
     LabelStudioNotFound,
     LabelStudioUnavailable,
 )
-from monitor.bridges.ls_config import LabelStudioConfig
+from monitor.bridges.ls_config import LabelStudioConfig, Wording
 from monitor.bridges.ls_http import BridgeMetrics, BridgeServer
 from monitor.bridges.ls_state import ANSWERED, DELETED, EXPIRED, OPEN, BridgeState, TaskRow
+from monitor.bridges.ls_tasks import FROM_NAME, project_fields, read_answer, task_body
 from monitor.bridges.ls_tasks import decide as decide_label
-from monitor.bridges.ls_tasks import project_fields, read_answer, task_body
 from monitor.config.kafka_client import (
     COMMIT_TIMEOUT_S,
     RECONNECT_BACKOFF_MAX_MS,
@@ -66,6 +67,7 @@ from monitor.config.kafka_client import (
 )
 from monitor.config.schema import Config
 from monitor.core.messages import AuditRequest
+from monitor.core.records import MAX_TS
 from monitor.errors import MonitorError, StoreError, TopicsNotReady
 from monitor.io.client_errors import unavailable
 from monitor.io.kafka_io import (
@@ -110,32 +112,109 @@ def _one(_topic: str) -> int:
     return 1
 
 
-def parse_request(value: bytes | None) -> dict[str, Any] | None:
-    """A request record's JSON, or None when it is not a request the monitor could have written.
+# A deadline is the request's event time plus the model's label deadline (days); a year past the
+# daemon's last event time is room enough for any label deadline.
+_MAX_DEADLINE = MAX_TS + 366 * 86_400.0
+# Lines about invalid requests and unreadable answers: at most one per kind and this many seconds.
+_LOG_EVERY_S = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Invalid:
+    """Why a request record is not one: ``reason`` a short kind (log key), ``detail`` the text."""
+
+    reason: str
+    detail: str
+
+
+def read_request(value: bytes | None) -> dict[str, Any] | Invalid:
+    """A request record's JSON, or why it is not a request the monitor could have written.
 
     The fields a task shows must have their types, and the request must pass the daemon's own
-    check (``AuditRequest.from_json``: pi in (0, 1], score in [0, 1], finite times up to year
-    9999): a value Label Studio cannot store (NaN, Infinity) or show would otherwise make it
-    refuse the whole import, again at every retry, and stop the bridge.
+    check (``AuditRequest.from_json``: pi in (0, 1], score in [0, 1], finite times): a value Label
+    Studio cannot store (NaN, Infinity) or show would otherwise make it refuse the whole import,
+    again at every retry, and stop the bridge. No string, key or value, payload included, may
+    hold a NUL or an unpaired surrogate (the daemon refuses them in its ids too): Label Studio
+    1.23.2 stores such a task and then answers every listing of its project with HTTP 500. Event
+    times are the daemon's (``ts`` before 2100, ``MAX_TS``) and ``deadline`` is not before ``ts``
+    and at most a year past that bound: a request dated in year 9999 moved its model's watermark
+    there, and every open task of the model was expired at once.
     """
     try:
         req = json.loads(value or b"")
-        AuditRequest.from_json(value or b"")
-    except (ValueError, OverflowError, RecursionError):
-        return None
+    except (ValueError, RecursionError):
+        return Invalid("not_json", "not JSON")
     if not isinstance(req, dict):
-        return None
+        return Invalid("not_object", "not a JSON object")
+    bad = _bad_string(req)
+    if bad is not None:
+        return Invalid("bad_text", f"{bad} holds a NUL character or an unpaired surrogate")
     for name, kind in _REQUIRED.items():
         if not isinstance(req.get(name), kind):
-            return None
+            return Invalid("missing_field", f"field {name!r}: missing or not a string")
     for name in _NUMBERS:
         if isinstance(req.get(name), bool) or not isinstance(req.get(name), int | float):
-            return None
-    if req.get("pred") not in (0, 1) or not req["request_id"]:
-        return None
+            return Invalid("missing_field", f"field {name!r}: missing or not a number")
+    if req.get("pred") not in (0, 1):
+        return Invalid("bad_value", "field 'pred': not 0 or 1")
+    if not req["request_id"]:
+        return Invalid("bad_value", "field 'request_id': empty")
     if req.get("token") is not None and not isinstance(req["token"], str):
-        return None
+        return Invalid("bad_value", "field 'token': not a string")
+    try:
+        AuditRequest.from_json(value or b"")
+    except (ValueError, OverflowError, RecursionError) as exc:
+        return Invalid("bad_value", _clip(str(exc)))
+    ts, deadline = float(req["ts"]), float(req["deadline"])
+    if not (math.isfinite(ts) and 0.0 <= ts < MAX_TS):
+        return Invalid("bad_time", f"field 'ts': {ts!r} is not an event time before 2100")
+    if not (math.isfinite(deadline) and ts <= deadline < _MAX_DEADLINE):
+        return Invalid("bad_time", f"field 'deadline': {deadline!r} is before 'ts' or past 2101")
     return req
+
+
+def parse_request(value: bytes | None) -> dict[str, Any] | None:
+    """A request record's JSON, or None when it is not one (``read_request`` says why)."""
+    got = read_request(value)
+    return None if isinstance(got, Invalid) else got
+
+
+def _bad_string(obj: Any) -> str | None:
+    """Where a string of ``obj`` (key or value, at any depth) holds a NUL or a lone surrogate."""
+    stack: list[tuple[str, Any]] = [("", obj)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, str):
+            if not _clean(item):
+                return f"the value at {where or 'the top'}"
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                name = f"{where}.{_ascii(key)}" if where else _ascii(key)
+                if not _clean(key):
+                    return f"the key {name}"
+                stack.append((name, sub))
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", sub) for i, sub in enumerate(item))
+    return None
+
+
+def _clean(text: str) -> bool:
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _ascii(text: str) -> str:
+    """``text`` with every character outside printable ASCII as a backslash escape."""
+    return _clip(text.encode("unicode_escape").decode("ascii"))
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class LabelStudioBridge:
@@ -185,6 +264,17 @@ class LabelStudioBridge:
         self._emails: dict[str, str] = {}  # user id -> email, for the labels' "labeler"
         self._marks: dict[int, str] = {}  # task id -> last change seen (``BridgeState.marks``)
         self._duplicates_seen: set[int] = set()  # answered second tasks already logged
+        self._invalid_log = _Throttled(
+            "not a valid label request; skipped (labelstudio_bridge_requests_invalid_total): "
+            "fix the producer of the requests topic",
+            "request_invalid",
+        )
+        self._unreadable_log = _Throttled(
+            "an answer the bridge cannot read; never a label "
+            "(labelstudio_bridge_unreadable_answers_total)",
+            "answer_unreadable",
+        )
+        self._failing: dict[int, str] = {}  # project -> its poll's error, until it is read again
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -391,6 +481,8 @@ class LabelStudioBridge:
                 self.metrics.up.set(1)
                 backoff = 1.0
         finally:
+            self._invalid_log.flush()
+            self._unreadable_log.flush()
             producer.close(5)
             consumer.close()
 
@@ -550,6 +642,8 @@ class LabelStudioBridge:
                 consumer.resume(*consumer.paused())
         self._commit(consumer)
         self._note_topics(missing)
+        self._invalid_log.tick()
+        self._unreadable_log.tick()
 
     def _commit(self, consumer: Any) -> None:
         """Commit each partition read up to its first request not imported, else all of it.
@@ -582,10 +676,20 @@ class LabelStudioBridge:
 
     def _take(self, value: bytes | None, at: tuple[Any, int]) -> None:
         """Parse one request record read at ``at`` (partition, offset) and queue it."""
-        req = parse_request(value)
-        if req is None:
+        req = read_request(value)
+        if isinstance(req, Invalid):
             self.metrics.requests_invalid.inc()
-            log.warning("not a valid label request; skipped", extra={"event": "request_invalid"})
+            part, offset = at
+            self._invalid_log.note(
+                req.reason,
+                {
+                    "topic": getattr(part, "topic", self.config.kafka.topics.requests),
+                    "partition": getattr(part, "partition", part),
+                    "offset": offset,
+                    "reason": req.reason,
+                    "detail": req.detail,
+                },
+            )
             return
         if self.accept is not None and not self.accept(req["request_id"]):
             return
@@ -604,7 +708,9 @@ class LabelStudioBridge:
         due = [r for r in self._pending if r["model"] not in waiting]
         if not due:
             return
-        unique = {r["request_id"]: r for r in due}
+        unique: dict[str, dict[str, Any]] = {}
+        for req in due:  # a request id read twice: the first copy stands, as in the monitor
+            unique.setdefault(req["request_id"], req)
         known = self.state.known(list(unique))
         repeated = len(due) - len(unique) + len(known)
         if repeated:
@@ -769,36 +875,79 @@ class LabelStudioBridge:
         """
         recorded = {(r.model, r.project_id) for r in self.state.with_status(OPEN, ANSWERED)}
         for model, project in sorted(set(self.projects.items()) | recorded):
-            listed: dict[int, dict[str, Any]] = {}
-            for task in self.client.tasks(project, fields="task_only"):  # none: project gone
-                if isinstance(task.get("id"), int):
-                    listed[task["id"]] = task
-            self._adopt(model, project, listed.values())
-            self._dedupe(model, project, listed)
-            for row in self.state.with_status(OPEN, ANSWERED):
-                if row.project_id != project:
+            try:
+                self._poll_project(model, project, producer)
+            except LabelStudioError as exc:
+                self._project_failed(model, project, exc)
+                continue
+            if self._failing.pop(project, None) is not None:
+                log.info(
+                    "the project's tasks are read again",
+                    extra={"event": "project_poll_back", "model": model, "project": project},
+                )
+
+    def _project_failed(self, model: str, project: int, exc: LabelStudioError) -> None:
+        """One project's poll failed: Label Studio down if it fails too, else that project only.
+
+        Label Studio 1.23.2 answers every listing of a project holding a task it cannot show
+        (an unpaired surrogate stored in its data) with HTTP 500, for good, while it serves the
+        other projects: the whole poll stopped there, and no model's answers were read or its
+        requests imported. Label Studio is asked who the token is; when that fails too, it is
+        down (raised, as before). Otherwise the project is skipped until a poll reads it again
+        (its tasks are not expired meanwhile: their answers were not read), logged once per
+        change of its error and each failure counted in ``labelstudio_errors_total``.
+        """
+        self.client.whoami()  # raises when Label Studio itself is failing
+        self.metrics.errors.inc()
+        error = str(exc)
+        if self._failing.get(project) == error:
+            return
+        self._failing[project] = error
+        log.error(
+            "Label Studio fails to list one project's tasks while it serves the others; that "
+            "project is skipped (its answers unread, its tasks not expired) and retried at "
+            "each poll: find the task Label Studio cannot show in that project (its data "
+            "window or server log) and delete it",
+            extra={
+                "event": "project_poll_failed",
+                "model": model,
+                "project": project,
+                "error": error,
+            },
+        )
+
+    def _poll_project(self, model: str, project: int, producer: Any) -> None:
+        """One project's part of ``_poll_all``."""
+        listed: dict[int, dict[str, Any]] = {}
+        for task in self.client.tasks(project, fields="task_only"):  # none: project gone
+            if isinstance(task.get("id"), int):
+                listed[task["id"]] = task
+        self._adopt(model, project, listed.values())
+        self._dedupe(model, project, listed)
+        for row in self.state.with_status(OPEN, ANSWERED):
+            if row.project_id != project:
+                continue
+            current = listed.get(row.task_id)
+            if current is not None and _request_of(current) != row.request_id:
+                self._gone(row)  # a Label Studio started afresh gave its id to another task
+                continue
+            if current is None:  # or a listing that skipped it, its pages shifting under
+                try:  # a deletion: only Label Studio's 404 for the task itself says gone
+                    current = self.client.task(row.task_id)
+                except LabelStudioNotFound:
+                    self._gone(row)
                     continue
-                current = listed.get(row.task_id)
-                if current is not None and _request_of(current) != row.request_id:
-                    self._gone(row)  # a Label Studio started afresh gave its id to another task
+                if _request_of(current) != row.request_id:
+                    self._gone(row)  # the id is another request's task now (see above)
                     continue
-                if current is None:  # or a listing that skipped it, its pages shifting under
-                    try:  # a deletion: only Label Studio's 404 for the task itself says gone
-                        current = self.client.task(row.task_id)
-                    except LabelStudioNotFound:
-                        self._gone(row)
-                        continue
-                    if _request_of(current) != row.request_id:
-                        self._gone(row)  # the id is another request's task now (see above)
-                        continue
-                answers = (current.get("total_annotations"), current.get("cancelled_annotations"))
-                mark = json.dumps([current.get("updated_at"), *answers])
-                if producer is None or self._marks.get(row.task_id) == mark:
-                    continue
-                if any(answers) or row.status == ANSWERED:  # an unanswered task has nothing
-                    self._refresh(row.task_id, producer)  # to read, unless its answer is gone
-                self._marks[row.task_id] = mark
-                self.state.set_mark(row.task_id, mark)
+            answers = (current.get("total_annotations"), current.get("cancelled_annotations"))
+            mark = json.dumps([current.get("updated_at"), *answers])
+            if producer is None or self._marks.get(row.task_id) == mark:
+                continue
+            if any(answers) or row.status == ANSWERED:  # an unanswered task has nothing
+                self._refresh(row.task_id, producer)  # to read, unless its answer is gone
+            self._marks[row.task_id] = mark
+            self.state.set_mark(row.task_id, mark)
 
     def _adopt(self, model: str, project: int, tasks: Iterable[dict[str, Any]]) -> None:
         """Tasks Label Studio holds with a request id the state file lacks (lost answer)."""
@@ -958,6 +1107,8 @@ class LabelStudioBridge:
                     "unreadable": self.metrics.unreadable,
                 }[kind]
                 counter.labels(row.model).inc()
+                if kind == "unreadable":
+                    self._unreadable(row, a.annotation_id, items, wording)
             self.state.record_annotation(a.annotation_id, row.request_id, kind, a.label)
         decision = decide_label(answers, self.ls.annotators, self.ls.majority_of)
         if decision.label is None:
@@ -988,6 +1139,37 @@ class LabelStudioBridge:
                 "daemon keeps the first",
                 extra={"event": "label_edited", "task": row.task_id, "model": row.model},
             )
+
+    def _unreadable(
+        self, row: TaskRow, annotation_id: int, items: list[Any], wording: Wording
+    ) -> None:
+        """Log an answer that gives no label (once per annotation, throttled per project).
+
+        A choice the interface does not offer (a project whose labeling config was edited, or
+        made by hand with another interface) was only counted: nothing said which task, which
+        value, or what to fix.
+        """
+        raw = next((x for x in items if isinstance(x, dict) and x.get("id") == annotation_id), {})
+        result = raw.get("result")
+        values = (
+            [r.get("value") for r in result if isinstance(r, dict)]
+            if isinstance(result, list)
+            else result
+        )
+        self._unreadable_log.note(
+            str(row.project_id),
+            {
+                "model": row.model,
+                "project": row.project_id,
+                "task": row.task_id,
+                "annotation": annotation_id,
+                "value": _clip(json.dumps(values, ensure_ascii=True, default=str)),
+                "fix": f"the project's labeling interface must be the bridge's: one Choices "
+                f'named "{FROM_NAME}" with exactly one of {wording.positive!r} (alias "1") '
+                f'or {wording.negative!r} (alias "0") chosen; restore it in the project\'s '
+                "settings (Labeling Interface), then edit the answer",
+            },
+        )
 
     def _reopen(self, row: TaskRow) -> None:
         """A published task whose annotations no longer decide a label goes back to open.
@@ -1020,7 +1202,7 @@ class LabelStudioBridge:
         marks = self.state.watermarks()
         late: dict[int, list[TaskRow]] = {}
         for row in self.state.with_status(OPEN):
-            if _late(row, marks):
+            if _late(row, marks) and row.project_id not in self._failing:
                 late.setdefault(row.project_id, []).append(row)
         for project, rows in sorted(late.items()):
             self.client.delete_tasks(project, [r.task_id for r in rows])
@@ -1031,6 +1213,47 @@ class LabelStudioBridge:
                 "tasks past their deadline removed",
                 extra={"event": "tasks_expired", "project": project, "tasks": len(rows)},
             )
+
+
+class _Throttled:
+    """One warning line per kind and ``every_s``: the first at once, later ones held back.
+
+    Each line names the first one of its kind since the previous line (its fields) and how
+    many of that kind it stands for (``count``). A kind held back is logged once its interval
+    has passed even if no other of its kind comes (``tick``, each step), and at stop
+    (``flush``), as the daemon's ``record_rejected`` lines are.
+    """
+
+    def __init__(self, message: str, event: str, every_s: float = _LOG_EVERY_S) -> None:
+        self.message, self.event, self.every_s = message, event, every_s
+        self._last: dict[str, float] = {}
+        self._since: dict[str, int] = {}
+        self._held: dict[str, dict[str, Any]] = {}
+
+    def note(self, kind: str, fields: Mapping[str, Any], now: float | None = None) -> None:
+        """Count one of ``kind``; log it at once when its kind's interval has passed."""
+        self._since[kind] = self._since.get(kind, 0) + 1
+        self._held.setdefault(kind, dict(fields))
+        self.tick(now)
+
+    def tick(self, now: float | None = None) -> None:
+        """Log every kind held back whose interval has passed."""
+        now = time.monotonic() if now is None else now
+        for kind in list(self._held):
+            if now - self._last.get(kind, -math.inf) >= self.every_s:
+                self._line(kind, now)
+
+    def flush(self) -> None:
+        """Log every kind held back, whatever its interval."""
+        now = time.monotonic()
+        for kind in list(self._held):
+            self._line(kind, now)
+
+    def _line(self, kind: str, now: float) -> None:
+        fields = self._held.pop(kind)
+        log.warning(self.message, extra={"event": self.event, **fields, "count": self._since[kind]})
+        self._last[kind] = now
+        self._since[kind] = 0
 
 
 @dataclasses.dataclass(frozen=True)

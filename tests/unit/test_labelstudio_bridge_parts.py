@@ -17,7 +17,7 @@ import kafka.errors
 import pytest
 from kafka.cluster import ClusterMetadata
 
-from monitor.bridges.labelstudio import LabelStudioBridge, parse_request
+from monitor.bridges.labelstudio import Invalid, LabelStudioBridge, parse_request, read_request
 from monitor.bridges.ls_client import (
     LabelStudioClient,
     LabelStudioError,
@@ -925,3 +925,149 @@ def test_an_answer_that_is_not_json_is_a_label_studio_error(body: bytes) -> None
     head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     with pytest.raises(LabelStudioError, match=r"GET http://127\.0\.0\.1:\d+/api/tasks: not JSON"):
         _call_answered_with(head.encode() + body)
+
+
+def test_requests_label_studio_cannot_list_or_dated_past_2100_are_invalid() -> None:
+    """A lone surrogate or a NUL anywhere (payload, keys): Label Studio 1.23.2 stored the task,
+    then answered every listing of its project with HTTP 500, for good. A request dated in year
+    9999 moved its model's watermark there and every open task of the model expired at once."""
+    for patch in (
+        b'"payload": {"text": "x\\ud800y"}',
+        b'"payload": {"a": ["ok", {"b": "\\udc00"}]}',
+        b'"payload": {"x\\ud800": 1}',
+        b'"payload": {"text": "a\\u0000b"}',
+        b'"segment": "eu\\u0000"',
+    ):
+        value = json.dumps(_req(payload=None, segment=None)).encode()
+        value = value[:-1] + b", " + patch + b"}"
+        got = read_request(value)
+        assert isinstance(got, Invalid) and got.reason == "bad_text", patch
+    assert parse_request(json.dumps(_req(payload={"emoji": "\U0001f600"})).encode()) is not None
+    for ts, deadline in ((253_402_300_000.0,) * 2, (4_102_444_800.0, 4_102_444_900.0)):
+        got = read_request(json.dumps(_req(ts=ts, deadline=deadline)).encode())
+        assert isinstance(got, Invalid) and got.reason == "bad_time", ts
+    got = read_request(json.dumps(_req(ts=100.0, deadline=99.0)).encode())
+    assert isinstance(got, Invalid) and got.reason == "bad_time"
+    late = 4_102_444_799.0  # the daemon's last event time; its deadline a week on is fine
+    assert parse_request(json.dumps(_req(ts=late, deadline=late + 7 * 86_400)).encode())
+
+
+class _OneProjectFails(_ProjectTasks):
+    """Project 1's listing answers HTTP 500 (a task it cannot show), the others work."""
+
+    up = True
+
+    def tasks(self, project: int, fields: str = "") -> list[dict[str, Any]]:
+        if project == 1 or not self.up:
+            msg = f"GET /api/tasks?project={project}: HTTP 500"
+            raise LabelStudioUnavailable(msg)
+        return super().tasks(project, fields)
+
+    def whoami(self) -> dict[str, Any]:
+        if not self.up:
+            msg = "connection refused"
+            raise LabelStudioUnavailable(msg)
+        return {"email": "bridge@example.com"}
+
+
+def test_a_project_label_studio_cannot_list_stops_no_other_project(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Project 1's listing failing (HTTP 500) aborted the whole poll: model b's answers were
+    never published, and the bridge said Label Studio was down. Now b is read, a's tasks are not
+    expired unread, the failure is logged once, and only a real outage is raised."""
+    config = parse_config({"models": {"a": {}, "b": {}}, "default_model": "a"}, "m.yaml")
+    bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s.sqlite", "t" * 40)
+    bridge._state = BridgeState(tmp_path / "s.sqlite")
+    bridge.state.add_tasks(
+        [
+            TaskRow("ra", "a", 1, 1, None, 0.1, 5.0, 6.0, 1.0, OPEN, None),
+            TaskRow("ra2", "a", 1, 3, None, 0.1, 99.0, 9e9, 1.0, OPEN, None),
+            TaskRow("rb", "b", 2, 2, None, 0.1, 5.0, 9e9, 1.0, OPEN, None),
+        ]
+    )
+    choice = {"from_name": "label", "value": {"choices": ["1"]}}
+    task = {"id": 2, "meta": {"request_id": "rb"}, "total_annotations": 1,
+            "annotations": [{"id": 9, "completed_by": 7, "result": [choice]}],
+            "cancelled_annotations": 0, "updated_at": "t1"}  # fmt: skip
+    ls = _OneProjectFails({1: [], 2: [task]})
+    ls.by_id.update({1: {"id": 1}, 3: {"id": 3}})
+    bridge.client = ls  # type: ignore[assignment]
+    bridge.projects = {"a": 1, "b": 2}
+    sent = _Sent()
+    with caplog.at_level(logging.ERROR):
+        bridge._poll_all(sent)
+        bridge._poll_all(sent)
+    assert [(v["request_id"], v["label"]) for v in sent.values] == [("rb", 1)]
+    assert [r.event for r in caplog.records] == ["project_poll_failed"]  # type: ignore[attr-defined]
+    assert bridge.metrics.errors._value.get() == 2
+    bridge._expire()  # ra is past its deadline, but its answers were not read: kept
+    assert [r.request_id for r in bridge.state.with_status(OPEN)] == ["ra", "ra2"]
+    ls.up = False  # Label Studio itself fails: down, as before
+    with pytest.raises(LabelStudioUnavailable):
+        bridge._poll_all(sent)
+    bridge.state.close()
+
+
+def test_a_request_id_read_twice_in_one_batch_keeps_its_first_copy(tmp_path: Path) -> None:
+    config = parse_config({"models": {"b": {}}, "default_model": "b"}, "m.yaml")
+    bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s.sqlite", "t" * 40)
+    bridge._state = BridgeState(tmp_path / "s.sqlite")
+    ls = _RefusingProject({})
+    bridge.client = ls  # type: ignore[assignment]
+    bridge.projects = {"b": 2}
+    bridge._next_poll = float("inf")
+    consumer = _TopicConsumer()
+    consumer.log += [_req(model="b", id="first"), _req(model="b", id="second")]
+    bridge._step(consumer, _Sent())
+    (row,) = bridge.state.with_status(OPEN)
+    assert "first" in json.dumps(ls.by_id[row.task_id]["data"])
+    assert bridge.metrics.requests_repeated._value.get() == 1
+    bridge.state.close()
+
+
+def test_invalid_requests_are_logged_with_where_and_why_once_a_minute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = parse_config({"models": {"b": {}}, "default_model": "b"}, "m.yaml")
+    bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s.sqlite", "t" * 40)
+    clock = [1000.0]
+    monkeypatch.setattr("monitor.bridges.labelstudio.time.monotonic", lambda: clock[0])
+    part = kafka.TopicPartition("requests", 3)
+    with caplog.at_level(logging.WARNING):
+        for offset in range(5):
+            bridge._take(b"{", (part, offset))
+        bridge._take(json.dumps(_req(pred=2)).encode(), (part, 7))
+        bridge._invalid_log.tick()
+        clock[0] += 61
+        bridge._invalid_log.tick()
+    lines = [(r.reason, r.partition, r.offset, r.count) for r in caplog.records]  # type: ignore[attr-defined]
+    assert lines == [("not_json", 3, 0, 1), ("bad_value", 3, 7, 1), ("not_json", 3, 1, 4)]
+    assert all(r.topic == "requests" and r.detail for r in caplog.records)  # type: ignore[attr-defined]
+    assert bridge.metrics.requests_invalid._value.get() == 6
+
+
+def test_an_unreadable_answer_is_logged_with_its_task_value_and_fix(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = parse_config({"models": {"fraud": {}}, "default_model": "fraud"}, "m.yaml")
+    bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s.sqlite", "t" * 40)
+    bridge._state = BridgeState(tmp_path / "s.sqlite")
+    bridge.state.add_tasks([TaskRow("r", "fraud", 4, 1, None, 0.1, 5.0, 9e9, 1.0, OPEN, None)])
+    choice = {"from_name": "label", "value": {"choices": ["maybe"]}}
+    task = {"id": 1, "meta": {"request_id": "r"}, "total_annotations": 1,
+            "annotations": [{"id": 9, "completed_by": 7, "result": [choice]}],
+            "cancelled_annotations": 0, "updated_at": "t1"}  # fmt: skip
+    bridge.client = _FreshLabelStudio({1: task})  # type: ignore[assignment]
+    with caplog.at_level(logging.WARNING):
+        bridge._refresh(1, _Sent())
+        bridge._refresh(1, _Sent())  # seen: neither counted nor logged again
+    (line,) = caplog.records
+    assert (line.event, line.project, line.task, line.annotation) == (  # type: ignore[attr-defined]
+        "answer_unreadable",
+        4,
+        1,
+        9,
+    )
+    assert "maybe" in line.value and "Labeling Interface" in line.fix  # type: ignore[attr-defined]
+    bridge.state.close()
