@@ -173,12 +173,6 @@ def read_request(value: bytes | None) -> dict[str, Any] | Invalid:
     return req
 
 
-def parse_request(value: bytes | None) -> dict[str, Any] | None:
-    """A request record's JSON, or None when it is not one (``read_request`` says why)."""
-    got = read_request(value)
-    return None if isinstance(got, Invalid) else got
-
-
 def _bad_string(obj: Any) -> str | None:
     """Where a string of ``obj`` (key or value, at any depth) holds a NUL or a lone surrogate."""
     stack: list[tuple[str, Any]] = [("", obj)]

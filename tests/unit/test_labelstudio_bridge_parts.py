@@ -17,7 +17,7 @@ import kafka.errors
 import pytest
 from kafka.cluster import ClusterMetadata
 
-from monitor.bridges.labelstudio import Invalid, LabelStudioBridge, parse_request, read_request
+from monitor.bridges.labelstudio import Invalid, LabelStudioBridge, read_request
 from monitor.bridges.ls_client import (
     LabelStudioClient,
     LabelStudioError,
@@ -191,15 +191,15 @@ def test_majority_policy_waits_for_enough_answers() -> None:
 def test_requests_need_the_fields_a_task_shows() -> None:
     import json
 
-    assert parse_request(json.dumps(_req()).encode()) is not None
+    assert not isinstance(read_request(json.dumps(_req()).encode()), Invalid)
     for bad in (b"", b"[]", b"{", json.dumps(_req(score="high")).encode()):
-        assert parse_request(bad) is None
+        assert isinstance(read_request(bad), Invalid)
     for field in ("request_id", "id", "model", "segment", "pi", "deadline"):
         req = _req()
         del req[field]
-        assert parse_request(json.dumps(req).encode()) is None
-    assert parse_request(json.dumps(_req(pred=2)).encode()) is None
-    assert parse_request(json.dumps(_req(token=5)).encode()) is None
+        assert isinstance(read_request(json.dumps(req).encode()), Invalid)
+    assert isinstance(read_request(json.dumps(_req(pred=2)).encode()), Invalid)
+    assert isinstance(read_request(json.dumps(_req(token=5)).encode()), Invalid)
     # values Label Studio cannot store or show made it refuse every import, for good
     for value in (
         b'{"pi": NaN}',
@@ -210,7 +210,7 @@ def test_requests_need_the_fields_a_task_shows() -> None:
         b'{"deadline": 1' + b"0" * 400 + b"}",
     ):
         patched = json.dumps(_req()).encode()[:-1] + b", " + value[1:]
-        assert parse_request(patched) is None, value
+        assert isinstance(read_request(patched), Invalid), value
 
 
 def test_webhook_bodies_name_their_tasks() -> None:
@@ -942,14 +942,18 @@ def test_requests_label_studio_cannot_list_or_dated_past_2100_are_invalid() -> N
         value = value[:-1] + b", " + patch + b"}"
         got = read_request(value)
         assert isinstance(got, Invalid) and got.reason == "bad_text", patch
-    assert parse_request(json.dumps(_req(payload={"emoji": "\U0001f600"})).encode()) is not None
+    assert not isinstance(
+        read_request(json.dumps(_req(payload={"emoji": "\U0001f600"})).encode()), Invalid
+    )
     for ts, deadline in ((253_402_300_000.0,) * 2, (4_102_444_800.0, 4_102_444_900.0)):
         got = read_request(json.dumps(_req(ts=ts, deadline=deadline)).encode())
         assert isinstance(got, Invalid) and got.reason == "bad_time", ts
     got = read_request(json.dumps(_req(ts=100.0, deadline=99.0)).encode())
     assert isinstance(got, Invalid) and got.reason == "bad_time"
     late = 4_102_444_799.0  # the daemon's last event time; its deadline a week on is fine
-    assert parse_request(json.dumps(_req(ts=late, deadline=late + 7 * 86_400)).encode())
+    assert not isinstance(
+        read_request(json.dumps(_req(ts=late, deadline=late + 7 * 86_400)).encode()), Invalid
+    )
 
 
 class _OneProjectFails(_ProjectTasks):
