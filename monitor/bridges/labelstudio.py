@@ -385,11 +385,18 @@ class LabelStudioBridge:
         )
 
     def _main(self) -> None:
+        """``run``; a failure is kept in ``error`` and logged as ``bridge_failed`` (a bug).
+
+        Not the Kafka side failing to come up before the loop is ready (no broker at the
+        bootstrap servers, settings the client refuses): ``start`` reports that, with what to
+        fix, and exits 2; its traceback read as a bug in the runbook's terms.
+        """
         try:
             self.run(self._stop)
         except BaseException as exc:  # reported through .error and the log
             self.error = exc
-            log.exception("the bridge failed", extra={"event": "bridge_failed"})
+            if self._ready.is_set() or not isinstance(exc, KafkaError | MonitorError):
+                log.exception("the bridge failed", extra={"event": "bridge_failed"})
         finally:
             self._ready.set()
 

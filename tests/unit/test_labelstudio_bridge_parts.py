@@ -1075,3 +1075,27 @@ def test_an_unreadable_answer_is_logged_with_its_task_value_and_fix(
     )
     assert "maybe" in line.value and "Labeling Interface" in line.fix  # type: ignore[attr-defined]
     bridge.state.close()
+
+
+def test_kafka_failing_to_come_up_at_start_is_not_logged_as_a_bug(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No broker at start: ``start`` exits 2 naming the fix; the loop's ``bridge_failed``
+    traceback, which the runbook reads as a bug, came first. Once running, a failure is one."""
+    caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
+    config = parse_config({}, "m.yaml")
+    bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s.sqlite", "t" * 40)
+    failures: list[BaseException] = [
+        kafka.errors.KafkaError("Unable to bootstrap"),
+        RuntimeError("a bug"),
+    ]
+
+    def run(stop: threading.Event) -> None:
+        raise failures.pop(0)
+
+    bridge.run = run  # type: ignore[method-assign]
+    bridge._main()  # before the loop was ready
+    assert isinstance(bridge.error, kafka.errors.KafkaError)
+    assert not [r for r in caplog.records if getattr(r, "event", "") == "bridge_failed"]
+    bridge._main()  # ready since: a failure of the running loop
+    assert [r for r in caplog.records if getattr(r, "event", "") == "bridge_failed"]
