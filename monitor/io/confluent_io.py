@@ -47,8 +47,9 @@ from monitor.config.schema import Config
 from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable, ConfigError, TopicsNotReady
 from monitor.io.client_errors import RecentErrors, unavailable
+from monitor.io.fallback import FallbackSink
 from monitor.io.positions import note_beyond_end, note_rewind
-from monitor.io.topics import FLUSH_CHECK_S, Queued, missing_topics, refused_topics, too_large
+from monitor.io.topics import FLUSH_CHECK_S, Queued, missing_topics, refused_topics
 from monitor.runtime.ports import TP, Assigned
 from monitor.runtime.skips import Skips
 
@@ -471,7 +472,7 @@ class ConfluentSource:
             self._consumer.close()
 
 
-class ConfluentSink:
+class ConfluentSink(FallbackSink):
     """An idempotent producer with ``acks=all``; ``flush`` raises ``BrokerUnavailable``.
 
     A topic it writes to that the broker says does not exist is ``TopicsNotReady`` (as
@@ -481,6 +482,7 @@ class ConfluentSink:
     """
 
     def __init__(self, config: Config) -> None:
+        super().__init__()
         kc = config.kafka
         self._config = config
         self._settings = kc.client
@@ -505,7 +507,6 @@ class ConfluentSink:
             msg = "cannot connect the producer"
             raise self._unavailable(msg, exc) from exc
         self._errors: list[tuple[KafkaError, Queued]] = []  # the failed deliveries
-        self._fallbacks = 0  # records written as their fallback since ``fallbacks``
         self._queued = 0
         self._topics: set[str] = set()  # the topics of the queued records
         self._missing: set[str] = set()  # the topics found missing, until they exist
@@ -589,18 +590,6 @@ class ConfluentSink:
         msg = "produce failed: the producer's queue stays full"
         raise BrokerUnavailable(msg)
 
-    def _instead(self, sent: Queued, exc: BaseException) -> None:
-        """Queue the fallback of ``sent``, refused as too large (``KafkaSink._instead``)."""
-        if sent.fallback is None:
-            raise too_large(sent.topic, sent.size, exc) from exc
-        self._fallbacks += 1
-        self.produce(sent.topic, None, sent.fallback, sent.partition)
-
-    def fallbacks(self) -> int:
-        """How many records were written as their fallback since the last call."""
-        n, self._fallbacks = self._fallbacks, 0
-        return n
-
     def flush(self, timeout_s: float) -> None:
         """Wait for every acknowledgement, asking every ``FLUSH_CHECK_S`` for missing topics."""
         if not self._queued:
@@ -627,16 +616,9 @@ class ConfluentSink:
             err, sent = failed[0]
             msg = f"produce to {sent.topic} not acknowledged"
             raise self._unavailable(msg, KafkaException(err))
-        if errors and queued == 1:  # refused alone: too large
-            ((err, sent),) = errors
-            self._instead(sent, KafkaException(err))
-            self.flush(timeout_s)
-        elif errors:  # the broker refuses a whole batch: find the one, a flush each
-            for _, sent in errors:
-                self.produce(
-                    sent.topic, sent.key, sent.value, sent.partition, fallback=sent.fallback
-                )
-                self.flush(timeout_s)
+        if errors:  # the broker refuses a whole batch (``monitor.io.fallback``)
+            refused = [(sent, KafkaException(err)) for err, sent in errors]
+            self._write_refused(refused, alone=queued == 1, timeout_s=timeout_s)
 
     def close(self) -> None:
         """Deliver what is queued (bounded) and release the producer."""

@@ -44,6 +44,7 @@ from monitor.config.schema import Config, TopicsConfig
 from monitor.core.messages import RawRecord
 from monitor.errors import BrokerUnavailable, ConfigError, TopicsNotReady
 from monitor.io.client_errors import RecentErrors, describe, unavailable
+from monitor.io.fallback import FallbackSink
 from monitor.io.positions import note_beyond_end, note_rewind
 from monitor.io.topics import (
     AGGREGATES_TOPIC_CONFIG,
@@ -52,7 +53,6 @@ from monitor.io.topics import (
     keep_ms,
     missing_topics,
     refused_topics,
-    too_large,
 )
 from monitor.runtime.ports import TP, Assigned, Entry
 from monitor.runtime.skips import Skips
@@ -470,7 +470,7 @@ class KafkaSource:
             self._consumer.close(autocommit=False)
 
 
-class KafkaSink:
+class KafkaSink(FallbackSink):
     """An idempotent producer with ``acks=all``; ``flush`` raises ``BrokerUnavailable`` on failure.
 
     kafka-python (3.0) is idempotent by default but turns that off, with only a warning in its
@@ -497,6 +497,7 @@ class KafkaSink:
     """
 
     def __init__(self, config: Config) -> None:
+        super().__init__()
         options: dict[str, Any] = {
             "bootstrap_servers": list(config.kafka.bootstrap_servers),
             "acks": "all",
@@ -514,7 +515,6 @@ class KafkaSink:
         self._pending: list[tuple[Any, Queued]] = []  # each record's future, and the record
         self._topics: set[str] = set()  # the topics of the pending records
         self._missing: set[str] = set()  # the topics found missing, until they exist
-        self._fallbacks = 0  # records written as their fallback since ``fallbacks``
 
     def _connect(self) -> KafkaProducer:
         try:
@@ -595,21 +595,6 @@ class KafkaSink:
         self._pending.append((fut, sent))
         self._topics.add(topic)
 
-    def _instead(self, sent: Queued, exc: BaseException) -> None:
-        """Queue the fallback of ``sent``, refused as too large (``exc``), with no key.
-
-        ``TopicsNotReady`` without one (``monitor.io.topics.too_large``).
-        """
-        if sent.fallback is None:
-            raise too_large(sent.topic, sent.size, exc) from exc
-        self._fallbacks += 1
-        self.produce(sent.topic, None, sent.fallback, sent.partition)
-
-    def fallbacks(self) -> int:
-        """How many records were written as their fallback since the last call."""
-        n, self._fallbacks = self._fallbacks, 0
-        return n
-
     def flush(self, timeout_s: float) -> None:
         """Wait for every acknowledgement, asking every ``FLUSH_CHECK_S`` for missing topics."""
         pending, self._pending = self._pending, []
@@ -637,28 +622,11 @@ class KafkaSink:
                 msg = "produce not acknowledged"
                 raise self._broken(self._failed(msg, cause, topics, since))
         if refused:
-            self._refused(refused, alone=len(pending) == 1, timeout_s=timeout_s)
-
-    def _refused(
-        self, refused: list[tuple[Queued, BaseException]], *, alone: bool, timeout_s: float
-    ) -> None:
-        """Write again the records a flush found refused as too large, and flush them.
-
-        kafka-python (3.0.12) takes a record refused as too large for a fatal error of its
-        idempotent producer: every other record queued with it fails with the same error, and
-        so would every later one. The producer is replaced; the record that was ``alone`` in its
-        flush is the one too large (``_instead``: its fallback), the others are written again
-        one flush each, which finds the one.
-        """
-        self._failed_producer = True
-        if alone:
-            ((sent, exc),) = refused
-            self._instead(sent, exc)
-            self.flush(timeout_s)
-            return
-        for sent, _ in refused:
-            self.produce(sent.topic, sent.key, sent.value, sent.partition, fallback=sent.fallback)
-            self.flush(timeout_s)
+            # kafka-python (3.0.12) takes a record refused as too large for a fatal error of its
+            # idempotent producer: every other record queued with it fails with the same error,
+            # and so would every later one. The producer is replaced.
+            self._failed_producer = True
+            self._write_refused(refused, alone=len(pending) == 1, timeout_s=timeout_s)
 
     def close(self) -> None:
         """Close the producer (bounded)."""
