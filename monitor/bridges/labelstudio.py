@@ -78,6 +78,7 @@ from monitor.io.kafka_io import (
     unauthorized_topics,
 )
 from monitor.io.topics import missing_topics, refused_topics
+from monitor.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +116,6 @@ def _one(_topic: str) -> int:
 # A deadline is the request's event time plus the model's label deadline (days); a year past the
 # daemon's last event time is room enough for any label deadline.
 _MAX_DEADLINE = MAX_TS + 366 * 86_400.0
-# Lines about invalid requests and unreadable answers: at most one per kind and this many seconds.
-_LOG_EVERY_S = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,12 +257,14 @@ class LabelStudioBridge:
         self._emails: dict[str, str] = {}  # user id -> email, for the labels' "labeler"
         self._marks: dict[int, str] = {}  # task id -> last change seen (``BridgeState.marks``)
         self._duplicates_seen: set[int] = set()  # answered second tasks already logged
-        self._invalid_log = _Throttled(
+        self._invalid_log = ThrottledLog(
+            log,
             "not a valid label request; skipped (labelstudio_bridge_requests_invalid_total): "
             "fix the producer of the requests topic",
             "request_invalid",
         )
-        self._unreadable_log = _Throttled(
+        self._unreadable_log = ThrottledLog(
+            log,
             "an answer the bridge cannot read; never a label "
             "(labelstudio_bridge_unreadable_answers_total)",
             "answer_unreadable",
@@ -1214,47 +1215,6 @@ class LabelStudioBridge:
                 "tasks past their deadline removed",
                 extra={"event": "tasks_expired", "project": project, "tasks": len(rows)},
             )
-
-
-class _Throttled:
-    """One warning line per kind and ``every_s``: the first at once, later ones held back.
-
-    Each line names the first one of its kind since the previous line (its fields) and how
-    many of that kind it stands for (``count``). A kind held back is logged once its interval
-    has passed even if no other of its kind comes (``tick``, each step), and at stop
-    (``flush``), as the daemon's ``record_rejected`` lines are.
-    """
-
-    def __init__(self, message: str, event: str, every_s: float = _LOG_EVERY_S) -> None:
-        self.message, self.event, self.every_s = message, event, every_s
-        self._last: dict[str, float] = {}
-        self._since: dict[str, int] = {}
-        self._held: dict[str, dict[str, Any]] = {}
-
-    def note(self, kind: str, fields: Mapping[str, Any], now: float | None = None) -> None:
-        """Count one of ``kind``; log it at once when its kind's interval has passed."""
-        self._since[kind] = self._since.get(kind, 0) + 1
-        self._held.setdefault(kind, dict(fields))
-        self.tick(now)
-
-    def tick(self, now: float | None = None) -> None:
-        """Log every kind held back whose interval has passed."""
-        now = time.monotonic() if now is None else now
-        for kind in list(self._held):
-            if now - self._last.get(kind, -math.inf) >= self.every_s:
-                self._line(kind, now)
-
-    def flush(self) -> None:
-        """Log every kind held back, whatever its interval."""
-        now = time.monotonic()
-        for kind in list(self._held):
-            self._line(kind, now)
-
-    def _line(self, kind: str, now: float) -> None:
-        fields = self._held.pop(kind)
-        log.warning(self.message, extra={"event": self.event, **fields, "count": self._since[kind]})
-        self._last[kind] = now
-        self._since[kind] = 0
 
 
 @dataclasses.dataclass(frozen=True)
