@@ -58,7 +58,14 @@ from monitor.bridges.ls_client import (
 from monitor.bridges.ls_config import LabelStudioConfig, Wording
 from monitor.bridges.ls_http import BridgeMetrics, BridgeServer
 from monitor.bridges.ls_state import ANSWERED, DELETED, EXPIRED, OPEN, BridgeState, TaskRow
-from monitor.bridges.ls_tasks import FROM_NAME, project_fields, read_answer, task_body
+from monitor.bridges.ls_tasks import (
+    FROM_NAME,
+    interface_problem,
+    label_config,
+    project_fields,
+    read_answer,
+    task_body,
+)
 from monitor.bridges.ls_tasks import decide as decide_label
 from monitor.config.kafka_client import (
     COMMIT_TIMEOUT_S,
@@ -240,6 +247,7 @@ class LabelStudioBridge:
         self._read_to: dict[Any, int] = {}  # partition -> the offset after the last one read
         self._committed: dict[Any, int] = {}
         self._refusing: dict[str, _Refusal] = {}  # model -> its project's refusal
+        self._wrong: dict[str, str] = {}  # model -> what its project's interface lacks
         self._recheck = False
         self._ls_up = False
         self._kafka_up = True
@@ -723,7 +731,12 @@ class LabelStudioBridge:
         for req in fresh:
             by_model.setdefault(req["model"], []).append(req)
         for model, reqs in sorted(by_model.items()):
+            if model in self._wrong:  # found again: restored, renamed away, or still wrong
+                self.projects.pop(model, None)
             project = self._project(model)
+            if model in self._wrong:
+                self._hold(model, len(reqs))
+                continue
             wording = self.ls.wording_of(model)
             try:
                 ids = self.client.import_tasks(project, [task_body(r, wording) for r in reqs])
@@ -751,14 +764,18 @@ class LabelStudioBridge:
                     extra={"event": "imports_accepted", "model": model, "project": project},
                 )
 
-    def _refused(self, model: str, project: int, held: int, exc: LabelStudioError) -> None:
-        """One model's project refused an import: its requests wait, retried with backoff."""
-        self.metrics.errors.inc()
+    def _hold(self, model: str, held: int) -> bool:
+        """Keep a model's requests pending, tried again after a backoff; True the first time."""
         self.metrics.requests_held.labels(model).set(held)
         before = self._refusing.get(model)
         backoff = min(2 * before.backoff, _BACKOFF_MAX_S) if before else 1.0
         self._refusing[model] = _Refusal(time.monotonic() + backoff, backoff)
-        if before is None:
+        return before is None
+
+    def _refused(self, model: str, project: int, held: int, exc: LabelStudioError) -> None:
+        """One model's project refused an import: its requests wait, retried with backoff."""
+        self.metrics.errors.inc()
+        if self._hold(model, held):
             log.error(
                 "Label Studio refused to import the model's requests into its project; they "
                 "are held and retried with backoff while the other models' go on: fix the "
@@ -803,6 +820,7 @@ class LabelStudioBridge:
         if found:
             project = min(found, key=lambda p: int(p["id"]))
             project_id = int(project["id"])
+            self._check_interface(model, project_id, title, project.get("label_config"))
             asks = project.get("maximum_annotations")
             if isinstance(asks, int) and asks != self.ls.answers_needed:
                 # made under the other annotators policy: asking for too few answers, majority
@@ -830,6 +848,50 @@ class LabelStudioBridge:
         self._webhook(project_id)
         self.projects[model] = project_id
         return project_id
+
+    def _check_interface(self, model: str, project: int, title: str, config: Any) -> None:
+        """Note whether a found project's labeling interface is the bridge's (``_wrong``).
+
+        A project of the configured title made for something else, or whose interface was
+        edited by hand, had its model's requests imported and every answer reported as
+        unreadable. Its model's requests are now held as a refusing project's are (``_create``
+        finds the project again at each retry, so a restored interface or a project renamed
+        away lets them through); each check that finds it wrong is counted in
+        ``labelstudio_errors_total``, and logged once per problem.
+        """
+        problem = interface_problem(config, self.ls.wording_of(model))
+        if problem is None:
+            if self._wrong.pop(model, None) is not None:
+                log.info(
+                    "the project's labeling interface is the bridge's again",
+                    extra={
+                        "event": "project_interface_restored",
+                        "model": model,
+                        "project": project,
+                    },
+                )
+            return
+        self.metrics.errors.inc()
+        if self._wrong.get(model) == problem:
+            return
+        self._wrong[model] = problem
+        log.error(
+            "a project found by its title does not have the bridge's labeling interface; its "
+            "model's requests are held (not imported) until it does, the other models go on",
+            extra={
+                "event": "project_interface_wrong",
+                "model": model,
+                "project": project,
+                "title": title,
+                "problem": problem,
+                "fix": f"in Label Studio, project {project} ({title}) > Settings > Labeling "
+                "Interface > Code: paste this line's label_config and save (answers given "
+                "meanwhile are read with it); or, if the project is made for something else, "
+                f"rename it and the bridge makes its own {title!r}. The held requests are "
+                "imported within a minute of either",
+                "label_config": label_config(self.ls.wording_of(model)),
+            },
+        )
 
     def _webhook(self, project_id: int) -> None:
         if self._server is None:

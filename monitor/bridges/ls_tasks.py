@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
+import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +33,12 @@ from monitor.bridges.ls_config import Policy, Wording
 FROM_NAME = "label"
 TO_NAME = "record"
 _MAX_PAYLOAD_CHARS = 20_000
+# the keys of a task's ``data`` (``task_body``): Label Studio refuses an import whose tasks lack
+# a ``$key`` the labeling interface names
+DATA_KEYS = frozenset(
+    ("record_id", "payload", "context", "model", "segment", "score", "prediction", "deadline")
+)
+_VARIABLE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def label_config(wording: Wording) -> str:
@@ -48,6 +56,56 @@ def label_config(wording: Wording) -> str:
         "  </Choices>\n"
         "</View>\n"
     )
+
+
+def interface_problem(config: Any, wording: Wording) -> str | None:
+    """What keeps a project's labeling interface from being the bridge's, or None.
+
+    The bridge's answers are read from one single-choice ``Choices`` named ``FROM_NAME`` whose
+    every choice gives a class (alias "1"/"0", or the model's wording without an alias) and
+    that offers both classes; its tasks carry only ``DATA_KEYS``. An interface edited by hand,
+    or a project of the same title made for something else, made every answer unreadable (or
+    every import refused) and was noticed only then.
+    """
+    if not isinstance(config, str):
+        return "the project has no labeling interface"
+    try:
+        root = ET.fromstring(config)
+    except ET.ParseError as exc:
+        return f"the labeling interface is not XML: {exc}"
+    unknown = sorted(
+        {
+            name
+            for element in root.iter()
+            for value in element.attrib.values()
+            for name in _VARIABLE.findall(value)
+        }
+        - DATA_KEYS
+    )
+    if unknown:
+        return (
+            f"the interface shows {', '.join('$' + n for n in unknown)}, which the bridge's "
+            "tasks do not carry (Label Studio refuses their import)"
+        )
+    found = [c for c in root.iter("Choices") if c.get("name") == FROM_NAME]
+    if len(found) != 1:
+        return f'the interface has {len(found)} Choices named "{FROM_NAME}", not one'
+    if found[0].get("choice", "single") == "multiple":
+        return f'the Choices named "{FROM_NAME}" lets an auditor pick several choices'
+    classes = {"1": 1, "0": 0, wording.positive: 1, wording.negative: 0}
+    given: set[int] = set()
+    for option in found[0].iter("Choice"):
+        stored = option.get("alias", option.get("value"))
+        if stored not in classes:
+            return (
+                f"the choice {option.get('value')!r} gives no class: each choice must be "
+                f'{wording.positive!r} (alias "1") or {wording.negative!r} (alias "0")'
+            )
+        given.add(classes[stored])
+    missing = [w for c, w in ((1, wording.positive), (0, wording.negative)) if c not in given]
+    if missing:
+        return f"no choice gives the class of {' or '.join(repr(w) for w in missing)}"
+    return None
 
 
 def project_fields(title: str, wording: Wording, answers_needed: int) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from monitor.bridges.ls_client import (
 )
 from monitor.bridges.ls_config import LabelStudioConfig
 from monitor.bridges.ls_server import LabelStudioServer
-from monitor.bridges.ls_tasks import project_fields, task_body
+from monitor.bridges.ls_tasks import label_config, project_fields, task_body
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.errors import MonitorError
 from monitor.free_ports import free_port
@@ -692,3 +692,47 @@ def test_a_missing_requests_or_labels_topic_is_reported_and_never_created(
         f"labels topic missing reported {t['labels missing'] - t['answer']:.1f} s after the "
         f"answer, published {t['published'] - t[topics.labels]:.1f} s after it was created"
     )
+
+
+def test_a_found_project_with_another_interface_holds_back_its_own_requests_only(
+    *,
+    broker: EmbeddedBroker,
+    make_topics: Callable[..., TopicsConfig],
+    labelstudio: LabelStudioServer,
+    tmp_path: Path,
+    bridges: Bridges,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A project of model b's title made by hand for something else (its choices not the
+    bridge's): it was not checked at start, b's requests became tasks there, and every answer
+    was only reported as unreadable. Now the start logs what is wrong and the fix once, b's
+    requests are held while a's go on, and once the interface is restored they are imported."""
+    caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
+    topics = make_topics()
+    ls = ls_config(labelstudio, uuid.uuid4().hex[:8], poll_interval_s=1.0)
+    client = LabelStudioClient(labelstudio.url, labelstudio.token)
+    other = (
+        '<View><Text name="record" value="$payload"/><Choices name="label" toName="record">'
+        '<Choice value="Spam"/><Choice value="Ham"/></Choices></View>'
+    )
+    made = client.create_project({"title": ls.title("b"), "label_config": other})
+    bridge = bridges.start(_config(broker, topics), ls, tmp_path / "s.sqlite")
+    (line,) = [r for r in caplog.records if getattr(r, "event", None) == "project_interface_wrong"]
+    assert (line.project, line.title, line.model) == (made["id"], ls.title("b"), "b")  # type: ignore[attr-defined]
+    assert "Spam" in line.problem and "Labeling Interface" in line.fix  # type: ignore[attr-defined]
+    assert http_status(bridge.port, "/readyz") == 200
+
+    produce(broker.bootstrap, topics.requests, [request(0, model="a"), request(1, model="b")])
+    wait_for("a's task", lambda: len(project_tasks(client, ls.title("a"))) == 1)
+    wait_for(
+        "b's request held",
+        lambda: metric(bridge, "labelstudio_bridge_requests_held", model="b") == 1,
+    )
+    assert project_tasks(client, ls.title("b")) == []
+
+    client.update_project(made["id"], {"label_config": label_config(ls.wording_of("b"))})
+    wait_for("b's task", lambda: len(project_tasks(client, ls.title("b"))) == 1, 90)
+    assert metric(bridge, "labelstudio_bridge_requests_held", model="b") == 0
+    events = [getattr(r, "event", None) for r in caplog.records]
+    assert events.count("project_interface_wrong") == 1
+    assert "imports_accepted" in events

@@ -27,7 +27,14 @@ from monitor.bridges.ls_client import (
 from monitor.bridges.ls_config import LabelStudioConfig, Wording, parse_labelstudio, state_path
 from monitor.bridges.ls_http import task_ids
 from monitor.bridges.ls_state import ANSWERED, OPEN, BridgeState, TaskRow
-from monitor.bridges.ls_tasks import Answer, decide, label_config, read_answer, task_body
+from monitor.bridges.ls_tasks import (
+    Answer,
+    decide,
+    interface_problem,
+    label_config,
+    read_answer,
+    task_body,
+)
 from monitor.config.load import parse_config
 from monitor.errors import ConfigError, StoreError
 
@@ -1099,3 +1106,83 @@ def test_kafka_failing_to_come_up_at_start_is_not_logged_as_a_bug(
     assert not [r for r in caplog.records if getattr(r, "event", "") == "bridge_failed"]
     bridge._main()  # ready since: a failure of the running loop
     assert [r for r in caplog.records if getattr(r, "event", "") == "bridge_failed"]
+
+
+def test_a_labeling_interface_other_than_the_bridges_is_named() -> None:
+    """Only the bridge's interface (or one without aliases in the model's wording) passes."""
+    assert interface_problem(label_config(W), W) is None
+    plain = label_config(W).replace(' alias="1"', "").replace(' alias="0"', "")
+    assert interface_problem(plain, W) is None
+    spam = label_config(W).replace('alias="1"', 'alias="spam"')
+    assert "'Fraud' gives no class" in str(interface_problem(spam, W))
+    assert "$text" in str(interface_problem(label_config(W).replace("$payload", "$text"), W))
+    one = label_config(W).replace('    <Choice value="Legitimate" alias="0"/>\n', "")
+    assert "'Legitimate'" in str(interface_problem(one, W))
+    several = label_config(W).replace('choice="single-radio"', 'choice="multiple"')
+    assert "several" in str(interface_problem(several, W))
+    assert "0 Choices" in str(interface_problem(label_config(W).replace('"label"', '"x"'), W))
+    assert "not XML" in str(interface_problem("<View>", W))
+
+
+class _HandMadeProject(_RefusingProject):
+    """Project 1, titled as model a's, was made by hand with other choices."""
+
+    refusing = False
+
+    def __init__(self, config: str) -> None:
+        super().__init__({})
+        self.config = config
+
+    def projects(self) -> list[dict[str, Any]]:
+        a = {"id": 1, "title": LabelStudioConfig().title("a"), "label_config": self.config}
+        b = {"id": 2, "title": LabelStudioConfig().title("b"), "label_config": label_config(W)}
+        return [a, b]
+
+    def webhooks(self, project: int) -> list[dict[str, Any]]:
+        return []
+
+
+def test_a_found_project_with_another_interface_holds_back_only_its_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A project of model a's title made for something else: a's requests became tasks there
+    and every answer was only reported unreadable. Now the bridge logs it once when it finds the
+    project, holds a's requests (b's go on) and imports them once the interface is restored."""
+    caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
+    config = parse_config({"models": {"a": {}, "b": {}}, "default_model": "a"}, "m.yaml")
+    ls = LabelStudioConfig(wording=W)
+    bridge = LabelStudioBridge(config, ls, tmp_path / "s.sqlite", "t" * 40)
+    bridge._state = BridgeState(tmp_path / "s.sqlite")
+    other = label_config(W).replace('alias="1"', 'alias="spam"')
+    client = _HandMadeProject(other)
+    bridge.client = client  # type: ignore[assignment]
+    bridge._next_poll = float("inf")
+    clock = [1000.0]
+    monkeypatch.setattr("monitor.bridges.labelstudio.time.monotonic", lambda: clock[0])
+    assert (bridge._project("a"), bridge._project("b")) == (1, 2)
+    (line,) = [r for r in caplog.records if getattr(r, "event", None) == "project_interface_wrong"]
+    assert (line.project, line.title, line.model) == (1, ls.title("a"), "a")  # type: ignore[attr-defined]
+    assert "gives no class" in line.problem and "Labeling Interface" in line.fix  # type: ignore[attr-defined]
+    assert line.label_config == label_config(W)  # type: ignore[attr-defined]
+
+    consumer = _TopicConsumer()
+    consumer.log += [_req(model="a", request_id="a0" * 16), _req(model="b", request_id="b1" * 16)]
+    bridge._step(consumer, _Sent())
+    assert client.imports == {2: 1}
+    assert bridge.metrics.requests_held.labels("a")._value.get() == 1
+    assert consumer.commits == [0]
+    clock[0] += 1.5  # retried: still wrong, logged no more
+    bridge._step(consumer, _Sent())
+    assert client.imports == {2: 1}
+    assert bridge.metrics.errors._value.get() == 3  # found wrong at each of three checks
+
+    client.config = label_config(W)  # restored
+    clock[0] += 2.5
+    bridge._step(consumer, _Sent())
+    assert client.imports == {2: 1, 1: 1}
+    assert bridge.metrics.requests_held.labels("a")._value.get() == 0
+    assert consumer.commits == [0, 2]
+    events = [getattr(r, "event", None) for r in caplog.records]
+    assert events.count("project_interface_wrong") == 1
+    assert {"project_interface_restored", "imports_accepted"} <= set(events)
+    bridge.state.close()
