@@ -265,6 +265,7 @@ class LabelStudioBridge:
         self._emails: dict[str, str] = {}  # user id -> email, for the labels' "labeler"
         self._marks: dict[int, str] = {}  # task id -> last change seen (``BridgeState.marks``)
         self._duplicates_seen: set[int] = set()  # answered second tasks already logged
+        self._other_bridge_seen = False  # a task another bridge imported was logged
         self._invalid_log = ThrottledLog(
             log,
             "not a valid label request; skipped (labelstudio_bridge_requests_invalid_total): "
@@ -739,7 +740,8 @@ class LabelStudioBridge:
                 continue
             wording = self.ls.wording_of(model)
             try:
-                ids = self.client.import_tasks(project, [task_body(r, wording) for r in reqs])
+                bodies = [task_body(r, wording, self.state.instance) for r in reqs]
+                ids = self.client.import_tasks(project, bodies)
             except LabelStudioNotFound:  # the project was deleted: find or create it again
                 self.projects.pop(model, None)
                 raise
@@ -987,6 +989,7 @@ class LabelStudioBridge:
             if isinstance(task.get("id"), int):
                 listed[task["id"]] = task
         self._adopt(model, project, listed.values())
+        self._note_other_bridge(model, project, listed.values())
         self._dedupe(model, project, listed)
         for row in self.state.with_status(OPEN, ANSWERED):
             if row.project_id != project:
@@ -1036,54 +1039,103 @@ class LabelStudioBridge:
             self.metrics.tasks_adopted.labels(model).inc(len(rows))
             log.info("tasks adopted", extra={"event": "tasks_adopted", "tasks": len(rows)})
 
-    def _dedupe(self, model: str, project: int, listed: dict[int, dict[str, Any]]) -> None:
-        """Remove a request's second task from ``listed`` and from Label Studio.
+    def _note_other_bridge(self, model: str, project: int, tasks: Iterable[dict[str, Any]]) -> None:
+        """Log once per run a task another bridge imported (``meta.bridge`` not this one's).
 
-        An import Label Studio commits only after the bridge gave up waiting for it
-        (``IMPORT_TIMEOUT_S``) is imported again: two tasks then carry one request, and the
-        one the state file does not name was never read. An extra task nobody answered is
-        deleted. One that was answered while the recorded task was not becomes the request's
-        task (the recorded one is deleted), so its answer is read. When both were answered
-        both stay, the recorded one's answer counts, and the other is logged once.
+        Two bridges on one project, each with its own state file, each import every request:
+        their duplicates are resolved alike (``_dedupe``), and each publishes the answer.
         """
+        if self._other_bridge_seen:
+            return
+        for task in tasks:
+            meta = task.get("meta")
+            other = meta.get("bridge") if isinstance(meta, dict) else None
+            if isinstance(other, str) and other != self.state.instance:
+                self._other_bridge_seen = True
+                log.warning(
+                    "a task of the bridge's project was imported by another bridge (its own "
+                    "state file): both import every request, keep the same task of each and "
+                    "publish its answer once each; run one bridge per set of projects",
+                    extra={
+                        "event": "task_of_another_bridge",
+                        "model": model,
+                        "project": project,
+                        "task": task.get("id"),
+                        "bridge": self.state.instance,
+                        "other": other,
+                    },
+                )
+                return
+
+    def _dedupe(self, model: str, project: int, listed: dict[int, dict[str, Any]]) -> None:
+        """Keep one task per request in ``listed`` and in Label Studio: the same on any bridge.
+
+        Two tasks carry one request when an import Label Studio committed only after the bridge
+        gave up waiting for it (``IMPORT_TIMEOUT_S``) was imported again, or when two bridges
+        (each its own state file) share the project. The task kept is chosen from Label
+        Studio's listing alone, so that two bridges keep the same one: the lowest id among the
+        answered (or skipped) tasks, else the lowest id. It becomes the request's task unless
+        the recorded one is answered and its label published already; a task deleted under the
+        bridge (by the other one) is replaced by it. The others nobody answered are deleted;
+        one that was answered stays and is logged once. Each bridge used to delete the task the
+        other had recorded, so neither task survived and the request was never audited.
+        """
+        by_request: dict[str, list[int]] = {}
         for task_id, task in sorted(listed.items()):
             rid = _request_of(task)
-            row = None if rid is None else self.state.by_request(rid)
-            if row is None or row.task_id == task_id:
+            if rid is not None:
+                by_request.setdefault(rid, []).append(task_id)
+        for rid, ids in sorted(by_request.items()):
+            row = self.state.by_request(rid)
+            if row is None or row.project_id != project or ids == [row.task_id]:
                 continue
+            if row.status == EXPIRED:  # the other bridge's copy expires on its own
+                continue
+            keep = min(ids, key=lambda t: (not _touched(listed[t]), t))
             recorded = listed.get(row.task_id)
-            if not _touched(task):
-                drop, kept = task_id, row.task_id
-            elif row.status == OPEN and recorded is not None and not _touched(recorded):
-                drop, kept = row.task_id, task_id
-                self.state.set_task(row.request_id, task_id)
-            else:
-                if task_id not in self._duplicates_seen:
-                    self._duplicates_seen.add(task_id)
-                    log.warning(
-                        "a second answered task of one request: its answer is not read",
-                        extra={
-                            "event": "task_duplicate_answered",
-                            "task": task_id,
-                            "kept": row.task_id,
-                            "model": model,
-                        },
-                    )
-                continue
-            self.client.delete_task(drop)
-            listed.pop(drop, None)
-            self.metrics.duplicates.labels(model).inc()
-            log.warning(
-                "a request had two tasks (an import Label Studio committed after the bridge "
-                "gave up on it); one removed",
-                extra={
-                    "event": "task_duplicate_removed",
-                    "task": drop,
-                    "kept": kept,
-                    "model": model,
-                    "project": project,
-                },
-            )
+            ours = row.task_id
+            if keep != ours and (
+                recorded is None or not _touched(recorded) or row.published is None
+            ):
+                self.state.set_task(rid, keep)
+                if row.status == DELETED:
+                    self.state.set_status(rid, OPEN)
+                ours = keep
+            for task_id in ids:
+                if task_id == ours:
+                    continue
+                if _touched(listed[task_id]):
+                    self._duplicate_answered(task_id, ours, model)
+                    continue
+                self.client.delete_task(task_id)
+                listed.pop(task_id, None)
+                self.metrics.duplicates.labels(model).inc()
+                log.warning(
+                    "a request had two tasks (an import Label Studio committed after the "
+                    "bridge gave up on it, or a second bridge on the project); one removed",
+                    extra={
+                        "event": "task_duplicate_removed",
+                        "task": task_id,
+                        "kept": ours,
+                        "model": model,
+                        "project": project,
+                    },
+                )
+
+    def _duplicate_answered(self, task_id: int, kept: int, model: str) -> None:
+        """A second task of a request that was answered too: left, logged once, not read."""
+        if task_id in self._duplicates_seen:
+            return
+        self._duplicates_seen.add(task_id)
+        log.warning(
+            "a second answered task of one request: its answer is not read",
+            extra={
+                "event": "task_duplicate_answered",
+                "task": task_id,
+                "kept": kept,
+                "model": model,
+            },
+        )
 
     def _refresh(self, task_id: int, producer: Any) -> None:
         """Read one task and publish its decision for the request the task itself names.
@@ -1091,16 +1143,18 @@ class LabelStudioBridge:
         Never for the state file's row of the task id alone: a Label Studio redeployed with an
         empty database numbers its tasks from 1 again, and an answer was once published (with
         a valid token) for the earlier request that had the same task id. Rows of that id for
-        another request are the earlier instance's: their tasks are gone.
+        another request are the earlier instance's: their tasks are gone. A task Label Studio
+        no longer has makes the next step poll (``_poll_project`` counts it deleted, unless
+        another task of its request is listed): a second bridge that deleted it as a
+        duplicate keeps another task of the request, which the poll adopts (``_dedupe``).
         """
         rows = [r for r in self.state.by_task(task_id) if r.status in (OPEN, ANSWERED)]
         if not rows:
             return
         try:
             task = self.client.task(task_id)
-        except LabelStudioNotFound:
-            for row in rows:
-                self._gone(row)
+        except LabelStudioNotFound:  # the poll run now tells deleted from replaced
+            self._next_poll = 0.0
             return
         for row in rows:
             if row.request_id == _request_of(task):

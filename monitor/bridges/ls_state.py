@@ -24,6 +24,7 @@ the file; each write is one statement or one transaction, so a failed one change
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,9 @@ CREATE TABLE IF NOT EXISTS annotations (
     request_id TEXT NOT NULL,
     kind TEXT NOT NULL,
     label INTEGER
+);
+CREATE TABLE IF NOT EXISTS bridge (
+    instance TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS marks (
     task_id INTEGER PRIMARY KEY,
@@ -109,6 +113,7 @@ class BridgeState:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            self.instance = self._instance()
         except (OSError, sqlite3.Error) as exc:
             msg = f"{path}: cannot open the bridge's state file: {exc}"
             if type(exc) is sqlite3.DatabaseError:  # the file's content, not its access
@@ -119,6 +124,20 @@ class BridgeState:
                 )
             raise StoreError(msg) from exc
         self.path = path
+
+    def _instance(self) -> str:
+        """This bridge's id, made once per state file (its tasks carry it: ``meta.bridge``).
+
+        A task of the bridge's project with another id was imported by another bridge (one
+        with its own state file on the same project). Read, and written only when the file
+        is new, so that a bridge started on a full volume with its file comes up as before.
+        """
+        found = self._db.execute("SELECT instance FROM bridge").fetchone()
+        if found is not None:
+            return str(found[0])
+        made = uuid.uuid4().hex[:16]
+        self._db.execute("INSERT INTO bridge VALUES (?)", (made,))
+        return made
 
     def close(self) -> None:
         """Close the file."""

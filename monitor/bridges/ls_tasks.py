@@ -126,11 +126,14 @@ def _utc(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def task_body(request: Mapping[str, Any], wording: Wording) -> dict[str, Any]:
+def task_body(
+    request: Mapping[str, Any], wording: Wording, bridge: str | None = None
+) -> dict[str, Any]:
     """The task imported for one request: what the auditor sees in ``data``, ids in ``meta``.
 
     ``meta`` holds ``request_id``, ``token``, ``pi``, ``model``, ``ts`` and ``deadline`` (not
-    shown, not editable: the bridge rebuilds its state file from them); ``data``
+    shown, not editable: the bridge rebuilds its state file from them), and ``bridge``, the
+    importing bridge's id (``BridgeState.instance``: a second bridge on a project shows); ``data``
     the record id, its payload as indented JSON, and one context line.
     """
     pred = wording.positive if request["pred"] == 1 else wording.negative
@@ -152,6 +155,8 @@ def task_body(request: Mapping[str, Any], wording: Wording) -> dict[str, Any]:
     }
     if request.get("token") is not None:
         meta["token"] = request["token"]
+    if bridge is not None:
+        meta["bridge"] = bridge
     return {
         "data": {
             "record_id": request["id"],

@@ -126,6 +126,7 @@ def test_one_task_per_request_across_restart_replay_and_lost_state(
         "model": "default",
         "ts": T0,
         "deadline": T0 + 86_400,
+        "bridge": bridge.state.instance,
     }
     assert task["data"]["record_id"] == "rec-0"
     assert "Fraud" in task["data"]["context"] and "score 0.75 " in task["data"]["context"]
@@ -736,3 +737,51 @@ def test_a_found_project_with_another_interface_holds_back_its_own_requests_only
     events = [getattr(r, "event", None) for r in caplog.records]
     assert events.count("project_interface_wrong") == 1
     assert "imports_accepted" in events
+
+
+def test_two_bridges_on_one_project_keep_one_task_per_request(
+    *,
+    broker: EmbeddedBroker,
+    make_topics: Callable[..., TopicsConfig],
+    labelstudio: LabelStudioServer,
+    tmp_path: Path,
+    bridges: Bridges,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two bridges (each its own state file and group) on one project: each imported the
+    request, and each deleted the other's task as a duplicate, so nobody could audit it. Now
+    both keep the lowest task id, and each publishes its answer once."""
+    caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
+    topics = make_topics()
+    tag = uuid.uuid4().hex[:8]
+    client = LabelStudioClient(labelstudio.url, labelstudio.token)
+    config = _config(broker, topics)
+    one = bridges.new(
+        config,
+        ls_config(labelstudio, tag, group_id=f"g1-{tag}", poll_interval_s=3600.0),
+        tmp_path / "1.sqlite",
+    )
+    two = bridges.new(
+        config,
+        ls_config(labelstudio, tag, group_id=f"g2-{tag}", poll_interval_s=3600.0),
+        tmp_path / "2.sqlite",
+    )
+    one.start()
+    two.start()
+    title = one.ls.title("default")
+    req = request(0)
+    produce(broker.bootstrap, topics.requests, [req])
+    wait_for("each bridge's task", lambda: len(project_tasks(client, title)) == 2)
+    assert one.settle() and two.settle()
+    assert one.settle() and two.settle()
+    left = project_tasks(client, title)
+    assert [t["meta"]["request_id"] for t in left] == [req["request_id"]]
+    annotate(client, left[0]["id"], 1)
+    assert one.settle() and two.settle()
+    assert one.settle() and two.settle()
+    labels = read_labels(broker.bootstrap, topics.labels, 3, timeout_s=5)
+    assert [(x["request_id"], x["label"]) for x in labels] == [(req["request_id"], 1)] * 2
+    for b in (one, two):
+        assert metric(b, "labelstudio_bridge_labels_published_total", model="default") == 1
+    others = [r for r in caplog.records if getattr(r, "event", None) == "task_of_another_bridge"]
+    assert 1 <= len(others) <= 2  # at most once per bridge

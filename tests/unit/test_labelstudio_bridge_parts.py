@@ -1186,3 +1186,56 @@ def test_a_found_project_with_another_interface_holds_back_only_its_model(
     assert events.count("project_interface_wrong") == 1
     assert {"project_interface_restored", "imports_accepted"} <= set(events)
     bridge.state.close()
+
+
+class _SharedProject(_ProjectTasks):
+    """One project both bridges read: deleting a task removes it for both."""
+
+    def delete_task(self, task_id: int) -> None:
+        self.by_id.pop(task_id, None)
+        self.projects[1] = [t for t in self.projects[1] if t["id"] != task_id]
+
+
+def test_two_bridges_on_one_project_keep_the_same_task_and_publish_once_each(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bridges one and two (each its own state file) each imported request r: one deleted
+    two's task as a duplicate, two deleted one's, and r was never audited. Now both keep the
+    lowest task id (two adopts it), and each publishes its answer once."""
+    caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
+    config = parse_config({"models": {"fraud": {}}, "default_model": "fraud"}, "m.yaml")
+    bridges = []
+    for name, task_id in (("one", 1), ("two", 2)):
+        bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / name, "t" * 40)
+        bridge._state = BridgeState(tmp_path / name)
+        row = TaskRow("r", "fraud", 1, task_id, "tok", 0.1, 5.0, 9e9, 100.0, OPEN, None)
+        bridge.state.add_tasks([row])
+        bridge.projects = {"fraud": 1}
+        bridges.append(bridge)
+    one, two = bridges
+
+    def task(task_id: int, bridge: LabelStudioBridge, answers: list[Any]) -> dict[str, Any]:
+        return {"id": task_id, "meta": {"request_id": "r", "bridge": bridge.state.instance},
+                "annotations": answers, "total_annotations": len(answers),
+                "cancelled_annotations": 0, "updated_at": f"t{len(answers)}"}  # fmt: skip
+
+    client = _SharedProject({1: [task(1, one, []), task(2, two, [])]})
+    sent = _Sent()
+    for bridge in (two, one, two, one):
+        bridge.client = client  # type: ignore[assignment]
+        bridge._poll_all(sent)
+    assert [t["id"] for t in client.projects[1]] == [1]
+    assert [r.task_id for b in bridges for r in b.state.with_status(OPEN)] == [1, 1]
+
+    answer = {"id": 9, "completed_by": 7, "result": [{"from_name": "label",
+              "value": {"choices": ["1"]}}]}  # fmt: skip
+    client.projects[1] = [task(1, one, [answer])]
+    client.by_id = {1: client.projects[1][0]}
+    for bridge in (one, two, one, two):
+        bridge._poll_all(sent)
+    assert [(v["request_id"], v["label"]) for v in sent.values] == [("r", 1), ("r", 1)]
+    events = [getattr(r, "event", None) for r in caplog.records]
+    assert events.count("task_of_another_bridge") == 1  # two saw one's task, once
+    assert "task_deleted" not in events
+    for bridge in bridges:
+        bridge.state.close()
