@@ -28,6 +28,7 @@ from monitor.bridges.ls_config import LabelStudioConfig, Wording, parse_labelstu
 from monitor.bridges.ls_http import task_ids
 from monitor.bridges.ls_state import ANSWERED, OPEN, BridgeState, TaskRow
 from monitor.bridges.ls_tasks import (
+    DATA_KEYS,
     Answer,
     decide,
     interface_problem,
@@ -1122,6 +1123,7 @@ def test_a_labeling_interface_other_than_the_bridges_is_named() -> None:
     assert "several" in str(interface_problem(several, W))
     assert "0 Choices" in str(interface_problem(label_config(W).replace('"label"', '"x"'), W))
     assert "not XML" in str(interface_problem("<View>", W))
+    assert set(task_body(_req(), W)["data"]) == DATA_KEYS  # the keys the check allows
 
 
 class _HandMadeProject(_RefusingProject):
