@@ -25,6 +25,7 @@ from monitor.offline.estimate import (
     estimate_json,
     estimate_plan,
     estimate_table,
+    plan_alpha,
     plan_sample,
     scores_checked,
 )
@@ -193,6 +194,8 @@ def _read_estimate_pool(path: str, plans: list[tuple[str, Plan]]) -> Pool:
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
     plans = [(p, read_plan(p)) for p in args.labels]
+    if args.alpha is None and not any("alpha" in plan.meta for _, plan in plans):
+        plan_alpha(plans[-1][1], None, plans[-1][0])  # refused before a pool of millions is read
     pool = None if args.pool is None else _read_estimate_pool(args.pool, plans)
     if len(plans) == 1 and planned_known(plans[0][1], plans[0][0]) == 0:
         path, plan = plans[0]

@@ -254,6 +254,12 @@ def test_table_format_is_readable(tmp_path: Path, capsys: pytest.CaptureFixture[
             r"plan\.csv: no alpha recorded for this plan \(no plan\.meta\.json beside it\); "
             r"pass --alpha\n$",
         ),
+        (  # said before the pool is read (a pool of millions of rows takes seconds)
+            ["--pool", "/nonexistent/pool.csv"],
+            "id,score,pred,pi,weight,draws,label\na,0.1,0,0.5,2,1,1\n",
+            r"plan\.csv: no alpha recorded for this plan \(no plan\.meta\.json beside it\); "
+            r"pass --alpha\n$",
+        ),
         (
             [],
             "# alpha=2\nid,score,pred,pi,weight,draws,label\na,0.1,0,0.5,2,1,1\n",
