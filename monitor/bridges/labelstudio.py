@@ -1045,7 +1045,7 @@ class LabelStudioBridge:
         Two bridges on one project, each with its own state file, each import every request:
         their duplicates are resolved alike (``_dedupe``), and each publishes the answer.
         """
-        if self._other_bridge_seen:
+        if self._other_bridge_seen or self.state.instance is None:
             return
         for task in tasks:
             meta = task.get("meta")

@@ -56,9 +56,6 @@ CREATE TABLE IF NOT EXISTS annotations (
     kind TEXT NOT NULL,
     label INTEGER
 );
-CREATE TABLE IF NOT EXISTS bridge (
-    instance TEXT NOT NULL
-);
 CREATE TABLE IF NOT EXISTS marks (
     task_id INTEGER PRIMARY KEY,
     mark TEXT NOT NULL
@@ -125,18 +122,27 @@ class BridgeState:
             raise StoreError(msg) from exc
         self.path = path
 
-    def _instance(self) -> str:
+    def _instance(self) -> str | None:
         """This bridge's id, made once per state file (its tasks carry it: ``meta.bridge``).
 
         A task of the bridge's project with another id was imported by another bridge (one
-        with its own state file on the same project). Read, and written only when the file
-        is new, so that a bridge started on a full volume with its file comes up as before.
+        with its own state file on the same project). Its table is made with the id, not with
+        the schema: a state file of an earlier release on a full volume opens without a write
+        and the bridge comes up not ready as before, with no id for this run (None: its tasks
+        carry none and no other bridge is looked for), where the schema's new table stopped
+        it with "disk I/O error".
         """
-        found = self._db.execute("SELECT instance FROM bridge").fetchone()
-        if found is not None:
-            return str(found[0])
+        known = self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'bridge'").fetchone()
+        if known is not None:
+            found = self._db.execute("SELECT instance FROM bridge").fetchone()
+            if found is not None:
+                return str(found[0])
         made = uuid.uuid4().hex[:16]
-        self._db.execute("INSERT INTO bridge VALUES (?)", (made,))
+        try:  # an empty table (the insert failed) is filled at the next start
+            self._db.execute("CREATE TABLE IF NOT EXISTS bridge (instance TEXT NOT NULL)")
+            self._db.execute("INSERT INTO bridge VALUES (?)", (made,))
+        except sqlite3.OperationalError:  # a full volume; the next start makes it
+            return None
         return made
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ import errno
 import logging
 import os
 import re
+import sqlite3
 import subprocess
 import time
 import uuid
@@ -31,6 +32,7 @@ from kafka import KafkaConsumer, TopicPartition
 from monitor.bridges.labelstudio import LabelStudioBridge
 from monitor.bridges.ls_client import LabelStudioClient
 from monitor.bridges.ls_server import LabelStudioServer
+from monitor.bridges.ls_state import BridgeState
 from monitor.config.load import load_config
 from monitor.config.schema import Config, KafkaConfig, TopicsConfig
 from monitor.sim.workload import WorkloadSpec, generate
@@ -267,3 +269,27 @@ def test_the_label_studio_bridge_rides_out_a_full_volume(
     assert adopted == tasks_while_full - len(first)
     assert [(x["request_id"], x["label"]) for x in labels] == [(first[0]["request_id"], 1)]
     assert len(events("store_available")) == 1 and not events("bridge_failed")
+
+
+def test_a_bridge_state_file_of_an_earlier_release_opens_on_a_full_volume(volume: Path) -> None:
+    """The bridge's id (``meta.bridge``) is a table this release adds; made with the schema, it
+    was a write at the first start after an upgrade, and a volume full then stopped the bridge
+    with "database or disk is full" instead of bringing it up not ready. Opened now without an
+    id for that run, it is made at the next start with room."""
+    path = volume / "state.sqlite"
+    BridgeState(path).close()
+    earlier = sqlite3.connect(path, isolation_level=None)
+    earlier.execute("DROP TABLE bridge")  # the file as the last release left it
+    filler = volume / "filler"
+    _fill(filler)  # while it is open: its WAL files stay, as when a running bridge fills it
+    earlier.close()
+    full = BridgeState(path)
+    assert full.instance is None
+    full.close()
+    filler.unlink()
+    made = BridgeState(path)
+    assert made.instance is not None
+    made.close()
+    again = BridgeState(path)
+    assert again.instance == made.instance
+    again.close()
