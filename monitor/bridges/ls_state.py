@@ -130,7 +130,7 @@ class BridgeState:
         the schema: a state file of an earlier release on a full volume opens without a write
         and the bridge comes up not ready as before, with no id for this run (None: its tasks
         carry none and no other bridge is looked for), where the schema's new table stopped
-        it with "disk I/O error".
+        it with "database or disk is full".
         """
         known = self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'bridge'").fetchone()
         if known is not None:
