@@ -989,7 +989,6 @@ class LabelStudioBridge:
             if isinstance(task.get("id"), int):
                 listed[task["id"]] = task
         self._adopt(model, project, listed.values())
-        self._note_other_bridge(model, project, listed.values())
         self._dedupe(model, project, listed)
         for row in self.state.with_status(OPEN, ANSWERED):
             if row.project_id != project:
@@ -1039,33 +1038,31 @@ class LabelStudioBridge:
             self.metrics.tasks_adopted.labels(model).inc(len(rows))
             log.info("tasks adopted", extra={"event": "tasks_adopted", "tasks": len(rows)})
 
-    def _note_other_bridge(self, model: str, project: int, tasks: Iterable[dict[str, Any]]) -> None:
-        """Log once per run a task another bridge imported (``meta.bridge`` not this one's).
+    def _note_other_bridge(self, model: str, project: int, copies: list[dict[str, Any]]) -> None:
+        """Log once per run two copies of one request imported by two bridges (``meta.bridge``).
 
         Two bridges on one project, each with its own state file, each import every request:
-        their duplicates are resolved alike (``_dedupe``), and each publishes the answer.
+        their duplicates are resolved alike (``_dedupe``), and each publishes the answer. A task
+        of an earlier id alone is no sign of one: a state file rebuilt from the tasks (lost or
+        moved aside) makes a new id, and its earlier tasks, adopted, are not imported again.
         """
-        if self._other_bridge_seen or self.state.instance is None:
+        marks = sorted({m for t in copies if (m := _meta_text(t, "bridge")) is not None})
+        if self._other_bridge_seen or len(marks) < 2:
             return
-        for task in tasks:
-            meta = task.get("meta")
-            other = meta.get("bridge") if isinstance(meta, dict) else None
-            if isinstance(other, str) and other != self.state.instance:
-                self._other_bridge_seen = True
-                log.warning(
-                    "a task of the bridge's project was imported by another bridge (its own "
-                    "state file): both import every request, keep the same task of each and "
-                    "publish its answer once each; run one bridge per set of projects",
-                    extra={
-                        "event": "task_of_another_bridge",
-                        "model": model,
-                        "project": project,
-                        "task": task.get("id"),
-                        "bridge": self.state.instance,
-                        "other": other,
-                    },
-                )
-                return
+        self._other_bridge_seen = True
+        log.warning(
+            "a request has tasks imported by two bridges (each its own state file): both "
+            "import every request, keep the same task of each and publish its answer once "
+            "each; run one bridge per set of projects",
+            extra={
+                "event": "task_of_another_bridge",
+                "model": model,
+                "project": project,
+                "tasks": [t.get("id") for t in copies],
+                "bridge": self.state.instance,
+                "bridges": marks,
+            },
+        )
 
     def _dedupe(self, model: str, project: int, listed: dict[int, dict[str, Any]]) -> None:
         """Keep one task per request in ``listed`` and in Label Studio: the same on any bridge.
@@ -1086,6 +1083,8 @@ class LabelStudioBridge:
             if rid is not None:
                 by_request.setdefault(rid, []).append(task_id)
         for rid, ids in sorted(by_request.items()):
+            if len(ids) > 1:
+                self._note_other_bridge(model, project, [listed[t] for t in ids])
             row = self.state.by_request(rid)
             if row is None or row.project_id != project or ids == [row.task_id]:
                 continue
@@ -1351,11 +1350,16 @@ def _touched(task: Mapping[str, Any]) -> bool:
     return bool(task.get("total_annotations") or task.get("cancelled_annotations"))
 
 
-def _request_of(task: Mapping[str, Any]) -> str | None:
-    """The request id a task was imported for (its ``meta``, ``task_body``), if any."""
+def _meta_text(task: Mapping[str, Any], key: str) -> str | None:
+    """A text field of a task's ``meta`` (``task_body``), if the task has it."""
     meta = task.get("meta")
-    rid = meta.get("request_id") if isinstance(meta, dict) else None
-    return rid if isinstance(rid, str) else None
+    value = meta.get(key) if isinstance(meta, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _request_of(task: Mapping[str, Any]) -> str | None:
+    """The request id a task was imported for, if any."""
+    return _meta_text(task, "request_id")
 
 
 def _row(req: Mapping[str, Any], project: int, task_id: int, now: float) -> TaskRow:

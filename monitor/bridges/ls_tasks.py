@@ -34,7 +34,8 @@ FROM_NAME = "label"
 TO_NAME = "record"
 _MAX_PAYLOAD_CHARS = 20_000
 # the keys of a task's ``data`` (``task_body``): Label Studio refuses an import whose tasks lack
-# a ``$key`` the labeling interface names
+# a key the labeling interface names as an attribute ``value="$key"``; a ``$`` inside other text
+# (instructions "Amounts are in $USD") names none
 DATA_KEYS = frozenset(
     ("record_id", "payload", "context", "model", "segment", "score", "prediction", "deadline")
 )
@@ -75,10 +76,10 @@ def interface_problem(config: Any, wording: Wording) -> str | None:
         return f"the labeling interface is not XML: {exc}"
     unknown = sorted(
         {
-            name
+            variable[1]
             for element in root.iter()
             for value in element.attrib.values()
-            for name in _VARIABLE.findall(value)
+            if (variable := _VARIABLE.fullmatch(value.strip())) is not None
         }
         - DATA_KEYS
     )

@@ -1123,6 +1123,8 @@ def test_a_labeling_interface_other_than_the_bridges_is_named() -> None:
     assert "several" in str(interface_problem(several, W))
     assert "0 Choices" in str(interface_problem(label_config(W).replace('"label"', '"x"'), W))
     assert "not XML" in str(interface_problem("<View>", W))
+    dollars = Wording("Fraud", "Legitimate", "Amounts are in $USD; limits in $limit")
+    assert interface_problem(label_config(dollars), dollars) is None  # text, not a variable
     assert set(task_body(_req(), W)["data"]) == DATA_KEYS  # the keys the check allows
 
 
@@ -1241,3 +1243,27 @@ def test_two_bridges_on_one_project_keep_the_same_task_and_publish_once_each(
     assert "task_deleted" not in events
     for bridge in bridges:
         bridge.state.close()
+
+
+def test_a_rebuilt_state_file_does_not_take_its_own_earlier_tasks_for_another_bridge(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A state file moved aside is rebuilt from the tasks under a new bridge id; the earlier
+    tasks it adopts (no second copy of any request) were logged as another bridge's at every
+    run, telling the operator to stop a second bridge that did not exist."""
+    caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
+    config = parse_config({"models": {"fraud": {}}, "default_model": "fraud"}, "m.yaml")
+    bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s", "t" * 40)
+    bridge._state = BridgeState(tmp_path / "s")
+    bridge.projects = {"fraud": 1}
+    earlier = [{"id": i, "meta": {"request_id": f"r{i}", "token": "tok", "model": "fraud",
+                "pi": 0.1, "ts": 5.0, "deadline": 9e9, "bridge": "0123456789abcdef"},
+                "annotations": [], "total_annotations": 0, "cancelled_annotations": 0,
+                "updated_at": "t0"} for i in (1, 2)]  # fmt: skip
+    bridge.client = _SharedProject({1: earlier})  # type: ignore[assignment]
+    for _ in range(2):
+        bridge._poll_all(_Sent())
+    assert sorted(r.task_id for r in bridge.state.with_status(OPEN)) == [1, 2]  # adopted
+    events = [getattr(r, "event", None) for r in caplog.records]
+    assert "tasks_adopted" in events and "task_of_another_bridge" not in events
+    bridge.state.close()
