@@ -1256,10 +1256,13 @@ def test_a_rebuilt_state_file_does_not_take_its_own_earlier_tasks_for_another_br
     bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s", "t" * 40)
     bridge._state = BridgeState(tmp_path / "s")
     bridge.projects = {"fraud": 1}
-    earlier = [{"id": i, "meta": {"request_id": f"r{i}", "token": "tok", "model": "fraud",
-                "pi": 0.1, "ts": 5.0, "deadline": 9e9, "bridge": "0123456789abcdef"},
-                "annotations": [], "total_annotations": 0, "cancelled_annotations": 0,
-                "updated_at": "t0"} for i in (1, 2)]  # fmt: skip
+    meta = {"token": "tok", "model": "fraud", "pi": 0.1, "ts": 5.0, "deadline": 9e9,
+            "bridge": "0123456789abcdef"}  # fmt: skip
+    earlier: list[dict[str, Any]] = [
+        {"id": i, "meta": {**meta, "request_id": f"r{i}"}, "annotations": [],
+         "total_annotations": 0, "cancelled_annotations": 0, "updated_at": "t0"}
+        for i in (1, 2)
+    ]  # fmt: skip
     bridge.client = _SharedProject({1: earlier})  # type: ignore[assignment]
     for _ in range(2):
         bridge._poll_all(_Sent())
