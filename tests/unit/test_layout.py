@@ -14,14 +14,14 @@ ALLOWED: dict[str, set[str]] = {
     "stats": set(),
     "config": {"stats", "errors"},
     "core": {"config", "errors", "stats"},
-    "runtime": {"core", "config", "errors", "stats", "io"},  # io: the Store type of the engine
+    "runtime": {"core", "config", "errors", "stats", "io", "throttled_log"},  # io: the Store type
     "io": {"core", "config", "errors", "stats", "runtime", "logs", "monitor"},
     "testing": {"core", "errors", "runtime"},
     "offline": {"errors", "stats", "sim"},
     "sim": {"core", "config", "errors", "logs", "io", "stats", "bridges", "free_ports"},
     # talks to the topics (their messages: core.messages; io: kafka-python's clients as the
     # daemon makes them, and its errors for a missing topic) and the tool only
-    "bridges": {"config", "core", "errors", "io", "logs", "free_ports"},
+    "bridges": {"config", "core", "errors", "io", "logs", "free_ports", "throttled_log"},
 }
 
 
