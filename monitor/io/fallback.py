@@ -12,27 +12,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from monitor.io.topics import Queued, too_large
+from monitor.runtime.ports import Sink
 
 
-class FallbackSink:
-    """The fallback path shared by ``KafkaSink`` and ``ConfluentSink`` (module docstring)."""
+class FallbackSink(Sink):
+    """The fallback path shared by ``KafkaSink`` and ``ConfluentSink`` (module docstring).
+
+    A ``Sink`` whose subclasses write the records (``produce``, ``flush``, ``close``).
+    """
 
     def __init__(self) -> None:
         self._fallbacks = 0  # records written as their fallback since ``fallbacks``
-
-    def produce(  # noqa: D102 - the sink's own
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        partition: int | None = None,
-        *,
-        fallback: bytes | None = None,
-    ) -> None:
-        raise NotImplementedError
-
-    def flush(self, timeout_s: float) -> None:  # noqa: D102 - the sink's own
-        raise NotImplementedError
 
     def fallbacks(self) -> int:
         """How many records were written as their fallback since the last call."""
