@@ -768,6 +768,10 @@ def test_two_bridges_on_one_project_keep_one_task_per_request(
     )
     one.start()
     two.start()
+    # each bridge lists the project before the request exists (and not again until settled):
+    # otherwise the later one may list the earlier one's task first and adopt it, one task
+    # and no duplicate to remove, which is not the case this test is about
+    assert one.settle() and two.settle()
     title = one.ls.title("default")
     req = request(0)
     produce(broker.bootstrap, topics.requests, [req])
