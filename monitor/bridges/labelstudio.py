@@ -266,6 +266,7 @@ class LabelStudioBridge:
         self._marks: dict[int, str] = {}  # task id -> last change seen (``BridgeState.marks``)
         self._duplicates_seen: set[int] = set()  # answered second tasks already logged
         self._other_bridge_seen = False  # a task another bridge imported was logged
+        self._first_listed: dict[int, int] = {}  # project -> its highest task id at first listing
         self._invalid_log = ThrottledLog(
             log,
             "not a valid label request; skipped (labelstudio_bridge_requests_invalid_total): "
@@ -989,6 +990,7 @@ class LabelStudioBridge:
             if isinstance(task.get("id"), int):
                 listed[task["id"]] = task
         self._adopt(model, project, listed.values())
+        self._first_listed.setdefault(project, max(listed, default=0))
         self._dedupe(model, project, listed)
         for row in self.state.with_status(OPEN, ANSWERED):
             if row.project_id != project:
@@ -1016,14 +1018,23 @@ class LabelStudioBridge:
             self.state.set_mark(row.task_id, mark)
 
     def _adopt(self, model: str, project: int, tasks: Iterable[dict[str, Any]]) -> None:
-        """Tasks Label Studio holds with a request id the state file lacks (lost answer)."""
+        """Tasks Label Studio holds with a request id the state file lacks (lost answer).
+
+        One made since this bridge first listed the project (a higher id), by another bridge
+        id, is another bridge importing the same requests, a step ahead of this one: logged as
+        ``_dedupe``'s two copies are. Not the tasks found at the first listing: a state file
+        rebuilt under a new id adopts its own earlier ones there.
+        """
         rows: list[TaskRow] = []
         now = time.time()
+        since = self._first_listed.get(project)
         for task in tasks:
             meta = task.get("meta") or {}
             rid = _request_of(task)
             if rid is None or self.state.by_request(rid) is not None:
                 continue
+            if since is not None and int(task["id"]) > since:
+                self._note_other_bridge(model, project, [task], self.state.instance)
             req = {
                 "request_id": rid,
                 "model": model,
@@ -1038,15 +1049,19 @@ class LabelStudioBridge:
             self.metrics.tasks_adopted.labels(model).inc(len(rows))
             log.info("tasks adopted", extra={"event": "tasks_adopted", "tasks": len(rows)})
 
-    def _note_other_bridge(self, model: str, project: int, copies: list[dict[str, Any]]) -> None:
-        """Log once per run two copies of one request imported by two bridges (``meta.bridge``).
+    def _note_other_bridge(
+        self, model: str, project: int, copies: list[dict[str, Any]], ours: str | None = None
+    ) -> None:
+        """Log once per run copies of one request imported by two bridges (``meta.bridge``).
 
         Two bridges on one project, each with its own state file, each import every request:
-        their duplicates are resolved alike (``_dedupe``), and each publishes the answer. A task
-        of an earlier id alone is no sign of one: a state file rebuilt from the tasks (lost or
+        their duplicates are resolved alike (``_dedupe``), and each publishes the answer.
+        ``ours``: this bridge's id, for a copy it was about to import (``_adopt``). A task of
+        an earlier id alone is no sign of one: a state file rebuilt from the tasks (lost or
         moved aside) makes a new id, and its earlier tasks, adopted, are not imported again.
         """
-        marks = sorted({m for t in copies if (m := _meta_text(t, "bridge")) is not None})
+        found = {m for t in copies if (m := _meta_text(t, "bridge")) is not None}
+        marks = sorted(found | ({ours} if ours is not None and found else set()))
         if self._other_bridge_seen or len(marks) < 2:
             return
         self._other_bridge_seen = True

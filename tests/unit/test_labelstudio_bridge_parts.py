@@ -1250,23 +1250,41 @@ def test_a_rebuilt_state_file_does_not_take_its_own_earlier_tasks_for_another_br
 ) -> None:
     """A state file moved aside is rebuilt from the tasks under a new bridge id; the earlier
     tasks it adopts (no second copy of any request) were logged as another bridge's at every
-    run, telling the operator to stop a second bridge that did not exist."""
+    run, telling the operator to stop a second bridge that did not exist. A task the earlier id
+    imports while this bridge runs is one."""
     caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
     config = parse_config({"models": {"fraud": {}}, "default_model": "fraud"}, "m.yaml")
     bridge = LabelStudioBridge(config, LabelStudioConfig(), tmp_path / "s", "t" * 40)
     bridge._state = BridgeState(tmp_path / "s")
     bridge.projects = {"fraud": 1}
+    old = "0123456789abcdef"  # the id of the state file moved aside
     meta = {"token": "tok", "model": "fraud", "pi": 0.1, "ts": 5.0, "deadline": 9e9,
-            "bridge": "0123456789abcdef"}  # fmt: skip
+            "bridge": old}  # fmt: skip
     earlier: list[dict[str, Any]] = [
         {"id": i, "meta": {**meta, "request_id": f"r{i}"}, "annotations": [],
          "total_annotations": 0, "cancelled_annotations": 0, "updated_at": "t0"}
         for i in (1, 2)
     ]  # fmt: skip
-    bridge.client = _SharedProject({1: earlier})  # type: ignore[assignment]
+    shared = _SharedProject({1: earlier})
+    bridge.client = shared  # type: ignore[assignment]
     for _ in range(2):
         bridge._poll_all(_Sent())
     assert sorted(r.task_id for r in bridge.state.with_status(OPEN)) == [1, 2]  # adopted
     events = [getattr(r, "event", None) for r in caplog.records]
     assert "tasks_adopted" in events and "task_of_another_bridge" not in events
+
+    # a task of its own that Label Studio committed late is adopted as before; one the earlier
+    # id makes now (the old bridge still running, a step ahead) is a second bridge, logged once
+    later = [
+        {**earlier[0], "id": i, "meta": {**meta, "request_id": f"r{i}", "bridge": mark}}
+        for i, mark in ((3, bridge.state.instance), (4, old), (5, old))
+    ]
+    for task in later:
+        shared.projects[1].append(task)
+        bridge._poll_all(_Sent())
+        others = [r for r in caplog.records if r.__dict__.get("event") == "task_of_another_bridge"]
+        assert len(others) == (task["id"] >= 4)
+    assert sorted(r.task_id for r in bridge.state.with_status(OPEN)) == [1, 2, 3, 4, 5]
+    assert others[0].tasks == [4]  # type: ignore[attr-defined]
+    assert others[0].bridges == sorted([old, str(bridge.state.instance)])  # type: ignore[attr-defined]
     bridge.state.close()
