@@ -789,3 +789,42 @@ def test_two_bridges_on_one_project_keep_one_task_per_request(
         assert metric(b, "labelstudio_bridge_labels_published_total", model="default") == 1
     others = [r for r in caplog.records if getattr(r, "event", None) == "task_of_another_bridge"]
     assert 1 <= len(others) <= 2  # at most once per bridge
+
+
+def test_a_task_another_bridge_imports_while_this_one_runs_is_reported_when_adopted(
+    *,
+    broker: EmbeddedBroker,
+    make_topics: Callable[..., TopicsConfig],
+    labelstudio: LabelStudioServer,
+    tmp_path: Path,
+    bridges: Bridges,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A second bridge a step ahead: its task was listed before this bridge read the request,
+    so this one adopted it, made no copy, and nobody was told two bridges share the project.
+    (The second bridge here reads another requests topic: its listing alone finds the task.)"""
+    caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
+    topics = make_topics()
+    tag = uuid.uuid4().hex[:8]
+    client = LabelStudioClient(labelstudio.url, labelstudio.token)
+    ahead = bridges.new(
+        _config(broker, topics),
+        ls_config(labelstudio, tag, group_id=f"g1-{tag}", poll_interval_s=3600.0),
+        tmp_path / "1.sqlite",
+    )
+    behind = bridges.new(
+        _config(broker, dataclasses.replace(topics, requests=make_topics().requests)),
+        ls_config(labelstudio, tag, group_id=f"g2-{tag}", poll_interval_s=3600.0),
+        tmp_path / "2.sqlite",
+    )
+    ahead.start()
+    behind.start()
+    assert ahead.settle() and behind.settle()  # each has listed the project, still empty
+    title = ahead.ls.title("default")
+    produce(broker.bootstrap, topics.requests, [request(0)])
+    wait_for("the task", lambda: len(project_tasks(client, title)) == 1)
+    assert behind.settle()
+    assert metric(behind, "labelstudio_bridge_tasks_adopted_total", model="default") == 1
+    (line,) = [r for r in caplog.records if getattr(r, "event", None) == "task_of_another_bridge"]
+    marks = sorted([str(ahead.state.instance), str(behind.state.instance)])
+    assert (line.bridge, line.bridges) == (behind.state.instance, marks)  # type: ignore[attr-defined]
