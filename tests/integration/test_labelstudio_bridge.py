@@ -739,6 +739,24 @@ def test_a_found_project_with_another_interface_holds_back_its_own_requests_only
     assert "imports_accepted" in events
 
 
+def _two_bridges(
+    bridges: Bridges, labelstudio: LabelStudioServer, tmp_path: Path, first: Config, second: Config
+) -> tuple[LabelStudioBridge, LabelStudioBridge]:
+    """Two bridges on one project (each its own state file and group), started, each having
+    listed the project once; neither lists it again until settled (polls an hour apart)."""
+    tag = uuid.uuid4().hex[:8]
+    made = [
+        bridges.new(
+            config,
+            ls_config(labelstudio, tag, group_id=f"g{n}-{tag}", poll_interval_s=3600.0),
+            tmp_path / f"{n}.sqlite",
+        ).start()
+        for n, config in ((1, first), (2, second))
+    ]
+    assert all(b.settle() for b in made)
+    return made[0], made[1]
+
+
 def test_two_bridges_on_one_project_keep_one_task_per_request(
     *,
     broker: EmbeddedBroker,
@@ -753,25 +771,12 @@ def test_two_bridges_on_one_project_keep_one_task_per_request(
     both keep the lowest task id, and each publishes its answer once."""
     caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
     topics = make_topics()
-    tag = uuid.uuid4().hex[:8]
     client = LabelStudioClient(labelstudio.url, labelstudio.token)
     config = _config(broker, topics)
-    one = bridges.new(
-        config,
-        ls_config(labelstudio, tag, group_id=f"g1-{tag}", poll_interval_s=3600.0),
-        tmp_path / "1.sqlite",
-    )
-    two = bridges.new(
-        config,
-        ls_config(labelstudio, tag, group_id=f"g2-{tag}", poll_interval_s=3600.0),
-        tmp_path / "2.sqlite",
-    )
-    one.start()
-    two.start()
-    # each bridge lists the project before the request exists (and not again until settled):
-    # otherwise the later one may list the earlier one's task first and adopt it, one task
-    # and no duplicate to remove, which is not the case this test is about
-    assert one.settle() and two.settle()
+    # each bridge lists the project before the request exists: otherwise the later one may
+    # list the earlier one's task first and adopt it, one task and no duplicate to remove
+    # (the next test's case)
+    one, two = _two_bridges(bridges, labelstudio, tmp_path, config, config)
     title = one.ls.title("default")
     req = request(0)
     produce(broker.bootstrap, topics.requests, [req])
@@ -805,21 +810,11 @@ def test_a_task_another_bridge_imports_while_this_one_runs_is_reported_when_adop
     (The second bridge here reads another requests topic: its listing alone finds the task.)"""
     caplog.set_level(logging.INFO, logger="monitor.bridges.labelstudio")
     topics = make_topics()
-    tag = uuid.uuid4().hex[:8]
     client = LabelStudioClient(labelstudio.url, labelstudio.token)
-    ahead = bridges.new(
-        _config(broker, topics),
-        ls_config(labelstudio, tag, group_id=f"g1-{tag}", poll_interval_s=3600.0),
-        tmp_path / "1.sqlite",
+    elsewhere = dataclasses.replace(topics, requests=make_topics().requests)
+    ahead, behind = _two_bridges(
+        bridges, labelstudio, tmp_path, _config(broker, topics), _config(broker, elsewhere)
     )
-    behind = bridges.new(
-        _config(broker, dataclasses.replace(topics, requests=make_topics().requests)),
-        ls_config(labelstudio, tag, group_id=f"g2-{tag}", poll_interval_s=3600.0),
-        tmp_path / "2.sqlite",
-    )
-    ahead.start()
-    behind.start()
-    assert ahead.settle() and behind.settle()  # each has listed the project, still empty
     title = ahead.ls.title("default")
     produce(broker.bootstrap, topics.requests, [request(0)])
     wait_for("the task", lambda: len(project_tasks(client, title)) == 1)

@@ -1282,9 +1282,9 @@ def test_a_rebuilt_state_file_does_not_take_its_own_earlier_tasks_for_another_br
     for task in later:
         shared.projects[1].append(task)
         bridge._poll_all(_Sent())
-        others = [r for r in caplog.records if r.__dict__.get("event") == "task_of_another_bridge"]
-        assert len(others) == (task["id"] >= 4)
+        seen = [r for r in caplog.records if getattr(r, "event", None) == "task_of_another_bridge"]
+        assert len(seen) == (task["id"] >= 4)
     assert sorted(r.task_id for r in bridge.state.with_status(OPEN)) == [1, 2, 3, 4, 5]
-    assert others[0].tasks == [4]  # type: ignore[attr-defined]
-    assert others[0].bridges == sorted([old, str(bridge.state.instance)])  # type: ignore[attr-defined]
+    assert seen[0].tasks == [4]  # type: ignore[attr-defined]
+    assert seen[0].bridges == sorted([old, str(bridge.state.instance)])  # type: ignore[attr-defined]
     bridge.state.close()
